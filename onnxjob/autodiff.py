@@ -1,0 +1,94 @@
+"""Reverse-mode differentiation of a traced graph, emitting standard ONNX ops only.
+
+The engine walks the forward nodes from the loss backwards, asks each primitive's rule
+(see `primitives/`) for input cotangents, sums fan-in, reduces broadcast axes and stops
+at non-differentiable values. Like OneFlow, the seed is ones of the loss shape and every
+variable gradient is scaled by 1/elem_cnt(loss); the scale is folded into the seed.
+"""
+import numpy as np
+
+from . import dtypes
+from .errors import MissingGradientError, TraceError
+from .primitives import get_primitive
+from .primitives.shape_ops import _i64, reshape_to
+from .tracer import op
+
+
+def _requires_grad(builder, sources):
+    """ids of the Blobs whose value depends differentiably on `sources`."""
+    live = {id(b) for b in sources}
+    for node in builder.nodes:
+        if not get_primitive(node.op_type).differentiable:
+            continue
+        if any(x is not None and id(x) in live for x in node.inputs):
+            for out in node.outputs:
+                if dtypes.is_floating(out.np_dtype):
+                    live.add(id(out))
+    return live
+
+
+def unbroadcast(grad, shape):
+    """Sum `grad` over the axes that broadcasting added to a value of `shape`."""
+    shape = tuple(shape)
+    if grad.shape == shape:
+        return grad
+    lead = len(grad.shape) - len(shape)
+    axes = list(range(lead)) + [lead + i for i, d in enumerate(shape)
+                                if d == 1 and grad.shape[lead + i] != 1]
+    if axes:
+        grad = op("ReduceSum", grad, _i64(grad, axes), keepdims=1)
+    return reshape_to(grad, shape)
+
+
+def _zeros_like(blob):
+    return op("ConstantOfShape", _i64(blob, blob.shape), value=np.zeros(1, blob.np_dtype))
+
+
+def backward(builder, losses):
+    """Gradients {variable name: Blob} of the trainable variables of `builder`."""
+    if not losses:
+        raise TraceError("minimize() was given no loss")
+    shapes = {l.shape for l in losses}
+    if len(shapes) != 1:
+        raise TraceError(f"all losses passed to minimize must share one shape, got {shapes}")
+    elem_cnt = int(np.prod(losses[0].shape))
+    builder.loss_elem_count = elem_cnt
+    trainable = [b for n, b in builder.variables.items()
+                 if builder.variable_specs[n].trainable and dtypes.is_floating(b.np_dtype)]
+    requires = _requires_grad(builder, trainable)
+    for loss in losses:
+        if not dtypes.is_floating(loss.np_dtype):
+            raise TraceError(f"the loss {loss.name} has dtype {loss.np_dtype}; it must be floating")
+    grads = {}
+    forward_nodes = list(builder.nodes)
+    for loss in losses:
+        seed = builder.constant(np.full(loss.shape, 1.0 / elem_cnt, dtype=loss.np_dtype), "grad_seed")
+        grads[id(loss)] = seed if id(loss) not in grads else op("Add", grads[id(loss)], seed)
+    for node in reversed(forward_nodes):
+        gys = [grads.get(id(o)) for o in node.outputs]
+        if all(g is None for g in gys):
+            continue
+        need = [x is not None and id(x) in requires for x in node.inputs]
+        if not any(need):
+            continue
+        prim = get_primitive(node.op_type)
+        if prim.grad is None:
+            raise MissingGradientError(
+                f"{node.location}: onnxjob has no gradient rule for ONNX op {node.op_type} "
+                "(needed because a trainable variable flows through it into the loss)")
+        with builder.location(node.location + " (backward)"):
+            if gys[0] is None:
+                gys[0] = _zeros_like(node.outputs[0])
+            try:
+                gxs = prim.grad(node, gys, need)
+            except NotImplementedError as e:
+                raise MissingGradientError(f"{node.location}: {e}") from None
+            for x, gx, needed in zip(node.inputs, gxs, need):
+                if not needed or gx is None:
+                    continue
+                gx = unbroadcast(gx, x.shape)
+                prev = grads.get(id(x))
+                grads[id(x)] = gx if prev is None else op("Add", prev, gx)
+    builder.gradients = grads
+    return {name: grads[id(b)] for name, b in builder.variables.items() if id(b) in grads
+            and builder.variable_specs[name].trainable}

@@ -1,0 +1,196 @@
+"""Checkpoints in OneFlow's on-disk layout (spec §6).
+
+    <root>/<variable name>/out    raw little-endian bytes, C order
+    <root>/<variable name>/meta   text proto: shape { dim: .. } data_type: kFloat
+    <root>/snapshot_done          empty file: the save completed
+
+`save` writes into a temporary sibling directory and renames it into place, so a crash
+leaves no directory that `get` would accept. Nothing is ever unpickled.
+"""
+import os
+import re
+import shutil
+import tempfile
+
+import numpy as np
+
+from . import dtypes
+from .errors import CheckpointError
+from .session import default_session
+
+_META_DIM = re.compile(r"dim:\s*(-?\d+)")
+_META_TYPE = re.compile(r"data_type:\s*(k\w+)")
+
+
+def _started_session(sync):
+    session = default_session()
+    session.start()
+    if sync:
+        session.sync()
+    return session
+
+
+class FileBackedVariable:
+    """A lazily read checkpoint entry: `.shape`, `.dtype`, `.numpy()`."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.name = os.path.basename(directory)
+        meta = os.path.join(directory, "meta")
+        self._has_meta = os.path.isfile(meta)
+        self._shape = self._dtype = None
+        if self._has_meta:
+            with open(meta) as f:
+                text = f.read()
+            kind = _META_TYPE.search(text)
+            if kind is None:
+                raise CheckpointError(f"{meta}: no data_type in the meta file")
+            self._shape = tuple(int(d) for d in _META_DIM.findall(text))
+            try:
+                self._dtype = dtypes.from_oneflow_enum(kind.group(1))
+            except ValueError as e:
+                raise CheckpointError(f"{meta}: {e}") from None
+
+    @property
+    def shape(self):
+        return self._shape
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    def numpy(self, shape=None, np_dtype=None):
+        if not self._has_meta and (shape is None or np_dtype is None):
+            raise RuntimeError("This variable does not have meta info")
+        shape = self._shape if self._has_meta else tuple(shape)
+        np_dtype = self._dtype.np_dtype if self._has_meta else np.dtype(np_dtype)
+        path = os.path.join(self.directory, "out")
+        expected = int(np.prod(shape)) * np_dtype.itemsize
+        size = os.path.getsize(path)
+        if size != expected:
+            raise CheckpointError(f"{path}: {size} bytes, expected {expected} for shape {shape} "
+                                  f"and dtype {np_dtype} (truncated or wrong file)")
+        return np.fromfile(path, dtype=np_dtype.newbyteorder("<")).astype(np_dtype).reshape(shape)
+
+
+def get(path):
+    """The variables saved under `path`: {name: entry} (or one entry if path/out exists)."""
+    _started_session(sync=False)
+    if not os.path.isdir(path):
+        raise AssertionError(f"Directory {path} doesn't exist!")
+    if os.path.isfile(os.path.join(path, "out")):
+        return FileBackedVariable(path)
+    if not os.path.isfile(os.path.join(path, "snapshot_done")):
+        raise CheckpointError(f"{path} has no snapshot_done marker: the save that wrote it did "
+                              "not complete")
+    entries = {}
+    for name in sorted(os.listdir(path)):
+        sub = os.path.join(path, name)
+        if os.path.isdir(sub) and not os.path.islink(sub) and os.path.isfile(os.path.join(sub, "out")):
+            entries[name] = FileBackedVariable(sub)
+    return entries
+
+
+class VariableValue:
+    """A value from get_all_variables(): `.numpy()`, `.shape`, `.dtype`."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def numpy(self):
+        return self._array
+
+    @property
+    def shape(self):
+        return self._array.shape
+
+    @property
+    def dtype(self):
+        return dtypes.from_numpy(self._array.dtype)
+
+
+def get_all_variables():
+    """Every variable of every job, optimizer state and train-step counters included."""
+    session = _started_session(sync=True)
+    return {name: VariableValue(session.variable_numpy(name)) for name in session.variable_specs}
+
+
+def _value_array(value, spec):
+    if isinstance(value, FileBackedVariable):
+        return value.numpy(spec.shape, spec.np_dtype)
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        return np.asarray(value.numpy())
+    return np.asarray(value)
+
+
+def load_variables(value_dict, ignore_mismatch=True):
+    """Assign variables by name; unknown names are skipped (or raise)."""
+    session = _started_session(sync=True)
+    for name, value in value_dict.items():
+        spec = session.variable_specs.get(name)
+        if spec is None:
+            if not ignore_mismatch:
+                raise RuntimeError(f'"{name}" is not a variable name')
+            continue
+        array = _value_array(value, spec)
+        if tuple(array.shape) != spec.shape:
+            raise AssertionError(f"{array.shape} vs {spec.shape} (variable {name!r})")
+        if array.dtype != spec.np_dtype:
+            raise AssertionError(f"{dtypes.from_numpy(array.dtype)!r} vs "
+                                 f"{dtypes.from_numpy(spec.np_dtype)!r} (variable {name!r})")
+        session.assign_variable(name, array)
+
+
+def _safe_child(root, name):
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise CheckpointError(f"variable name {name!r} cannot be a checkpoint directory name")
+    return os.path.join(root, name)
+
+
+def save(path, var_dict=None):
+    """Write every variable to `path` atomically (refuses a file or non-empty directory)."""
+    session = _started_session(sync=True)
+    if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
+        raise AssertionError(f"Non-empty directory {path} already exists!")
+    if var_dict is None:
+        var_dict = {n: session.variable_numpy(n) for n in session.variable_specs}
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".onnxjob-save-", dir=parent)
+    try:
+        for name, value in var_dict.items():
+            array = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value)
+            d = _safe_child(tmp, name)
+            os.makedirs(d)
+            array.astype(array.dtype.newbyteorder("<")).tofile(os.path.join(d, "out"))
+            dims = "".join(f"  dim: {int(x)}\n" for x in array.shape)
+            with open(os.path.join(d, "meta"), "w") as f:
+                f.write(f"shape {{\n{dims}}}\ndata_type: {dtypes.from_numpy(array.dtype).oneflow_enum}\n")
+        open(os.path.join(tmp, "snapshot_done"), "w").close()
+        if os.path.isdir(path):
+            os.rmdir(path)
+        os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+class CheckPoint:
+    """Old API: `save(path)`, `load(path)`, `init()` over the v2 functions (§6.3)."""
+
+    def __init__(self):
+        print("\033[1mWARNING: 'flow.train.CheckPoint' is deprecated. Please use the new API:\033[0m\n"
+              "flow.train.CheckPoint().save(path) => \033[1mflow.checkpoint.save(path)\033[0m\n"
+              "flow.train.CheckPoint().load(path) => \033[1mflow.load_variables(flow.checkpoint.get(path))\033[0m\n"
+              "flow.train.CheckPoint().init() is not needed any more.")
+
+    def save(self, path):
+        assert isinstance(path, str), "CheckPoint.save takes a str path"
+        save(path)
+
+    def load(self, path):
+        assert isinstance(path, str), "CheckPoint.load takes a str path"
+        load_variables(get(path))
+
+    def init(self):
+        _started_session(sync=False)

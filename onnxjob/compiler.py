@@ -1,0 +1,133 @@
+"""Compile one job: trace the body, add backward + updates, run passes, emit ONNX."""
+import onnx
+import onnx_ir as ir
+
+from . import results
+from .errors import TraceError
+from .tracer import GraphBuilder, op, tracing
+
+IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13; opset 17 needs 8
+
+
+class CompiledGraph:
+    """An emitted job graph and how its inputs/outputs map to the job's world."""
+
+    def __init__(self, model, placeholder_names, variable_names, output_names, output_tree,
+                 state_outputs, watch_outputs, has_sequences, is_train):
+        self.model = model                      # onnx_ir.Model after passes
+        self.placeholder_names = placeholder_names
+        self.variable_names = variable_names    # graph inputs fed from the variable store
+        self.output_names = output_names        # user-visible outputs, in tree order
+        self.output_tree = output_tree
+        self.state_outputs = state_outputs      # variable name -> output name
+        self.watch_outputs = watch_outputs      # [(output name, handler, location)]
+        self.has_sequences = has_sequences
+        self.is_train = is_train
+
+    def to_proto(self):
+        return ir.to_proto(self.model)
+
+
+def _placeholders(builder, job, annotation, name):
+    from . import typing as tp
+    import typing
+    if typing.get_origin(annotation) is tuple:
+        return tuple(_placeholders(builder, job, a, f"{name}_{i}")
+                     for i, a in enumerate(typing.get_args(annotation)))
+    dynamic = issubclass(annotation, (tp.ListNumpyDef,))
+    tensor_list = issubclass(annotation, tp.ListListNumpyDef)
+    blob = builder.add_input(name, annotation.shape, annotation.np_dtype(), dynamic=dynamic,
+                             tensor_list=tensor_list)
+    blob.is_dynamic = dynamic or tensor_list
+    return blob
+
+
+def _flat_placeholder_names(args):
+    if isinstance(args, tuple):
+        return [n for a in args for n in _flat_placeholder_names(a)]
+    return [args.name]
+
+
+def _as_output(builder, blob, name, taken):
+    """Make `blob` a graph output called `name` (an Identity where it cannot be renamed)."""
+    value = blob.value
+    is_input = value in builder.graph.inputs or value.const_value is not None
+    if is_input or value in taken or blob.is_tensor_list:
+        value = builder.emit("Identity", [blob], {}, name=f"{name}/identity")[0].value
+        if blob.is_tensor_list:
+            value.type = blob.value.type
+            value.shape = None
+    value.name = name
+    taken.add(value)
+    builder.graph.outputs.append(value)
+    return name
+
+
+def compile_job(job, session):
+    """Trace `job` and build its CompiledGraph (raises at the user's line on errors)."""
+    from . import autodiff, optimizer as optim
+    from passes import run_default_pipeline
+
+    builder = GraphBuilder(job.name, is_train=job.is_train)
+    with tracing(builder):
+        args = [_placeholders(builder, job, ann, pname)
+                for pname, ann in zip(job.param_names, job.param_annotations)]
+        ret = job.func(*args)
+        blobs = []
+        if job.has_return_annotation:
+            tree = results.flatten(ret, job.return_annotation, job.name, blobs)
+        else:
+            tree = results.flatten_unannotated(ret, blobs)
+        optimizer = optim.resolve_optimizer(builder, job)
+        if job.is_train:
+            if optimizer is None:
+                raise TraceError(
+                    f"train job {job.name!r} has no optimizer: call e.g. "
+                    "flow.optimizer.SGD(lr_scheduler).minimize(loss) in its body "
+                    "(OneFlow: Check failed: job().job_conf().train_conf().has_model_update_conf())",
+                    location=job.location)
+            grads = autodiff.backward(builder, builder.losses)
+            optimizer.apply(builder, grads, job.name)
+        elif optimizer is not None:
+            raise TraceError(f"predict job {job.name!r} calls minimize(); declare it with "
+                             "@flow.global_function(type=\"train\") (OneFlow: Check failed: "
+                             "NeedBackwardOp)", location=job.location)
+        watch_outputs = _watch_outputs(builder)
+
+    taken = set()
+    output_names = [_as_output(builder, b, f"output_{i}", taken) for i, b in enumerate(blobs)]
+    watch_named = []
+    for i, (blob, handler, location) in enumerate(watch_outputs):
+        watch_named.append((_as_output(builder, blob, f"watch_{i}", taken), handler, location))
+    state_outputs = {}
+    for var_name, blob in builder.state_updates.items():
+        state_outputs[var_name] = _as_output(builder, blob, f"{var_name}/next", taken)
+
+    placeholder_names = [n for a in args for n in _flat_placeholder_names(a)]
+    model = ir.Model(builder.graph, ir_version=IR_VERSION, producer_name="onnxjob")
+    run_default_pipeline(model, job.config)
+    used_inputs = {v.name for v in model.graph.inputs}
+    variable_names = [n for n in builder.variables if n in used_inputs]
+    has_sequences = any(b.is_tensor_list for b in blobs) or any(
+        isinstance(v.type, ir.SequenceType) for v in model.graph.inputs)
+    return CompiledGraph(model, placeholder_names, variable_names, output_names, tree,
+                         state_outputs, watch_named, has_sequences, job.is_train), builder
+
+
+def _watch_outputs(builder):
+    outs = []
+    for blob, handler, is_diff, location in builder.watches:
+        if is_diff:
+            grad = builder.gradients.get(id(blob)) if hasattr(builder, "gradients") else None
+            if grad is None:
+                raise TraceError(f"flow.watch_diff: {blob.name} has no gradient in this job "
+                                 "(is it on the path from a trainable variable to the loss?)",
+                                 location=location)
+            blob = grad * builder.loss_elem_count if builder.loss_elem_count != 1 else grad
+        outs.append((blob, handler, location))
+    return outs
+
+
+def check_model(proto):
+    """onnx.checker with full shape inference (what an exported file must pass)."""
+    onnx.checker.check_model(proto, full_check=True)

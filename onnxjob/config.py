@@ -1,0 +1,194 @@
+"""`flow.function_config()` and the process-wide `flow.config` / `flow.env` setters."""
+import copy
+import sys
+import traceback
+import warnings
+
+from . import scope
+
+# OneFlow flags that onnxjob accepts and ignores (they tune OneFlow's own runtime).
+_IGNORED_FLAGS = {
+    "enable_cudnn", "cudnn_buf_limit_mbyte", "cudnn_conv_force_fwd_algo",
+    "cudnn_conv_force_bwd_data_algo", "cudnn_conv_force_bwd_filter_algo",
+    "cudnn_conv_heuristic_search_algo", "cudnn_conv_use_deterministic_algo_only",
+    "enable_cudnn_fused_normalization_add_relu", "enable_inplace", "enable_inplace_in_reduce_struct",
+    "enable_reused_mem", "enable_nccl", "use_nccl_inter_node_communication",
+    "all_reduce_group_num", "all_reduce_lazy_ratio", "all_reduce_group_min_mbyte",
+    "all_reduce_group_size_warmup", "all_reduce_fp16", "use_boxing_v2", "enable_fuse_add_to_output",
+    "enable_fuse_cast_scale", "enable_fuse_model_update_ops", "enable_gradients_stats_aggregation",
+    "concurrency_width", "use_xla_jit", "use_tensorrt", "enable_qat", "allow_cpu_return_op",
+    "prune_parallel_cast_ops", "prune_cast_to_static_shape_ops",
+    "optimizer_placement_optimization_mode", "optimizer_placement_optimization_threshold",
+    "enable_keep_header_only", "enable_non_distributed_optimizer", "enable_true_half_config_when_conv",
+    "enable_float_compute_for_half_gemm", "enable_auto_mixed_precision", "default_initializer_conf",
+    "static_mem_alloc_policy_white_list", "enable_fuse_model_update_ops",
+}
+_TRAIN_OLD_API = {"primary_lr", "secondary_lr", "model_update_conf", "loss_scale_factor",
+                  "num_gradient_accumulation_steps"}
+
+
+class _TrainConf:
+    def __init__(self, owner):
+        self._owner = owner
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        assert name in _TRAIN_OLD_API, f"unknown function_config flag train.{name}"
+
+        def setter(value=True):
+            if name != "num_gradient_accumulation_steps":
+                print("WARNING: func_config.train.* has been deprecated. Please replace it by "
+                      "the new optimizer api.")
+                print("".join(traceback.format_stack(sys._getframe(1), limit=1)).rstrip())
+            self._owner.train_conf[name] = value
+            self._owner.job_type = self._owner.job_type or "train"
+        return setter
+
+
+class FunctionConfig:
+    """Per-job configuration: `config.name(value)` records a flag (spec §4).
+
+    Flags that only tune OneFlow's runtime are accepted and ignored; unknown names raise.
+    onnxjob adds `passes(list)` (extra graph passes), `disable_passes(bool)` and
+    `execution_provider("cpu"|"cuda")`.
+    """
+
+    def __init__(self):
+        self.flags = {}
+        self.train_conf = {}
+        self.job_type = None
+        self.train = _TrainConf(self)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        known = _IGNORED_FLAGS | {"default_data_type", "default_logical_view",
+                                  "default_distribute_strategy", "default_placement_scope",
+                                  "passes", "disable_passes", "execution_provider",
+                                  "cudnn_conv_algo_search", "use_cuda_graph"}
+        assert name in known, f"unknown function_config flag {name!r}"
+
+        def setter(value=True):
+            if name == "default_distribute_strategy":
+                print("WARNING: function_config.default_distribute_strategy has been deprecated. "
+                      "Please use function_config.default_logical_view instead.")
+            if name in ("default_logical_view", "default_distribute_strategy"):
+                assert scope.is_view(value), (
+                    "default_logical_view takes flow.scope.mirrored_view() or "
+                    "flow.scope.consistent_view()")
+                self.flags["default_logical_view"] = value
+                return
+            self.flags[name] = value
+        return setter
+
+    def clone(self):
+        other = FunctionConfig()
+        other.flags = dict(self.flags)
+        other.train_conf = copy.deepcopy(self.train_conf)
+        other.job_type = self.job_type
+        return other
+
+    def get(self, name, default=None):
+        return self.flags.get(name, default)
+
+
+ExecutionConfig = FunctionConfig
+
+
+def function_config():
+    return FunctionConfig()
+
+
+class _ProcessConfig:
+    """State behind flow.config.* and flow.env.* (frozen once the session runs)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.gpu_device_num = 1
+        self.gpu_device_num_set = False
+        self.cpu_device_num = 1
+        self.machine_num = 1
+        self.legacy_model_io = False
+        self.debug_mode = False
+        self.random_seed = None
+        self.env_initialized = False
+
+
+process_config = _ProcessConfig()
+
+
+def _session_running():
+    from .session import default_session
+    if default_session().is_running:
+        print("Nothing happened because the session is running")
+        return True
+    return False
+
+
+def _setter(apply):
+    def setter(*args, **kwargs):
+        if _session_running():
+            return False
+        apply(*args, **kwargs)
+        return None
+    return setter
+
+
+class _ConfigModule:
+    """flow.config: process-wide settings; ignored (with a message) once running."""
+
+    @staticmethod
+    def _gpu(n):
+        assert isinstance(n, int), "gpu_device_num takes an int"
+        process_config.gpu_device_num = n
+        process_config.gpu_device_num_set = True
+
+    def __init__(self):
+        c = process_config
+        self.gpu_device_num = _setter(self._gpu)
+        self.cpu_device_num = _setter(lambda n: setattr(c, "cpu_device_num", int(n)))
+        self.machine_num = _setter(lambda n: setattr(c, "machine_num", int(n)))
+        self.enable_legacy_model_io = _setter(lambda v=True: setattr(c, "legacy_model_io", bool(v)))
+        self.enable_debug_mode = _setter(lambda v=True: setattr(c, "debug_mode", bool(v)))
+        self.load_library = _setter(lambda path: warnings.warn(
+            f"flow.config.load_library({path!r}): custom OneFlow kernels cannot run on onnxruntime"))
+        self.enable_model_io_v2 = _setter(lambda v=True: setattr(c, "legacy_model_io", not v))
+        self.seed = _setter(lambda s: setattr(c, "random_seed", int(s)))
+        for name in ("enable_numa_aware_cuda_malloc_host", "thread_enable_local_message_queue",
+                     "enable_debug_mode", "persistence_buf_byte", "collective_boxing",
+                     "enable_fusion", "nccl_use_compute_stream", "disable_group_boxing_by_dst_parallel",
+                     "enable_mem_chain_merge", "rdma_mem_block_mbyte", "rdma_recv_msg_buf_mbyte",
+                     "reserved_host_mem_mbyte", "reserved_device_mem_mbyte", "compute_thread_pool_size",
+                     "max_mdsave_worker_num", "enable_tensor_float_32_compute"):
+            if not hasattr(self, name):
+                setattr(self, name, _setter(lambda *a, **k: None))
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _setter(lambda *a, **k: None)
+
+
+class _EnvModule:
+    """flow.env: machine settings (accepted; onnxjob runs in one process)."""
+
+    def __init__(self):
+        for name in ("machine", "ctrl_port", "data_port", "grpc_use_no_signal", "log_dir",
+                     "logtostderr", "logbuflevel", "init_bootstrap_confs"):
+            setattr(self, name, _setter(lambda *a, **k: None))
+
+    @staticmethod
+    def init():
+        process_config.env_initialized = True
+        return True
+
+    def current_resource(self):
+        return {"gpu_device_num": process_config.gpu_device_num,
+                "cpu_device_num": process_config.cpu_device_num}
+
+
+config = _ConfigModule()
+env = _EnvModule()

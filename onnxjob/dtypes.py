@@ -1,0 +1,76 @@
+"""OneFlow dtypes (`flow.float`, `flow.int32`, ...) and their NumPy / ONNX counterparts.
+
+As in OneFlow the dtypes are classes, not instances: `flow.float is flow.float32`.
+"""
+import numpy as np
+import onnx_ir as ir
+
+
+class dtype:
+    """Base of every flow dtype class."""
+
+    np_dtype = None
+    ir_dtype = None
+    oneflow_enum = None  # name used in checkpoint `meta` files (kFloat, ...)
+
+
+def _make(name, np_dtype, ir_dtype, enum_name, enum_value):
+    cls = type(name, (dtype,), {
+        "np_dtype": np.dtype(np_dtype) if np_dtype is not None else None,
+        "ir_dtype": ir_dtype,
+        "oneflow_enum": enum_name,
+        "oneflow_enum_value": enum_value,
+        "__repr__": lambda self: f"<flow.{name}>",
+    })
+    cls.__module__ = "onnxjob"
+    return cls
+
+
+char = _make("char", np.int8, ir.DataType.INT8, "kChar", 1)
+float32 = _make("float32", np.float32, ir.DataType.FLOAT, "kFloat", 2)
+float64 = _make("float64", np.float64, ir.DataType.DOUBLE, "kDouble", 3)
+int8 = _make("int8", np.int8, ir.DataType.INT8, "kInt8", 4)
+int32 = _make("int32", np.int32, ir.DataType.INT32, "kInt32", 5)
+int64 = _make("int64", np.int64, ir.DataType.INT64, "kInt64", 6)
+uint8 = _make("uint8", np.uint8, ir.DataType.UINT8, "kUInt8", 7)
+record = _make("record", None, None, "kOFRecord", 8)
+float16 = _make("float16", np.float16, ir.DataType.FLOAT16, "kFloat16", 9)
+tensor_buffer = _make("tensor_buffer", None, None, "kTensorBuffer", 10)
+bool_ = _make("bool", np.bool_, ir.DataType.BOOL, None, None)
+float = float32
+double = float64
+
+ALL = (char, float32, float64, int8, int32, int64, uint8, record, float16, tensor_buffer)
+_BY_NP = {int8: int8}
+_FROM_NP = {}
+for _d in (float32, float64, float16, int8, int32, int64, uint8, bool_):
+    _FROM_NP[_d.np_dtype] = _d
+_FROM_ENUM = {d.oneflow_enum: d for d in ALL}
+
+
+def from_numpy(np_dtype):
+    """The flow dtype of a NumPy dtype (TypeError if there is none)."""
+    try:
+        return _FROM_NP[np.dtype(np_dtype)]
+    except KeyError:
+        raise TypeError(f"onnxjob has no dtype for NumPy dtype {np.dtype(np_dtype)}") from None
+
+
+def from_oneflow_enum(name):
+    """The flow dtype named by a checkpoint `meta` file (`kFloat`, ...)."""
+    if name not in _FROM_ENUM or _FROM_ENUM[name].np_dtype is None:
+        raise ValueError(f"unsupported OneFlow data_type {name!r}")
+    return _FROM_ENUM[name]
+
+
+def to_numpy(flow_dtype):
+    """NumPy dtype of a flow dtype class (or of anything NumPy understands)."""
+    if isinstance(flow_dtype, type) and issubclass(flow_dtype, dtype):
+        if flow_dtype.np_dtype is None:
+            raise TypeError(f"{flow_dtype.__name__} has no NumPy counterpart")
+        return flow_dtype.np_dtype
+    return np.dtype(flow_dtype)
+
+
+def is_floating(np_dtype):
+    return np.issubdtype(np.dtype(np_dtype), np.floating)

@@ -1,0 +1,36 @@
+"""Error classes for user mistakes. Each message says what was expected and where."""
+from .source_info import user_location
+
+
+class OnnxJobError(Exception):
+    """Base of onnxjob's own errors."""
+
+
+class TraceError(OnnxJobError, ValueError):
+    """An op got inputs it cannot take (shape, dtype, attribute), found while tracing."""
+
+    def __init__(self, message, location=None):
+        super().__init__(f"{location or user_location()}: {message}")
+
+
+class ConcreteBlobError(OnnxJobError, TypeError):
+    """A traced Blob was used where Python needs a concrete value (if, for, len, ...)."""
+
+
+class MissingGradientError(OnnxJobError, NotImplementedError):
+    """A train job needs the gradient of an op that has no gradient rule."""
+
+
+class DeviceUnavailableError(OnnxJobError, RuntimeError):
+    """The user asked for a GPU but onnxruntime cannot run on one."""
+
+
+class JobArgumentError(AssertionError):
+    """A job was called with an argument that does not fit its placeholder.
+
+    An AssertionError, as in OneFlow, but with a message that says what was wrong.
+    """
+
+
+class CheckpointError(OnnxJobError, RuntimeError):
+    """A checkpoint on disk is missing, malformed or does not fit the variables."""

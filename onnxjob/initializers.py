@@ -1,0 +1,141 @@
+"""Variable initializers (spec §5.8). Each returns a config object that draws values
+with NumPy when the session starts."""
+import math
+
+import numpy as np
+
+from . import dtypes
+
+
+class Initializer:
+    """An initializer: `sample(shape, np_dtype, rng) -> ndarray`."""
+
+    def __init__(self, kind, **params):
+        self.kind = kind
+        self.params = params
+
+    def __repr__(self):
+        return f"{self.kind}({', '.join(f'{k}={v}' for k, v in self.params.items())})"
+
+    def sample(self, shape, np_dtype, rng):
+        return np.asarray(_SAMPLERS[self.kind](shape, rng, **self.params)).astype(np_dtype)
+
+
+def _truncated(shape, rng, mean, stddev):
+    """Normal(mean, stddev) resampled until |x - mean| < 2 stddev."""
+    out = rng.normal(0.0, 1.0, size=shape)
+    bad = np.abs(out) >= 2.0
+    while bad.any():
+        out[bad] = rng.normal(0.0, 1.0, size=int(bad.sum()))
+        bad = np.abs(out) >= 2.0
+    return out * stddev + mean
+
+
+def _fans(shape, data_format):
+    if len(shape) < 2:
+        n = int(np.prod(shape)) if shape else 1
+        return n, n
+    fan_in = int(np.prod(shape[1:]))
+    fan_out = shape[0] * int(np.prod(shape[1:-1])) if len(shape) > 2 else shape[0]
+    if len(shape) == 2:
+        fan_in, fan_out = shape[1], shape[0]
+    return fan_in, fan_out
+
+
+def _variance_scaling(shape, rng, scale, mode, distribution, data_format):
+    fan_in, fan_out = _fans(shape, data_format)
+    fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
+    s = scale / max(1.0, fan)
+    if distribution == "truncated_normal":
+        return _truncated(shape, rng, 0.0, math.sqrt(s) / 0.87962566103423978)
+    if distribution == "random_normal":
+        return rng.normal(0.0, math.sqrt(s), size=shape)
+    limit = math.sqrt(3.0 * s)
+    return rng.uniform(-limit, limit, size=shape)
+
+
+def _uniform(shape, rng, minval, maxval, integer):
+    if integer:
+        return rng.integers(int(minval), int(maxval), size=shape, endpoint=True)
+    return rng.uniform(minval, maxval, size=shape)
+
+
+def _kaiming(shape, rng, distribution, mode, nonlinearity, negative_slope, data_format):
+    fan_in, fan_out = _fans(shape, data_format)
+    fan = fan_in if mode == "fan_in" else fan_out
+    gain = {None: 1.0, "linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
+            "leaky_relu": math.sqrt(2.0 / (1 + negative_slope ** 2))}[nonlinearity]
+    std = gain / math.sqrt(fan)
+    if distribution == "random_normal":
+        return rng.normal(0.0, std, size=shape)
+    return rng.uniform(-math.sqrt(3.0) * std, math.sqrt(3.0) * std, size=shape)
+
+
+_SAMPLERS = {
+    "constant": lambda shape, rng, value: np.full(shape, value),
+    "truncated_normal": _truncated,
+    "random_normal": lambda shape, rng, mean, stddev: rng.normal(mean, stddev, size=shape),
+    "random_uniform": _uniform,
+    "variance_scaling": _variance_scaling,
+    "kaiming": _kaiming,
+}
+
+
+def constant_initializer(value=0, dtype=dtypes.float):
+    return Initializer("constant", value=value)
+
+
+def zeros_initializer(dtype=dtypes.float):
+    return Initializer("constant", value=0)
+
+
+def ones_initializer(dtype=dtypes.float):
+    return Initializer("constant", value=1)
+
+
+def truncated_normal_initializer(mean=0.0, stddev=1.0):
+    return Initializer("truncated_normal", mean=mean, stddev=stddev)
+
+
+def truncated_normal(stddev=1.0):
+    """Deprecated spelling used by the docs: truncated normal around 0."""
+    return truncated_normal_initializer(0.0, stddev)
+
+
+def random_normal_initializer(mean=0.0, stddev=1.0, seed=None, dtype=None):
+    assert seed is None, "random_normal_initializer: seed is not supported"
+    assert dtype is None, "random_normal_initializer: dtype is not supported"
+    return Initializer("random_normal", mean=mean, stddev=stddev)
+
+
+def random_uniform_initializer(minval=0, maxval=1, dtype=dtypes.float):
+    assert minval <= maxval, f"minval {minval} > maxval {maxval}"
+    integer = not dtypes.is_floating(dtypes.to_numpy(dtype))
+    return Initializer("random_uniform", minval=minval, maxval=maxval, integer=integer)
+
+
+def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncated_normal",
+                                 data_format=""):
+    assert mode in ("fan_in", "fan_out", "fan_avg"), f"bad mode {mode!r}"
+    assert distribution in ("truncated_normal", "random_normal", "random_uniform")
+    return Initializer("variance_scaling", scale=scale, mode=mode, distribution=distribution,
+                       data_format=data_format)
+
+
+def glorot_uniform_initializer(data_format=""):
+    return variance_scaling_initializer(1.0, "fan_avg", "random_uniform", data_format)
+
+
+def glorot_normal_initializer(data_format=""):
+    return variance_scaling_initializer(1.0, "fan_avg", "random_normal", data_format)
+
+
+xavier_uniform_initializer = glorot_uniform_initializer
+xavier_normal_initializer = glorot_normal_initializer
+
+
+def kaiming_initializer(shape=None, distribution="random_normal", mode="fan_in",
+                        nonlinearity="leaky_relu", negative_slope=0.0, data_format="NCHW"):
+    return Initializer("kaiming", distribution=distribution, mode=mode,
+                       nonlinearity=nonlinearity, negative_slope=negative_slope,
+                       data_format=data_format)

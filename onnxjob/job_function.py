@@ -1,0 +1,165 @@
+"""`flow.global_function`: decorate a job body; the first call compiles and runs it."""
+import functools
+import inspect
+import typing
+
+from . import results
+from . import typing as tp
+from .config import FunctionConfig, process_config
+from .session import default_session
+from .source_info import user_location
+
+
+class JobFunction:
+    """A registered job: its signature, annotations, config, and how to call it."""
+
+    def __init__(self, func, job_type, config):
+        self.func = func
+        self.name = func.__name__
+        self.job_type = job_type
+        self.config = config
+        self.location = user_location()
+        sig = inspect.signature(func)
+        self.param_names, self.param_annotations = [], []
+        annotated = []
+        for p in sig.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise AssertionError("no parameters like *args or **kwargs supported")
+            self.param_names.append(p.name)
+            if p.annotation is not p.empty:
+                tp.check_parameter_annotation(p.annotation)
+                annotated.append(True)
+                self.param_annotations.append(p.annotation)
+            elif p.default is not p.empty and tp.is_placeholder(p.default):
+                annotated.append(False)  # old style: flow.FixedTensorDef(...) as default
+                self.param_annotations.append(p.default)
+            else:
+                annotated.append(None)
+                self.param_annotations.append(None)
+        if any(a is True for a in annotated) and not all(a is True for a in annotated):
+            raise NotImplementedError("All parameters of global function should be annotated")
+        if any(a is None for a in annotated):
+            missing = [n for n, a in zip(self.param_names, annotated) if a is None]
+            raise NotImplementedError(f"{self.location}: parameters {missing} of job {self.name!r} "
+                                      "need a placeholder annotation, e.g. "
+                                      "tp.Numpy.Placeholder((100, 784))")
+        ret = sig.return_annotation
+        self.has_return_annotation = ret is not sig.empty
+        self.return_annotation = ret if self.has_return_annotation else None
+        if self.has_return_annotation:
+            tp.check_return_annotation(ret)
+        self.is_callback = self.has_return_annotation and tp.is_callback(ret)
+
+    @property
+    def is_train(self):
+        if self.job_type is not None:
+            return self.job_type == "train"
+        return bool(self.config.train_conf)
+
+    # -- calling --------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        session = default_session()
+        location = user_location()
+        session.start()
+        if kwargs:
+            raise TypeError(f"{location}: job {self.name!r} takes positional arguments only, "
+                            f"got keywords {sorted(kwargs)}")
+        if len(args) != len(self.param_names):
+            raise AssertionError(f"{location}: job {self.name!r} takes {len(self.param_names)} "
+                                 f"argument(s) {self.param_names}, got {len(args)}")
+        feeds = {}
+        for arg, ann, pname in zip(args, self.param_annotations, self.param_names):
+            value = tp.convert_argument(arg, ann, pname, location, process_config.gpu_device_num)
+            _flat_feed(feeds, pname, ann, value)
+        job_runtime = session.runtimes[self.name]
+        compiled = job_runtime.compiled
+        n_user = len(compiled.output_names)
+
+        def run():
+            outs = job_runtime.run(feeds)
+            for value, (_, handler, _) in zip(outs[n_user:], compiled.watch_outputs):
+                handler(value)
+            return results.build(compiled.output_tree, outs[:n_user])
+
+        executor = session.executor
+        if self.is_callback:
+            pending = executor.run_async(run, lambda p, v: p.deliver(v))
+            return pending.register
+        if self.has_return_annotation and self.return_annotation is None:
+            executor.run_async(run, lambda p, v: None)
+            return None
+        if not self.has_return_annotation:
+            return Future(executor.run_sync(run))
+        return executor.run_sync(run)
+
+
+def _flat_feed(feeds, name, annotation, value):
+    if typing.get_origin(annotation) is tuple:
+        for i, (a, v) in enumerate(zip(typing.get_args(annotation), value)):
+            _flat_feed(feeds, f"{name}_{i}", a, v)
+    elif issubclass(annotation, tp.ListNumpyDef):
+        feeds[name] = value[0]
+    elif issubclass(annotation, tp.ListListNumpyDef):
+        feeds[name] = value[0]
+    else:
+        feeds[name] = value
+
+
+class Future:
+    """Result of a job without a return annotation: `.get()` once, or `.async_get(cb)`."""
+
+    def __init__(self, value):
+        self._value = value
+        self._delivered = False
+
+    def get(self):
+        assert not self._delivered, "this result was already delivered (get() may be used once)"
+        self._delivered = True
+        return self._value
+
+    def async_get(self, callback):
+        callback(self.get())
+
+
+def global_function(type="predict", function_config=None):
+    """Decorator for a job function (spec §1). Nothing is traced until the first call."""
+    if isinstance(type, FunctionConfig):
+        print("WARNING: flow.global_function(func_config) is deprecated. Please replace it "
+              "with flow.global_function(type, func_config).")
+        function_config, job_type = type, None
+    else:
+        assert type in ("train", "predict"), (
+            f"global_function type must be 'train' or 'predict', got {type!r} "
+            "(use @flow.global_function(), with parentheses)")
+        job_type = type
+    session = default_session()
+    if session.is_running:
+        raise NotImplementedError('no avaliable function found.\n"Session initialized"[True]\n'
+                                  "call flow.clear_default_session() before defining new jobs")
+    config = (function_config or FunctionConfig()).clone()
+    if function_config is not None and job_type is not None:
+        function_config.job_type = job_type
+
+    def decorator(func):
+        job = JobFunction(func, job_type, config)
+        default_session().register_job(job)
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            return job(*args, **kwargs)
+        wrapper.job = job
+        return wrapper
+    return decorator
+
+
+def FixedTensorDef(shape, dtype=None, batch_axis=0, name=None):
+    """Deprecated placeholder used as a parameter default (pre-typing style)."""
+    from . import dtypes
+    print("WARNING: flow.FixedTensorDef is deprecated, use oneflow.typing.Numpy.Placeholder")
+    return tp.Numpy.Placeholder(tuple(shape), dtype or dtypes.float)
+
+
+def MirroredTensorDef(shape, dtype=None, batch_axis=0, name=None):
+    from . import dtypes
+    print("WARNING: flow.MirroredTensorDef is deprecated, use oneflow.typing.ListNumpy.Placeholder")
+    return tp.ListNumpy.Placeholder(tuple(shape), dtype or dtypes.float)

@@ -1,0 +1,140 @@
+"""Top-level array ops: flow.reshape, transpose, concat, constant, matmul, slice, ..."""
+import numpy as np
+
+from .. import dtypes
+from ..primitives.shape_ops import resolve_reshape
+from ..tracer import Blob, as_blob, current_builder, op
+
+
+def i64(like, values):
+    return as_blob(np.asarray(values, dtype=np.int64), like=like, dtype=np.int64)
+
+
+def reshape(x, shape, name=None):
+    """Reshape with at most one -1 (OneFlow semantics: 0 is a real zero)."""
+    shape = resolve_reshape(x.shape, list(shape))
+    if tuple(shape) == x.shape:
+        return op("Identity", x, name=name)
+    return op("Reshape", x, i64(x, shape), name=name)
+
+
+def flatten(x, start_dim=0, end_dim=-1, name=None):
+    end = end_dim % len(x.shape)
+    shape = list(x.shape[:start_dim]) + [int(np.prod(x.shape[start_dim:end + 1]))] + list(x.shape[end + 1:])
+    return reshape(x, shape, name=name)
+
+
+def transpose(a, perm=None, conjugate=False, batch_axis_non_change=False, name=None):
+    perm = list(range(len(a.shape)))[::-1] if perm is None else [int(p) % len(a.shape) for p in perm]
+    return op("Transpose", a, perm=perm, name=name)
+
+
+def concat(inputs, axis=0, max_dim_size=None, name=None):
+    inputs = list(inputs)
+    return op("Concat", *inputs, axis=int(axis), name=name)
+
+
+def split(x, num_or_size_splits, axis=0, name=None):
+    if isinstance(num_or_size_splits, int):
+        return op("Split", x, None, axis=axis, num_outputs=num_or_size_splits, name=name)
+    sizes = list(num_or_size_splits)
+    return op("Split", x, i64(x, sizes), axis=axis, num_outputs=len(sizes), name=name)
+
+
+def identity(x, name=None):
+    return op("Identity", x, name=name)
+
+
+def squeeze(x, axis=None, name=None):
+    axes = [i for i, d in enumerate(x.shape) if d == 1] if axis is None else list(np.atleast_1d(axis))
+    return op("Squeeze", x, i64(x, axes), name=name)
+
+
+def expand_dims(x, axis, name=None):
+    return op("Unsqueeze", x, i64(x, [axis]), name=name)
+
+
+def constant(value, dtype=None, shape=None, name=None):
+    np_dtype = dtypes.to_numpy(dtype) if dtype is not None else np.float32
+    arr = np.asarray(value, dtype=np_dtype)
+    if shape is not None:
+        arr = np.broadcast_to(arr, tuple(shape))
+    return current_builder("flow.constant").constant(np.array(arr), name_hint=name or "constant")
+
+
+def constant_like(like, value, dtype=None, name=None):
+    np_dtype = dtypes.to_numpy(dtype) if dtype is not None else like.np_dtype
+    return like.builder.constant(np.full(like.shape, value, dtype=np_dtype))
+
+
+def zeros_like(like, dtype=None, name=None):
+    return constant_like(like, 0, dtype, name)
+
+
+def ones_like(like, dtype=None, name=None):
+    return constant_like(like, 1, dtype, name)
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, name=None):
+    if transpose_a:
+        a = _swap_last(a)
+    if transpose_b:
+        b = _swap_last(b)
+    out = op("MatMul", a, b, name=name)
+    return out if alpha == 1.0 else out * alpha
+
+
+def _swap_last(x):
+    perm = list(range(len(x.shape)))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return op("Transpose", x, perm=perm)
+
+
+def slice(x, begin, size, name=None):
+    """OneFlow slice: per-axis begin and size (None = whole axis)."""
+    starts, ends, axes = [], [], []
+    for axis, (b, s) in enumerate(zip(begin, size)):
+        if b is None and s is None:
+            continue
+        b = 0 if b is None else b
+        starts.append(b)
+        ends.append(x.shape[axis] if s is None or s == -1 else b + s)
+        axes.append(axis)
+    return op("Slice", x, i64(x, starts), i64(x, ends), i64(x, axes), name=name)
+
+
+def slice_v2(x, slice_tup_list, name=None):
+    starts, ends, axes, steps = [], [], [], []
+    for axis, (b, e, st) in enumerate(slice_tup_list):
+        starts.append(0 if b is None else b)
+        ends.append(np.iinfo(np.int64).max if e is None else e)
+        axes.append(axis)
+        steps.append(1 if st is None else st)
+    return op("Slice", x, i64(x, starts), i64(x, ends), i64(x, axes), i64(x, steps), name=name)
+
+
+def gather(params, indices, axis=0, batch_dims=0, name=None):
+    assert batch_dims == 0, "gather with batch_dims is not supported"
+    if not isinstance(indices, Blob):
+        indices = as_blob(np.asarray(indices, np.int64), like=params, dtype=np.int64)
+    return op("Gather", params, indices, axis=int(axis), name=name)
+
+
+def cast(x, dtype, name=None):
+    flow_dtype = dtype if isinstance(dtype, type) else dtypes.from_numpy(dtype)
+    if x.np_dtype == flow_dtype.np_dtype:
+        return x
+    return op("Cast", x, to=flow_dtype.ir_dtype.value, name=name)
+
+
+def where(condition, x=None, y=None, name=None):
+    assert x is not None and y is not None, "flow.where needs x and y"
+    x = as_blob(x, like=y if isinstance(y, Blob) else None)
+    y = as_blob(y, like=x)
+    return op("Where", condition, x, y, name=name)
+
+
+def one_hot(indices, depth, on_value=1, off_value=0, axis=-1, dtype=None, name=None):
+    np_dtype = dtypes.to_numpy(dtype) if dtype is not None else np.float32
+    values = as_blob(np.array([off_value, on_value], np_dtype), like=indices, dtype=np_dtype)
+    return op("OneHot", indices, i64(indices, [depth]), values, axis=axis, name=name)

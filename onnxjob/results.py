@@ -1,0 +1,142 @@
+"""Mapping a job body's return value to graph outputs and back (spec §2.3, §2.5)."""
+import typing
+
+import numpy as np
+
+from . import typing as tp
+from .tracer import Blob
+
+
+class Leaf:
+    """One graph output, converted on the way back per its leaf annotation."""
+
+    __slots__ = ("kind", "index")
+
+    def __init__(self, kind, index):
+        self.kind = kind
+        self.index = index
+
+
+def _mismatch(ret, annotation, job_name, extra=""):
+    return AssertionError(f"{ret} does not matched return annotation {annotation} of "
+                          f"global_function {job_name}.{extra}")
+
+
+def flatten(ret, annotation, job_name, blobs):
+    """Check `ret` against `annotation`; append its Blobs to `blobs`; return the tree."""
+    if annotation is None:
+        if ret is not None:
+            raise _mismatch(ret, annotation, job_name)
+        return None
+    if tp.is_callback(annotation):
+        return flatten(ret, tp.callback_inner(annotation), job_name, blobs)
+    if annotation in tp.LEAVES:
+        if not isinstance(ret, Blob):
+            raise AssertionError(f"type(ret): {type(ret)} (global_function {job_name} is "
+                                 f"annotated to return {annotation.__name__})")
+        if annotation is tp.Numpy and ret.is_dynamic:
+            raise AssertionError(
+                "only fixed shaped blob compatible to oneflow.typing.Numpy. you can change "
+                "annotation to oneflow.typing.ListNumpy or oneflow.typing.ListListNumpy")
+        blobs.append(ret)
+        return Leaf(annotation, len(blobs) - 1)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is tp.Bundle:
+        return _flatten_bundle(ret, args[0], job_name, blobs)
+    if origin is tuple:
+        if type(ret) is not tuple:
+            raise _mismatch(ret, annotation, job_name)
+        if len(ret) != len(args):
+            raise _mismatch(ret, annotation, job_name,
+                            f" length compare: {len(ret)} v.s. {len(args)}")
+        return tuple(flatten(r, a, job_name, blobs) for r, a in zip(ret, args))
+    if origin is list:
+        if type(ret) is not list:
+            raise _mismatch(ret, annotation, job_name)
+        return [flatten(r, args[0], job_name, blobs) for r in ret]
+    if origin is dict:
+        if not isinstance(ret, dict):
+            raise _mismatch(ret, annotation, job_name)
+        out = {}
+        for k, v in ret.items():
+            if type(k) is not args[0]:
+                raise AssertionError(f"type of k:{type(k)} and v:{type(v)} do not matched "
+                                     f"return annotation {args} of global_function {job_name}.")
+            out[k] = flatten(v, args[1], job_name, blobs)
+        return out
+    raise NotImplementedError("invalid return annotation %s found" % (annotation,))
+
+
+def _flatten_bundle(ret, leaf, job_name, blobs):
+    if isinstance(ret, Blob):
+        return flatten(ret, leaf, job_name, blobs)
+    if isinstance(ret, (tuple, list)):
+        return type(ret)(_flatten_bundle(r, leaf, job_name, blobs) for r in ret)
+    if isinstance(ret, dict):
+        return {k: _flatten_bundle(v, leaf, job_name, blobs) for k, v in ret.items()}
+    raise AssertionError(f"{ret} does not matched return annotation Bundle of global_function "
+                         f"{job_name}.")
+
+
+def flatten_unannotated(ret, blobs):
+    """Old-style job without a return annotation: any nesting of Blobs."""
+    if ret is None:
+        return None
+    if isinstance(ret, Blob):
+        blobs.append(ret)
+        return Leaf(None, len(blobs) - 1)
+    if isinstance(ret, (tuple, list)):
+        return type(ret)(flatten_unannotated(r, blobs) for r in ret)
+    if isinstance(ret, dict):
+        return {k: flatten_unannotated(v, blobs) for k, v in ret.items()}
+    raise AssertionError(f"a job may return Blobs or nested tuple/list/dict of Blobs, got {type(ret)}")
+
+
+def convert_leaf(kind, value):
+    if kind is tp.Numpy:
+        return value
+    if kind is tp.ListNumpy:
+        return [value]
+    if kind is tp.ListListNumpy:
+        return [list(value)]
+    return LocalBlob(value)
+
+
+def build(tree, values):
+    """The caller's value: `tree` with each Leaf replaced by its converted output."""
+    if tree is None:
+        return None
+    if isinstance(tree, Leaf):
+        return convert_leaf(tree.kind, values[tree.index])
+    if isinstance(tree, tuple):
+        return tuple(build(t, values) for t in tree)
+    if isinstance(tree, list):
+        return [build(t, values) for t in tree]
+    return {k: build(t, values) for k, t in tree.items()}
+
+
+class LocalBlob:
+    """A fetched value of an unannotated job: `.numpy()`, `.numpy_list()`, ndarray methods."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def numpy(self):
+        if isinstance(self._array, list):
+            raise AssertionError("this blob is a tensor list: use numpy_lists()")
+        return self._array
+
+    def numpy_list(self):
+        return [self._array]
+
+    def numpy_lists(self):
+        return [list(self._array)]
+
+    def __getattr__(self, name):
+        return getattr(self._array, name)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self._array, dtype=dtype)
+
+    def __repr__(self):
+        return f"LocalBlob({self._array!r})"

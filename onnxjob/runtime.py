@@ -1,0 +1,88 @@
+"""onnxruntime sessions: provider choice, fallback checks, and IOBinding runs."""
+import functools
+import os
+
+import numpy as np
+import onnxruntime as ort
+
+from .errors import DeviceUnavailableError
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_usable():
+    """True when the CUDA EP really loads (onnxruntime-gpu lists it even without CUDA)."""
+    if CUDA not in ort.get_available_providers():
+        return False
+    if os.environ.get("ONNXJOB_DEVICE", "").lower() == "cpu":
+        return False
+    try:
+        import onnx
+        from onnx import helper, TensorProto
+        g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 4
+        # the failed library load is logged by the default logger, not the session's
+        ort.set_default_logger_severity(4)
+        try:
+            sess = ort.InferenceSession(model.SerializeToString(), opts, providers=[CUDA, CPU])
+        finally:
+            ort.set_default_logger_severity(2)
+        return CUDA in sess.get_providers()
+    except Exception:
+        return False
+
+
+def choose_device(requested=None):
+    """'cuda' or 'cpu'. `requested` is the user's explicit wish (None = whatever is best)."""
+    requested = (requested or os.environ.get("ONNXJOB_DEVICE") or "").lower() or None
+    if requested in ("cuda", "gpu"):
+        if not cuda_usable():
+            raise DeviceUnavailableError(
+                "a GPU was requested (execution_provider('cuda') or ONNXJOB_DEVICE=cuda) but "
+                "onnxruntime cannot use the CUDA execution provider here: "
+                f"available providers {ort.get_available_providers()}; check that the CUDA 12 "
+                "and cuDNN 9 libraries are installed (pip install 'onnxruntime-gpu[cuda,cudnn]')")
+        return "cuda"
+    if requested not in (None, "cpu"):
+        raise ValueError(f"unknown device {requested!r}: use 'cpu' or 'cuda'")
+    return "cuda" if requested is None and cuda_usable() else "cpu"
+
+
+def session_options(is_train, threads=None):
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    threads = threads or int(os.environ.get("ONNXJOB_NUM_THREADS", "0"))
+    if threads:
+        opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    return opts
+
+
+def create_session(model_bytes, device, is_train, cuda_options=None):
+    """An InferenceSession on `device`, checked: no silent CPU fallback."""
+    opts = session_options(is_train)
+    providers = [(CUDA, cuda_options or {}), CPU] if device == "cuda" else [CPU]
+    # NOTE: EliminateDropout removes a Dropout whose mask is unused even in training mode;
+    # train graphs must keep dropping, so it is disabled for them.
+    disabled = ["EliminateDropout"] if is_train else None
+    sess = ort.InferenceSession(model_bytes, opts, providers=providers,
+                                disabled_optimizers=disabled)
+    if device == "cuda" and CUDA not in sess.get_providers():
+        raise DeviceUnavailableError(f"onnxruntime fell back to {sess.get_providers()} although "
+                                     "the CUDA execution provider was requested")
+    return sess
+
+
+def to_device(array, device):
+    """An OrtValue holding a copy of `array` on `device`."""
+    array = np.ascontiguousarray(array)
+    if device == "cuda":
+        return ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0)
+    # ortvalue_from_numpy shares CPU memory: copy so later changes to `array` do not leak in
+    return ort.OrtValue.ortvalue_from_numpy(array.copy())

@@ -1,0 +1,183 @@
+"""The default session: registered jobs, variables, compiled jobs and the run order.
+
+States (spec §1.3): OPEN (jobs may be defined) -> RUNNING (first job call or checkpoint
+call compiled every job; variables initialised). `clear_default_session()` starts over.
+"""
+import atexit
+import collections
+import os
+import sys
+import threading
+
+import numpy as np
+
+from . import runtime
+from .config import process_config
+from .executor import Executor
+
+
+class JobRuntime:
+    """A compiled job bound to an onnxruntime session and the session's variables."""
+
+    def __init__(self, job, compiled, session):
+        self.job = job
+        self.compiled = compiled
+        self.store = session.variable_values
+        self.device = session.device
+        proto = compiled.to_proto()
+        self.model_bytes = proto.SerializeToString()
+        self.ort_session = runtime.create_session(self.model_bytes, self.device, compiled.is_train)
+        self._user_outputs = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
+        self._state_items = list(compiled.state_outputs.items())
+
+    def run(self, feeds):
+        """One run: feeds {placeholder name: array/list}; returns user + watch outputs."""
+        if self.compiled.has_sequences:
+            return self._run_plain(feeds)
+        binding = self.ort_session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, value)
+        for name in self.compiled.variable_names:
+            binding.bind_ortvalue_input(name, self.store[name])
+        for name in self._user_outputs:
+            binding.bind_output(name, "cpu")
+        for _, out_name in self._state_items:
+            binding.bind_output(out_name, self.device)
+        self.ort_session.run_with_iobinding(binding)
+        outs = binding.get_outputs()
+        n = len(self._user_outputs)
+        for (var_name, _), value in zip(self._state_items, outs[n:]):
+            self.store[var_name] = value
+        return [o.numpy() for o in outs[:n]]
+
+    def _run_plain(self, feeds):
+        inputs = dict(feeds)
+        for name in self.compiled.variable_names:
+            inputs[name] = self.store[name].numpy()
+        names = self._user_outputs + [o for _, o in self._state_items]
+        outs = self.ort_session.run(names, inputs)
+        n = len(self._user_outputs)
+        for (var_name, _), value in zip(self._state_items, outs[n:]):
+            self.store[var_name] = runtime.to_device(value, self.device)
+        return outs[:n]
+
+
+class Session:
+    """Jobs, variables and the execution order of one onnxjob session."""
+
+    def __init__(self):
+        self.jobs = collections.OrderedDict()
+        self.variable_specs = {}
+        self.variable_values = {}      # name -> OrtValue on the session's device
+        self.runtimes = {}
+        self.builders = {}
+        self.is_running = False
+        self.device = None
+        self.executor = Executor()
+        self._start_lock = threading.RLock()
+
+    # -- jobs -----------------------------------------------------------------------------
+    def register_job(self, job):
+        if self.is_running:
+            raise NotImplementedError(
+                'no avaliable function found.\n"Session initialized"[True]\n'
+                "Jobs cannot be defined after the session started (the first job or "
+                "checkpoint call); call flow.clear_default_session() first.")
+        if job.name in self.jobs:
+            raise ValueError(
+                f"{job.location}: a job function named {job.name!r} is already defined "
+                f"(at {self.jobs[job.name].location}); job names must be unique")
+        self.jobs[job.name] = job
+
+    # -- variables ------------------------------------------------------------------------
+    def declare_variable(self, spec, check_same):
+        existing = self.variable_specs.get(spec.name)
+        if existing is None:
+            self.variable_specs[spec.name] = spec
+            return spec
+        check_same(existing, spec)
+        return existing
+
+    def has_variable(self, name):
+        return name in self.variable_specs
+
+    def variable_numpy(self, name):
+        return self.variable_values[name].numpy()
+
+    def assign_variable(self, name, array):
+        self.variable_values[name] = runtime.to_device(array, self.device)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self):
+        """Compile every registered job (definition order) and initialise variables."""
+        if self.is_running:
+            return
+        with self._start_lock:
+            if self.is_running:
+                return
+            from .compiler import compile_job
+            requested = None
+            for job in self.jobs.values():
+                requested = requested or job.config.get("execution_provider")
+            self.device = runtime.choose_device(requested)
+            compiled = []
+            for job in self.jobs.values():
+                graph, builder = compile_job(job, self)
+                compiled.append((job, graph))
+                self.builders[job.name] = builder
+            assert self.jobs, "the session has no job function to run"
+            self._init_variables()
+            for job, graph in compiled:
+                self.runtimes[job.name] = JobRuntime(job, graph, self)
+            self.is_running = True
+
+    def _init_variables(self):
+        rng = np.random.default_rng(process_config.random_seed)
+        for name, spec in self.variable_specs.items():
+            if name not in self.variable_values:
+                value = spec.initializer.sample(spec.shape, spec.np_dtype, rng)
+                self.variable_values[name] = runtime.to_device(value, self.device)
+
+    def sync(self):
+        self.executor.sync()
+
+    def close(self):
+        try:
+            self.executor.sync()
+        finally:
+            self.executor.shutdown()
+
+
+_default = [Session()]
+
+
+def default_session():
+    return _default[0]
+
+
+def clear_default_session():
+    """Wait for pending runs, then drop every job and variable (spec §1.3)."""
+    old = _default[0]
+    _default[0] = Session()
+    old.close()
+
+
+def sync_default_session():
+    """Wait for every queued run and callback; re-raise the first error one had."""
+    session = _default[0]
+    assert session.is_running, "sync_default_session: the session has not started"
+    session.sync()
+
+
+def _at_exit():
+    try:
+        _default[0].close()
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
+atexit.register(_at_exit)

@@ -1,0 +1,41 @@
+"""Where in the user's code something happened.
+
+Every traced node and every user-facing error names the first stack frame outside the
+onnxjob package (as JAX's `source_info_util` does).
+"""
+import os
+import sys
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_SKIP_PREFIXES = (_PACKAGE_DIR + os.sep,)
+
+
+def _is_internal(filename):
+    filename = os.path.abspath(filename)
+    return filename.startswith(_SKIP_PREFIXES) or filename.startswith("<frozen")
+
+
+def user_frame():
+    """(filename, lineno) of the innermost caller frame outside onnxjob, or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not _is_internal(frame.f_code.co_filename):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def user_location():
+    """'file.py:12' of the user's innermost frame ('<unknown>' if none)."""
+    where = user_frame()
+    if where is None:
+        return "<unknown>"
+    return f"{where[0]}:{where[1]}"
+
+
+def short_location():
+    """Like user_location() but with the file's base name only (for node metadata)."""
+    where = user_frame()
+    if where is None:
+        return "<unknown>"
+    return f"{os.path.basename(where[0])}:{where[1]}"

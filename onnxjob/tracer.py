@@ -1,0 +1,265 @@
+"""Tracing a job body into an onnx_ir graph.
+
+Every user-level op reduces to `emit()`: it appends one ONNX node to the graph being
+traced, runs the op's shape rule (shape errors are raised here, naming the user's line),
+records the user's `file:line` on the node and returns one `Blob` per output.
+"""
+import contextlib
+import itertools
+import threading
+
+import numpy as np
+import onnx_ir as ir
+
+from . import dtypes
+from .errors import ConcreteBlobError, TraceError
+from .source_info import short_location, user_location
+
+OPSET = 17
+_state = threading.local()
+
+
+class TracedNode:
+    """One traced op: the onnx_ir node plus the Blobs it reads and writes."""
+
+    __slots__ = ("ir_node", "op_type", "inputs", "outputs", "attrs", "location")
+
+    def __init__(self, ir_node, inputs, outputs, attrs, location):
+        self.ir_node = ir_node
+        self.op_type = ir_node.op_type
+        self.inputs = inputs
+        self.outputs = outputs
+        self.attrs = attrs
+        self.location = location
+
+
+class Blob:
+    """A value inside a job body: static shape and dtype, no data.
+
+    Supports `+ - * / %`, unary `-` and comparisons with Blobs and Python scalars.
+    """
+
+    __slots__ = ("value", "shape", "np_dtype", "is_dynamic", "is_tensor_list", "producer",
+                 "builder", "__weakref__")
+
+    def __init__(self, builder, value, shape, np_dtype, producer=None, is_dynamic=False,
+                 is_tensor_list=False):
+        self.builder = builder
+        self.value = value
+        self.shape = tuple(int(d) for d in shape)
+        self.np_dtype = np.dtype(np_dtype)
+        self.producer = producer
+        self.is_dynamic = is_dynamic
+        self.is_tensor_list = is_tensor_list
+
+    # -- OneFlow blob surface -------------------------------------------------------
+    @property
+    def dtype(self):
+        return dtypes.from_numpy(self.np_dtype)
+
+    @property
+    def name(self):
+        return self.value.name
+
+    op_name = logical_blob_name = unique_name = name
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __repr__(self):
+        return f"Blob(name={self.name!r}, shape={self.shape}, dtype={self.dtype.__name__})"
+
+    # -- refuse Python control flow on traced values ---------------------------------
+    def __bool__(self):
+        raise ConcreteBlobError(
+            f"{user_location()}: the truth value of a traced Blob {self.name} is not known "
+            "while the job is traced; Python `if`/`while`/`and`/`or` cannot depend on it. "
+            "Use flow.math.where / comparisons that produce Blobs instead.")
+
+    def __iter__(self):
+        raise ConcreteBlobError(
+            f"{user_location()}: cannot iterate over traced Blob {self.name} of shape "
+            f"{self.shape}; index it with flow.slice / flow.gather or split it explicitly.")
+
+    def __len__(self):
+        raise ConcreteBlobError(
+            f"{user_location()}: len() of a traced Blob is not available; use blob.shape[0] "
+            f"(= {self.shape[0] if self.shape else 'scalar'}) instead.")
+
+    __hash__ = object.__hash__
+
+    def __index__(self):
+        raise ConcreteBlobError(f"{user_location()}: a traced Blob cannot be used as an index")
+
+    # -- operators ----------------------------------------------------------------------
+    def _binary(self, op_type, other, reverse=False):
+        other = as_blob(other, like=self)
+        a, b = (other, self) if reverse else (self, other)
+        return op(op_type, a, b)
+
+    def __add__(self, o): return self._binary("Add", o)
+    def __radd__(self, o): return self._binary("Add", o, True)
+    def __sub__(self, o): return self._binary("Sub", o)
+    def __rsub__(self, o): return self._binary("Sub", o, True)
+    def __mul__(self, o): return self._binary("Mul", o)
+    def __rmul__(self, o): return self._binary("Mul", o, True)
+    def __truediv__(self, o): return self._binary("Div", o)
+    def __rtruediv__(self, o): return self._binary("Div", o, True)
+    def __mod__(self, o): return self._binary("Mod", o)
+    def __rmod__(self, o): return self._binary("Mod", o, True)
+    def __neg__(self): return op("Neg", self)
+    def __eq__(self, o): return self._binary("Equal", o)
+    def __ne__(self, o): return op("Not", self._binary("Equal", o))
+    def __lt__(self, o): return self._binary("Less", o)
+    def __le__(self, o): return self._binary("LessOrEqual", o)
+    def __gt__(self, o): return self._binary("Greater", o)
+    def __ge__(self, o): return self._binary("GreaterOrEqual", o)
+
+
+class GraphBuilder:
+    """The graph of one job while its body is traced (and while autodiff extends it)."""
+
+    def __init__(self, job_name, is_train=False):
+        self.job_name = job_name
+        self.is_train = is_train
+        self.graph = ir.Graph(inputs=[], outputs=[], nodes=[], opset_imports={"": OPSET},
+                              name=job_name)
+        self.nodes = []            # TracedNode, in trace order
+        self.variables = {}        # variable name -> Blob (graph input)
+        self.variable_specs = {}   # variable name -> VariableSpec
+        self.state_updates = {}    # variable name -> Blob with its value after the step
+        self.watches = []          # (Blob, handler, is_diff, location)
+        self.losses = []
+        self.optimizer = None
+        self.location_override = None
+        self._counter = itertools.count()
+        self._const_cache = {}
+
+    # -- naming -------------------------------------------------------------------------
+    def fresh_name(self, hint):
+        from . import scope
+        prefix = scope.namespace_prefix()
+        return f"{prefix}{hint}_{next(self._counter)}"
+
+    # -- values -------------------------------------------------------------------------
+    def add_input(self, name, shape, np_dtype, dynamic=False, tensor_list=False):
+        ir_dtype = dtypes.from_numpy(np_dtype).ir_dtype
+        if tensor_list:
+            value = ir.Value(name=name, type=ir.SequenceType(ir.TensorType(ir_dtype)))
+        else:
+            dims = [f"{name}_d{i}" if dynamic else d for i, d in enumerate(shape)]
+            value = ir.Value(name=name, type=ir.TensorType(ir_dtype), shape=ir.Shape(dims))
+        self.graph.inputs.append(value)
+        return Blob(self, value, shape, np_dtype, is_dynamic=dynamic, is_tensor_list=tensor_list)
+
+    def constant(self, array, name_hint="const"):
+        """A Blob holding `array` as an initializer (small constants are shared)."""
+        array = np.ascontiguousarray(array)
+        key = None
+        if array.size <= 16:
+            key = (array.dtype.str, array.shape, array.tobytes())
+            if key in self._const_cache:
+                return self._const_cache[key]
+        name = f"{name_hint}_{next(self._counter)}"
+        value = ir.Value(name=name, const_value=ir.tensor(array, name=name),
+                         type=ir.TensorType(dtypes.from_numpy(array.dtype).ir_dtype),
+                         shape=ir.Shape(array.shape))
+        self.graph.register_initializer(value)
+        blob = Blob(self, value, array.shape, array.dtype)
+        if key is not None:
+            self._const_cache[key] = blob
+        return blob
+
+    # -- nodes --------------------------------------------------------------------------
+    def emit(self, op_type, inputs, attrs=None, num_outputs=1, name=None, location=None):
+        from .primitives import get_primitive
+        attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
+        prim = get_primitive(op_type)
+        location = location or self.location_override or short_location()
+        for i, x in enumerate(inputs):
+            if x is not None and not isinstance(x, Blob):
+                raise TraceError(f"{op_type}: input {i} is {type(x).__name__}, expected a Blob")
+            if x is not None and x.builder is not self:
+                raise TraceError(f"{op_type}: input {x.name} belongs to another job's graph; "
+                                 "Blobs cannot be shared between job functions")
+        try:
+            out_types = prim.infer(inputs, attrs, num_outputs)
+        except TraceError:
+            raise
+        except (ValueError, AssertionError, IndexError) as e:
+            shapes = ", ".join(str(x.shape) if x is not None else "None" for x in inputs)
+            raise TraceError(f"{op_type} cannot take inputs of shapes ({shapes}): {e}",
+                             location=user_location()) from None
+        node_name = name or self.fresh_name(op_type)
+        outputs = [ir.Value(name=f"{node_name}/out{i}" if i else f"{node_name}/out",
+                            type=ir.TensorType(dtypes.from_numpy(dt).ir_dtype),
+                            shape=ir.Shape(shape)) for i, (shape, dt) in enumerate(out_types)]
+        node = ir.node(op_type, [x.value if x is not None else None for x in inputs],
+                       attributes=attrs, outputs=outputs, name=node_name,
+                       metadata_props={"source": location})
+        self.graph.append(node)
+        blobs = [Blob(self, v, shape, dt) for v, (shape, dt) in zip(outputs, out_types)]
+        dynamic = any(x is not None and x.is_dynamic for x in inputs)
+        traced = TracedNode(node, list(inputs), blobs, attrs, location)
+        for b in blobs:
+            b.producer = traced
+            b.is_dynamic = dynamic
+        self.nodes.append(traced)
+        return blobs
+
+    @contextlib.contextmanager
+    def location(self, location):
+        """Nodes emitted inside carry `location` (gradient nodes inherit the forward one)."""
+        old = self.location_override
+        self.location_override = location
+        try:
+            yield
+        finally:
+            self.location_override = old
+
+
+@contextlib.contextmanager
+def tracing(builder):
+    """Make `builder` the graph that ops called in this thread append to."""
+    old = getattr(_state, "builder", None)
+    _state.builder = builder
+    try:
+        yield builder
+    finally:
+        _state.builder = old
+
+
+def current_builder(api_name="this op"):
+    builder = getattr(_state, "builder", None)
+    if builder is None:
+        raise TraceError(f"{api_name} can only be used inside a job function body "
+                         "(a function decorated with @flow.global_function)")
+    return builder
+
+
+def in_job():
+    return getattr(_state, "builder", None) is not None
+
+
+def op(op_type, *inputs, num_outputs=1, name=None, **attrs):
+    """Emit one primitive; returns its single output (or the list if num_outputs > 1)."""
+    builder = None
+    for x in inputs:
+        if isinstance(x, Blob):
+            builder = x.builder
+            break
+    builder = builder or current_builder(op_type)
+    outs = builder.emit(op_type, list(inputs), attrs, num_outputs=num_outputs, name=name)
+    return outs[0] if num_outputs == 1 else outs
+
+
+def as_blob(x, like=None, dtype=None):
+    """A Blob for `x`: Blobs pass through, Python/NumPy scalars and arrays become constants."""
+    if isinstance(x, Blob):
+        return x
+    builder = like.builder if like is not None else current_builder()
+    if dtype is None:
+        dtype = like.np_dtype if like is not None else None
+    arr = np.asarray(x, dtype=dtype)
+    return builder.constant(arr)

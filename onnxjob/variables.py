@@ -1,0 +1,80 @@
+"""`flow.get_variable`: named, session-wide variables seen by a job as graph inputs."""
+import numpy as np
+
+from . import dtypes, scope
+from .errors import TraceError
+from .tracer import current_builder
+
+
+class VariableSpec:
+    """What a variable is: name, shape, dtype, initializer, trainability, regularizer."""
+
+    def __init__(self, name, shape, np_dtype, initializer, trainable=True, regularizer=None):
+        self.name = name
+        self.shape = tuple(int(d) for d in shape)
+        self.np_dtype = np.dtype(np_dtype)
+        self.initializer = initializer
+        self.trainable = trainable
+        self.regularizer = regularizer
+
+
+class Regularizer:
+    def __init__(self, l1=0.0, l2=0.0):
+        self.l1 = float(l1)
+        self.l2 = float(l2)
+
+
+class regularizers:
+    """flow.regularizers.l1 / l2 / l1_l2."""
+
+    @staticmethod
+    def l1(l=0.01):
+        return Regularizer(l1=l)
+
+    @staticmethod
+    def l2(l=0.01):
+        return Regularizer(l2=l)
+
+    @staticmethod
+    def l1_l2(l1=0.01, l2=0.01):
+        return Regularizer(l1=l1, l2=l2)
+
+
+def variable_blob(spec, reuse=True):
+    """The Blob of variable `spec` in the job being traced (created on first use)."""
+    from .session import default_session
+    builder = current_builder("flow.get_variable")
+    if spec.name in builder.variables:
+        assert reuse, (f"varaible '{spec.name}' already exists, getting the same variable is "
+                       "not allowed when param reuse is False")
+        existing = builder.variable_specs[spec.name]
+        _check_same(existing, spec)
+        return builder.variables[spec.name]
+    spec = default_session().declare_variable(spec, _check_same)
+    blob = builder.add_input(spec.name, spec.shape, spec.np_dtype)
+    builder.variables[spec.name] = blob
+    builder.variable_specs[spec.name] = spec
+    return blob
+
+
+def _check_same(existing, spec):
+    if existing.shape != spec.shape or existing.np_dtype != spec.np_dtype:
+        raise TraceError(f"variable {spec.name!r} already exists with shape {existing.shape} "
+                         f"and dtype {existing.np_dtype}; asked for {spec.shape}, {spec.np_dtype}")
+
+
+def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regularizer=None,
+                 trainable=None, model_name=None, random_seed=None, distribute=None,
+                 reuse=True):
+    """A variable shared by name across the session's jobs (spec §5.5)."""
+    assert isinstance(shape, (list, tuple)), "param shape should be a list or tuple of dimension"
+    full = scope.full_name(name)
+    builder = current_builder("flow.get_variable")
+    if initializer is None and full not in builder.variables:
+        from .session import default_session
+        if not default_session().has_variable(full):
+            raise TraceError(f"flow.get_variable({name!r}): no initializer given; pass e.g. "
+                             "initializer=flow.zeros_initializer()")
+    spec = VariableSpec(full, shape, dtypes.to_numpy(dtype), initializer,
+                        True if trainable is None else bool(trainable), regularizer)
+    return variable_blob(spec, reuse=reuse)
