@@ -135,12 +135,22 @@ class GraphBuilder:
         self.location_override = None
         self._counter = itertools.count()
         self._const_cache = {}
+        self._used_names = set()
 
     # -- naming -------------------------------------------------------------------------
     def fresh_name(self, hint):
         from . import scope
         prefix = scope.namespace_prefix()
         return f"{prefix}{hint}_{next(self._counter)}"
+
+    def unique_name(self, name):
+        """`name` (with the namespace prefix), suffixed if a node already uses it."""
+        from . import scope
+        name = scope.namespace_prefix() + name
+        if name in self._used_names:
+            name = f"{name}_{next(self._counter)}"
+        self._used_names.add(name)
+        return name
 
     # -- values -------------------------------------------------------------------------
     def add_input(self, name, shape, np_dtype, dynamic=False, tensor_list=False):
@@ -155,7 +165,7 @@ class GraphBuilder:
 
     def constant(self, array, name_hint="const"):
         """A Blob holding `array` as an initializer (small constants are shared)."""
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # (ascontiguousarray would make 0-d arrays 1-d)
         key = None
         if array.size <= 16:
             key = (array.dtype.str, array.shape, array.tobytes())
@@ -191,7 +201,7 @@ class GraphBuilder:
             shapes = ", ".join(str(x.shape) if x is not None else "None" for x in inputs)
             raise TraceError(f"{op_type} cannot take inputs of shapes ({shapes}): {e}",
                              location=user_location()) from None
-        node_name = name or self.fresh_name(op_type)
+        node_name = self.unique_name(name) if name else self.fresh_name(op_type)
         outputs = [ir.Value(name=f"{node_name}/out{i}" if i else f"{node_name}/out",
                             type=ir.TensorType(dtypes.from_numpy(dt).ir_dtype),
                             shape=ir.Shape(shape)) for i, (shape, dt) in enumerate(out_types)]

@@ -210,7 +210,7 @@ def _dropout_infer(inputs, attrs, num_outputs):
 
 def _dropout_grad(n, g, need):
     from . import const_value
-    ratio = float(const_value(n.inputs[1]))
+    ratio = float(np.asarray(const_value(n.inputs[1])).reshape(-1)[0])
     mask = n.outputs[1]
     scaled = op("Mul", g[0], as_blob(1.0 / (1.0 - ratio), like=g[0]))
     return [op("Where", mask, scaled, as_blob(0, like=g[0])), None, None]

@@ -125,6 +125,8 @@ def _sce_grad(n, g, need):
     if g[1] is not None:
         raise NotImplementedError("gradient through SoftmaxCrossEntropyLoss's log_prob output")
     depth = logits.shape[1]
+    if labels.np_dtype != np.int64:  # onnxruntime's OneHot kernels take int64 indices
+        labels = op("Cast", labels, to=7)
     onehot = op("OneHot", labels, _i64(labels, [depth]),
                 as_blob(np.array([0, 1], dtype=logits.np_dtype), like=logits), axis=1)
     gy = op("Unsqueeze", g[0], _i64(g[0], [1]))

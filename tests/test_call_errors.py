@@ -1,0 +1,239 @@
+"""Bad input: the errors of spec §2.2 / §2.5, with messages that say what was wrong."""
+import os
+import typing
+from typing import Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+from onnxjob.errors import ConcreteBlobError, JobArgumentError, TraceError
+
+THIS_FILE = os.path.basename(__file__)
+
+
+def job_numpy():
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return x
+    return foo
+
+
+def test_wrong_shape_names_parameter_shapes_and_caller_line():
+    foo = job_numpy()
+    with pytest.raises(AssertionError) as e:
+        foo(np.zeros((3, 3), np.float32))
+    assert isinstance(e.value, JobArgumentError)
+    msg = str(e.value)
+    assert "'x'" in msg and "(3, 3)" in msg and "(2, 3)" in msg and THIS_FILE in msg
+
+
+def test_not_an_ndarray():
+    foo = job_numpy()
+    with pytest.raises(AssertionError, match="numpy.ndarray"):
+        foo([[0.0] * 3] * 2)
+
+
+def test_same_kind_dtype_is_converted_other_kinds_refused():
+    foo = job_numpy()
+    out = foo(np.ones((2, 3), np.float64))
+    assert out.dtype == np.float32 and np.all(out == 1)
+    with pytest.raises(AssertionError, match="dtype"):
+        foo(np.ones((2, 3), np.int32))
+
+
+def test_non_contiguous_input_is_accepted_and_copied():
+    foo = job_numpy()
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    view = base[:2, 1:]
+    assert np.array_equal(foo(view), view)
+
+
+def test_argument_count_and_keywords():
+    foo = job_numpy()
+    with pytest.raises(AssertionError):
+        foo()
+    with pytest.raises(TypeError):
+        foo(x=np.zeros((2, 3), np.float32))
+
+
+def test_tuple_argument_type_and_length():
+    @flow.global_function()
+    def foo(x: Tuple[tp.Numpy.Placeholder((2,)), tp.Numpy.Placeholder((2,))]) -> tp.Numpy:
+        return x[0]
+
+    with pytest.raises(AssertionError, match="type\\(arg_ndarray\\)"):
+        foo(np.zeros(2, np.float32))
+    with pytest.raises(AssertionError, match="3 v.s. 2"):
+        foo((np.zeros(2, np.float32),) * 3)
+
+
+def test_list_numpy_checks():
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(function_config=config)
+    def foo(x: tp.ListNumpy.Placeholder((4,))) -> tp.ListNumpy:
+        return x
+
+    with pytest.raises(AssertionError, match="list of 1"):
+        foo(np.zeros(4, np.float32))
+    with pytest.raises(AssertionError, match="more than"):
+        foo([np.zeros(5, np.float32)])
+    with pytest.raises(AssertionError, match="rank"):
+        foo([np.zeros((2, 2), np.float32)])
+
+
+def test_placeholder_shape_must_be_tuple():
+    with pytest.raises(AssertionError, match="shape should be a tuple"):
+        tp.Numpy.Placeholder([2, 3])
+
+
+@pytest.mark.parametrize("ann", [tp.Numpy, np.ndarray, Dict[str, tp.Numpy.Placeholder((2,))]])
+def test_invalid_parameter_annotation(ann):
+    with pytest.raises(NotImplementedError, match="invalid parameter annotation"):
+        @flow.global_function()
+        def foo(x: ann) -> tp.Numpy:
+            return x
+
+
+def test_var_args_rejected():
+    with pytest.raises(AssertionError, match=r"no parameters like \*args"):
+        @flow.global_function()
+        def foo(*x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+            return x
+
+
+@pytest.mark.parametrize("ann,exc,msg", [
+    (int, NotImplementedError, "invalid return annotation"),
+    (np.ndarray, NotImplementedError, "invalid return annotation"),
+    (tp.Callback[None], NotImplementedError, "invalid return annotation"),
+    (typing.Tuple, AssertionError, r"T in typing.Tuple\[T, ...\] cannot be omitted"),
+    (typing.List, AssertionError, r"T in typing.List\[T\] cannot be omitted"),
+    (typing.Dict, AssertionError, r"\(K, V\) in typing.Dict\[K,V\] cannot be omitted"),
+    (tp.Callback, AssertionError, r"T in oneflow.typing.Callback\[T\] cannot be omitted"),
+    (tp.Bundle[int], AssertionError, r"T in oneflow.typing.Bundle\[T\] must be one of"),
+])
+def test_invalid_return_annotations(ann, exc, msg):
+    with pytest.raises(exc, match=msg):
+        @flow.global_function()
+        def foo(x: tp.Numpy.Placeholder((2,))) -> ann:
+            return x
+
+
+@pytest.mark.parametrize("ann,ret,msg", [
+    (None, lambda x: x, "does not matched return annotation"),
+    (Tuple[tp.Numpy], lambda x: [x], "does not matched return annotation"),
+    (Tuple[tp.Numpy], lambda x: (x, x), "length compare: 2 v.s. 1"),
+    (tp.Numpy, lambda x: [x], "type\\(ret\\)"),
+    (Dict[str, tp.Numpy], lambda x: {1: x}, "type of k"),
+])
+def test_return_value_mismatch_raises_at_first_call(ann, ret, msg):
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((2,))) -> ann:
+        return ret(x)
+
+    with pytest.raises(AssertionError, match=msg):
+        foo(np.zeros(2, np.float32))
+
+
+def test_dynamic_blob_as_numpy_return():
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(function_config=config)
+    def foo(x: tp.ListNumpy.Placeholder((2,))) -> tp.Numpy:
+        return x
+
+    with pytest.raises(AssertionError, match="only fixed shaped blob"):
+        foo([np.zeros(2, np.float32)])
+
+
+def test_mixed_annotations():
+    with pytest.raises(NotImplementedError, match="should be annotated"):
+        @flow.global_function()
+        def foo(x: tp.Numpy.Placeholder((2,)), y=flow.FixedTensorDef((2,))) -> tp.Numpy:
+            return x
+
+
+def test_bad_type_and_no_parentheses():
+    with pytest.raises(AssertionError):
+        flow.global_function("eval")
+    with pytest.raises(AssertionError):
+        @flow.global_function
+        def foo(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+            return x
+
+
+def test_no_new_job_after_start_and_duplicates():
+    foo = job_numpy()
+    with pytest.raises(ValueError, match="already defined"):
+        job_numpy()
+    flow.clear_default_session()
+    foo = job_numpy()
+    foo(np.zeros((2, 3), np.float32))
+    with pytest.raises(NotImplementedError, match="no avaliable function found"):
+        flow.global_function()
+    assert flow.config.gpu_device_num(2) is False
+
+
+def test_shape_error_names_user_line():
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((2, 3)), y: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        return x + y  # line of the error
+
+    with pytest.raises(TraceError) as e:
+        foo(np.zeros((2, 3), np.float32), np.zeros(4, np.float32))
+    assert THIS_FILE in str(e.value) and "do not broadcast" in str(e.value)
+
+
+def test_blob_in_python_control_flow():
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        if x > 0:
+            return x
+        return x
+
+    with pytest.raises(ConcreteBlobError, match=THIS_FILE):
+        foo(np.zeros(2, np.float32))
+
+
+def test_train_job_without_optimizer_and_predict_with_minimize():
+    @flow.global_function(type="train")
+    def t(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return x * flow.get_variable("w", (2,), initializer=flow.ones_initializer())
+
+    with pytest.raises(TraceError, match="has no optimizer"):
+        t(np.zeros(2, np.float32))
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def p(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        y = x * flow.get_variable("w", (2,), initializer=flow.ones_initializer())
+        flow.optimizer.SGD(0.1).minimize(y)
+        return y
+
+    with pytest.raises(TraceError, match="NeedBackwardOp"):
+        p(np.zeros(2, np.float32))
+
+
+def test_function_config_rejects_unknown_flags_accepts_ignored():
+    config = flow.function_config()
+    config.default_data_type(flow.float)
+    config.enable_cudnn(True)
+    config.default_placement_scope(flow.scope.placement("cpu", "0:0"))
+    with pytest.raises(AssertionError):
+        config.no_such_flag(True)
+    with pytest.raises(AssertionError):
+        config.default_logical_view("mirrored")
+
+
+def test_variable_reuse_false_collides():
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        a = flow.layers.dense(x, 4, name="d")
+        return flow.layers.dense(a, 4, name="d")
+
+    with pytest.raises(AssertionError, match="already exists"):
+        foo(np.zeros((2, 3), np.float32))

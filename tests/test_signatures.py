@@ -1,0 +1,163 @@
+"""The parameter / return signature matrix of OneFlow's test_global_function_signature."""
+from typing import Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+
+DATA = np.arange(10, dtype=np.float32)
+
+
+def mirrored():
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+    return config
+
+
+def test_return_none_returns_immediately_and_runs():
+    seen = []
+
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((10,))) -> None:
+        flow.watch(x, lambda v: seen.append(v))
+
+    assert foo(DATA) is None
+    flow.sync_default_session()
+    assert np.array_equal(seen[0], DATA)
+
+
+@pytest.mark.parametrize("leaf,placeholder,arg,unwrap", [
+    (tp.Numpy, tp.Numpy.Placeholder((10,)), DATA, lambda r: r),
+    (tp.ListNumpy, tp.ListNumpy.Placeholder((10,)), [DATA], lambda r: r[0]),
+    (tp.ListListNumpy, tp.ListListNumpy.Placeholder((10,)), [[DATA]], lambda r: r[0][0]),
+])
+def test_leaf_identity(leaf, placeholder, arg, unwrap):
+    config = mirrored() if leaf is not tp.Numpy else None
+
+    @flow.global_function(function_config=config)
+    def foo(x: placeholder) -> leaf:
+        return x
+
+    assert np.array_equal(unwrap(foo(arg)), DATA)
+
+
+def test_numpy_leaf_computes():
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((10,))) -> tp.Numpy:
+        return flow.math.relu(x - 4.5) * 2
+
+    assert np.allclose(foo(DATA), np.maximum(DATA - 4.5, 0) * 2)
+
+
+def test_list_numpy_accepts_smaller_inputs_dynamic_shape():
+    @flow.global_function(function_config=mirrored())
+    def foo(x: tp.ListNumpy.Placeholder((10, 3))) -> tp.ListNumpy:
+        return flow.math.relu(x)
+
+    small = np.random.randn(4, 3).astype(np.float32)
+    out = foo([small])
+    assert out[0].shape == (4, 3)
+    assert np.allclose(out[0], np.maximum(small, 0))
+
+
+def test_list_list_numpy_several_tensors():
+    @flow.global_function(function_config=mirrored())
+    def foo(x: tp.ListListNumpy.Placeholder((10,))) -> tp.ListListNumpy:
+        return x
+
+    a, b = np.ones(3, np.float32), np.zeros(5, np.float32)
+    out = foo([[a, b]])
+    assert len(out) == 1 and len(out[0]) == 2
+    assert np.array_equal(out[0][0], a) and np.array_equal(out[0][1], b)
+
+
+@pytest.mark.parametrize("ann,make,get", [
+    (Dict[str, tp.Numpy], lambda x: {"x": x}, lambda r: r["x"]),
+    (Dict[str, Dict[str, tp.Numpy]], lambda x: {"x": {"x": x}}, lambda r: r["x"]["x"]),
+    (Tuple[tp.Numpy], lambda x: (x,), lambda r: r[0]),
+    (Tuple[tp.Numpy, tp.Numpy], lambda x: (x, x), lambda r: r[1]),
+    (List[tp.Numpy], lambda x: [x, x, x], lambda r: r[2]),
+    (Tuple[List[tp.Numpy], Dict[str, tp.Numpy]], lambda x: ([x], {"a": x}), lambda r: r[1]["a"]),
+    (tp.Bundle[tp.Numpy], lambda x: x, lambda r: r),
+    (tp.Bundle[tp.Numpy], lambda x: [x], lambda r: r[0]),
+    (tp.Bundle[tp.Numpy], lambda x: {"x": x}, lambda r: r["x"]),
+    (tp.Bundle[tp.Numpy], lambda x: (x, (x,), [x, x, x], {"x": {256: x}}), lambda r: r[3]["x"][256]),
+])
+def test_container_returns(ann, make, get):
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((10,))) -> ann:
+        return make(x)
+
+    assert np.array_equal(get(foo(DATA)), DATA)
+
+
+@pytest.mark.parametrize("leaf,placeholder,arg,unwrap", [
+    (tp.ListNumpy, tp.ListNumpy.Placeholder((10,)), [DATA], lambda r: r[0][0]),
+    (tp.ListListNumpy, tp.ListListNumpy.Placeholder((10,)), [[DATA]], lambda r: r[0][0][0]),
+])
+def test_bundle_and_tuple_of_mirrored(leaf, placeholder, arg, unwrap):
+    @flow.global_function(function_config=mirrored())
+    def foo(x: placeholder) -> Tuple[leaf]:
+        return (x,)
+
+    assert np.array_equal(unwrap(foo(arg)), DATA)
+
+
+def test_tuple_parameter():
+    @flow.global_function()
+    def foo(x: Tuple[tp.Numpy.Placeholder((10,)), tp.Numpy.Placeholder((10,))]) -> tp.Numpy:
+        return x[0] + x[1]
+
+    assert np.array_equal(foo((DATA, DATA)), DATA * 2)
+
+
+@pytest.mark.parametrize("ann,make,get", [
+    (tp.Callback[tp.Numpy], lambda x: x, lambda r: r),
+    (tp.Callback[Tuple[tp.Numpy]], lambda x: (x,), lambda r: r[0]),
+    (tp.Callback[Dict[str, tp.Numpy]], lambda x: {"k": x}, lambda r: r["k"]),
+])
+def test_callback_returns(ann, make, get):
+    got = []
+
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((10,))) -> ann:
+        return make(x)
+
+    foo(DATA)(lambda r: got.append(get(r)))
+    flow.sync_default_session()
+    assert len(got) == 1 and np.array_equal(got[0], DATA)
+
+
+def test_no_annotation_returns_future():
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((10,))):
+        return x * 2
+
+    result = foo(DATA).get()
+    assert np.array_equal(result.numpy(), DATA * 2)
+    assert result.mean() == pytest.approx(DATA.mean() * 2)
+
+
+def test_old_style_fixed_tensor_def_defaults():
+    @flow.global_function()
+    def foo(x=flow.FixedTensorDef((10,))):
+        return x + 1
+
+    assert np.array_equal(foo(DATA).get().numpy(), DATA + 1)
+
+
+def test_watch_numpy_and_list_numpy():
+    seen = {}
+
+    def watch_numpy(x: tp.Numpy):
+        seen["numpy"] = x
+
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((10,))) -> tp.Numpy:
+        flow.watch(x * 3, watch_numpy)
+        return x
+
+    foo(DATA)
+    assert np.array_equal(seen["numpy"], DATA * 3)
