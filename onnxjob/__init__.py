@@ -29,6 +29,7 @@ from .ops.array_ops import (cast, concat, constant, constant_like, expand_dims, 
 from .session import clear_default_session, sync_default_session  # noqa: F401
 from .variables import get_variable, regularizers  # noqa: F401
 from .watch import watch, watch_diff  # noqa: F401
+from .export import export  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -205,8 +205,9 @@ class GraphBuilder:
         outputs = [ir.Value(name=f"{node_name}/out{i}" if i else f"{node_name}/out",
                             type=ir.TensorType(dtypes.from_numpy(dt).ir_dtype),
                             shape=ir.Shape(shape)) for i, (shape, dt) in enumerate(out_types)]
+        ir_attrs = {k: ir.tensor(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
         node = ir.node(op_type, [x.value if x is not None else None for x in inputs],
-                       attributes=attrs, outputs=outputs, name=node_name,
+                       attributes=ir_attrs, outputs=outputs, name=node_name,
                        metadata_props={"source": location})
         self.graph.append(node)
         blobs = [Blob(self, v, shape, dt) for v, (shape, dt) in zip(outputs, out_types)]
