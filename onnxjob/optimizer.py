@@ -166,10 +166,9 @@ class Adam(Optimizer):
     def _corrected_lr(self, lr, t):
         if not self.do_bias_correction:
             return lr
-        step = t + _c(t, 1.0)
-        c2 = op("Sqrt", _c(t, 1.0) - op("Pow", _c(t, self.beta2), step))
-        c1 = _c(t, 1.0) - op("Pow", _c(t, self.beta1), step)
-        return lr * c2 / c1 if lr.np_dtype == t.np_dtype else lr * op("Cast", c2 / c1, to=_ir(lr))
+        # NOTE: 1 - beta2**t cancels badly in float32 (1e-4 relative at t=5): use float64.
+        c1, c2 = _bias_corrections(t, self.beta1, self.beta2)
+        return lr * op("Cast", op("Sqrt", c2) / c1, to=_ir(lr))
 
     def update(self, name, w, g, lr, t):
         m, v = self._moments(name, w, g)
@@ -218,6 +217,15 @@ class RMSProp(Optimizer):
         return w - lr * g / op("Sqrt", denom + _c(w, self.epsilon))
 
 
+def _bias_corrections(t, beta1, beta2):
+    """(1 - beta1**(t+1), 1 - beta2**(t+1)) as float64 scalars."""
+    t64 = op("Cast", t, to=11)
+    step = t64 + as_blob(np.float64(1.0), like=t64)
+    one = as_blob(np.float64(1.0), like=t64)
+    return (one - op("Pow", as_blob(np.float64(beta1), like=t64), step),
+            one - op("Pow", as_blob(np.float64(beta2), like=t64), step))
+
+
 def _norm(x):
     return op("Sqrt", op("ReduceSum", x * x, _i64(x, list(range(len(x.shape)))), keepdims=0))
 
@@ -234,9 +242,9 @@ class LAMB(Adam):
 
     def update(self, name, w, g, lr, t):
         m, v = self._moments(name, w, g)
-        step_n = t + _c(t, 1.0)
-        m_hat = m / op("Cast", _c(t, 1.0) - op("Pow", _c(t, self.beta1), step_n), to=_ir(w))
-        v_hat = v / op("Cast", _c(t, 1.0) - op("Pow", _c(t, self.beta2), step_n), to=_ir(w))
+        c1, c2 = _bias_corrections(t, self.beta1, self.beta2)
+        m_hat = m / op("Cast", c1, to=_ir(w))
+        v_hat = v / op("Cast", c2, to=_ir(w))
         direction = m_hat / (op("Sqrt", v_hat) + _c(v, self.epsilon)) + w * _c(w, self.weight_decay)
         w_norm, d_norm = _norm(w), _norm(direction)
         zero = _c(w_norm, 0.0)

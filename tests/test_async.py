@@ -1,0 +1,100 @@
+"""Callback jobs: order, errors never lost, sync, exit."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+from onnxjob.errors import JobArgumentError
+
+
+def counter_jobs():
+    @flow.global_function(type="train")
+    def inc(x: tp.Numpy.Placeholder((1,))) -> tp.Callback[tp.Numpy]:
+        w = flow.get_variable("w", (1,), initializer=flow.zeros_initializer())
+        # loss = -w: one SGD step with lr 1 adds exactly 1 to w
+        flow.optimizer.SGD(1.0, momentum=0).minimize(-w + x * 0)
+        return w
+
+    @flow.global_function()
+    def read(x: tp.Numpy.Placeholder((1,))) -> tp.Numpy:
+        return flow.get_variable("w", (1,), initializer=flow.zeros_initializer()) + x * 0
+    return inc, read
+
+
+def test_ten_thousand_callbacks_in_call_order():
+    inc, _ = counter_jobs()
+    got = []
+    x = np.zeros(1, np.float32)
+    for _ in range(10000):
+        inc(x)(lambda v: got.append(float(v[0])))
+    flow.sync_default_session()
+    assert got == [float(i) for i in range(10000)]
+
+
+def test_callback_exceptions_reported_and_first_reraised(capsys):
+    inc, _ = counter_jobs()
+    x = np.zeros(1, np.float32)
+    calls = []
+
+    def cb(v):
+        calls.append(v)
+        if len(calls) % 100 == 0:
+            raise ValueError(f"boom {len(calls)}")
+
+    with pytest.raises(ValueError, match="boom 100"):
+        for _ in range(300):
+            inc(x)(cb)
+        flow.sync_default_session()
+    flow.sync_default_session()  # everything reported once; the session goes on
+    assert capsys.readouterr().err.count("ValueError: boom") >= 1
+
+
+def test_mixing_sync_and_async_keeps_order():
+    inc, read = counter_jobs()
+    x = np.zeros(1, np.float32)
+    for _ in range(50):
+        inc(x)
+    assert read(x)[0] == 50.0
+
+
+def test_bad_arguments_raise_in_callers_thread():
+    inc, _ = counter_jobs()
+    with pytest.raises(JobArgumentError, match="test_async.py"):
+        inc(np.zeros(2, np.float32))
+
+
+def test_registering_twice_raises():
+    inc, _ = counter_jobs()
+    registrar = inc(np.zeros(1, np.float32))
+    registrar(lambda v: None)
+    with pytest.raises(AssertionError):
+        registrar(lambda v: None)
+    flow.sync_default_session()
+
+
+def test_pending_callbacks_run_at_exit_and_errors_fail_the_process(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import sys, numpy as np
+        import onnxjob as flow, onnxjob.typing as tp
+
+        @flow.global_function()
+        def job(x: tp.Numpy.Placeholder((3,))) -> tp.Callback[tp.Numpy]:
+            return x * 2
+
+        def last(v):
+            print("last", v.sum())
+            if sys.argv[1] == "fail":
+                raise RuntimeError("callback failed")
+        for i in range(20):
+            job(np.ones(3, np.float32))(lambda v: None)
+        job(np.ones(3, np.float32))(last)
+    """))
+    ok = subprocess.run([sys.executable, str(script), "ok"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "last 6.0" in ok.stdout
+    bad = subprocess.run([sys.executable, str(script), "fail"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "callback failed" in bad.stderr

@@ -1,0 +1,112 @@
+"""Checkpoints: OneFlow layout, round trips, resume, atomicity, and bad files."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+from onnxjob.errors import CheckpointError
+from models import BATCH, define_jobs, mlp, random_batch
+
+
+def momentum_jobs():
+    import onnxjob.typing as tp
+
+    @flow.global_function(type="train")
+    def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28)),
+                  labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, mlp(images))
+        flow.optimizer.SGD(0.05, momentum=0.9).minimize(loss)
+        return loss
+    return train_job
+
+
+def test_layout_and_bit_identical_round_trip(tmp_path):
+    train_job, _ = define_jobs(mlp)
+    images, labels = random_batch()
+    train_job(images, labels)
+    path = tmp_path / "ckpt"
+    flow.checkpoint.save(str(path))
+    assert (path / "snapshot_done").is_file() and os.path.getsize(path / "snapshot_done") == 0
+    meta = (path / "hidden-weight" / "meta").read_text()
+    assert "dim: 512" in meta and "dim: 784" in meta and "data_type: kFloat" in meta
+    assert os.path.getsize(path / "hidden-weight" / "out") == 512 * 784 * 4
+    step = np.fromfile(path / "System-Train-TrainStep-train_job" / "out", dtype="<i8")
+    assert step.tolist() == [1]
+    saved = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    loaded = flow.checkpoint.get(str(path))
+    assert set(loaded) == set(saved)
+    for k, v in loaded.items():
+        assert np.array_equal(v.numpy(), saved[k]) and v.numpy().dtype == saved[k].dtype
+
+
+def test_save_clear_rebuild_load_resumes_identically(tmp_path):
+    images, labels = random_batch()
+    train_job = momentum_jobs()
+    for _ in range(3):
+        train_job(images, labels)
+    flow.checkpoint.save(str(tmp_path / "c"))
+    continued = [train_job(images, labels) for _ in range(2)]
+    flow.clear_default_session()
+    train_job = momentum_jobs()
+    flow.load_variables(flow.checkpoint.get(str(tmp_path / "c")))
+    resumed = [train_job(images, labels) for _ in range(2)]
+    for a, b in zip(continued, resumed):
+        assert np.array_equal(a, b)
+
+
+def test_refuses_non_empty_target(tmp_path):
+    define_jobs(mlp)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "f").write_text("")
+    with pytest.raises(AssertionError, match="Non-empty directory"):
+        flow.checkpoint.save(str(tmp_path / "x"))
+
+
+def test_shape_and_dtype_mismatch_name_the_variable():
+    define_jobs(mlp)
+    with pytest.raises(AssertionError, match="hidden-bias"):
+        flow.load_variables({"hidden-bias": np.zeros(3, np.float32)})
+    with pytest.raises(AssertionError, match="float64"):
+        flow.load_variables({"hidden-bias": np.zeros(512, np.float64)})
+    with pytest.raises(RuntimeError, match="is not a variable name"):
+        flow.load_variables({"nope": np.zeros(1)}, ignore_mismatch=False)
+
+
+def test_truncated_file_is_an_error_naming_it(tmp_path):
+    define_jobs(mlp)
+    flow.checkpoint.save(str(tmp_path / "c"))
+    out = tmp_path / "c" / "output-bias" / "out"
+    out.write_bytes(out.read_bytes()[:-4])
+    with pytest.raises(CheckpointError, match="output-bias"):
+        flow.load_variables(flow.checkpoint.get(str(tmp_path / "c")))
+
+
+def test_kill_during_save_leaves_no_accepted_checkpoint(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, os
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import numpy as np, onnxjob as flow, onnxjob.typing as tp
+
+        @flow.global_function()
+        def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+            return x + flow.get_variable("big", (64, 1024, 1024), initializer=flow.zeros_initializer()).shape[0]
+
+        job(np.zeros(2, np.float32))
+        print("saving", flush=True)
+        flow.checkpoint.save(sys.argv[1])
+    """))
+    target = tmp_path / "new"
+    proc = subprocess.Popen([sys.executable, str(script), str(target)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "saving"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not target.exists()
+    define_jobs(mlp)
+    with pytest.raises(AssertionError, match="doesn't exist"):
+        flow.checkpoint.get(str(target))
