@@ -67,6 +67,8 @@ class Executor:
             self._errors.append(exc)
 
     def raise_pending(self):
+        if not self._errors:  # hot path: no lock when nothing failed
+            return
         with self._cond:
             if not self._errors:
                 return
@@ -88,9 +90,9 @@ class Executor:
     def run_sync(self, fn):
         """Run `fn()` after every earlier call; returns its value (errors raise here)."""
         self.raise_pending()
-        with self._cond:
-            idle = self._in_flight == 0
-        if idle:
+        # Reading the counter without the lock is safe: only this thread submits, so it
+        # cannot grow under us, and a stale non-zero just routes the call via the worker.
+        if self._in_flight == 0:
             return fn()
         box = {}
         done = threading.Event()

@@ -59,38 +59,61 @@ class JobFunction:
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         session = default_session()
-        location = user_location()
-        session.start()
+        if not session.is_running:
+            session.start()
         if kwargs:
-            raise TypeError(f"{location}: job {self.name!r} takes positional arguments only, "
-                            f"got keywords {sorted(kwargs)}")
+            raise TypeError(f"{user_location()}: job {self.name!r} takes positional arguments "
+                            f"only, got keywords {sorted(kwargs)}")
         if len(args) != len(self.param_names):
-            raise AssertionError(f"{location}: job {self.name!r} takes {len(self.param_names)} "
-                                 f"argument(s) {self.param_names}, got {len(args)}")
+            raise AssertionError(f"{user_location()}: job {self.name!r} takes "
+                                 f"{len(self.param_names)} argument(s) {self.param_names}, "
+                                 f"got {len(args)}")
         feeds = {}
-        for arg, ann, pname in zip(args, self.param_annotations, self.param_names):
-            value = tp.convert_argument(arg, ann, pname, location, process_config.gpu_device_num)
-            _flat_feed(feeds, pname, ann, value)
-        job_runtime = session.runtimes[self.name]
-        compiled = job_runtime.compiled
-        n_user = len(compiled.output_names)
-
-        def run():
-            outs = job_runtime.run(feeds)
-            for value, (_, handler, _) in zip(outs[n_user:], compiled.watch_outputs):
-                handler(value)
-            return results.build(compiled.output_tree, outs[:n_user])
-
+        try:
+            for arg, ann, pname in zip(args, self.param_annotations, self.param_names):
+                value = tp.convert_argument(arg, ann, pname, process_config.gpu_device_num)
+                _flat_feed(feeds, pname, ann, value)
+        except tp.JobArgumentError as e:
+            # the caller's line is looked up only when there is an error to report
+            raise tp.JobArgumentError(f"{user_location()}: {e}") from None
+        call = _BoundRun(session.runtimes[self.name], feeds)
         executor = session.executor
         if self.is_callback:
-            pending = executor.run_async(run, lambda p, v: p.deliver(v))
-            return pending.register
+            return executor.run_async(call, _deliver).register
         if self.has_return_annotation and self.return_annotation is None:
-            executor.run_async(run, lambda p, v: None)
+            executor.run_async(call, _drop)
             return None
         if not self.has_return_annotation:
-            return Future(executor.run_sync(run))
-        return executor.run_sync(run)
+            return Future(executor.run_sync(call))
+        return executor.run_sync(call)
+
+
+class _BoundRun:
+    """One queued run of a job: feeds in, the caller's value (shaped by the tree) out."""
+
+    __slots__ = ("runtime", "feeds")
+
+    def __init__(self, job_runtime, feeds):
+        self.runtime = job_runtime
+        self.feeds = feeds
+
+    def __call__(self):
+        compiled = self.runtime.compiled
+        outs = self.runtime.run(self.feeds)
+        if compiled.watch_outputs:
+            n_user = len(compiled.output_names)
+            for value, (_, handler, _) in zip(outs[n_user:], compiled.watch_outputs):
+                handler(value)
+            outs = outs[:n_user]
+        return results.build(compiled.output_tree, outs)
+
+
+def _deliver(pending, value):
+    pending.deliver(value)
+
+
+def _drop(pending, value):
+    return None
 
 
 def _flat_feed(feeds, name, annotation, value):

@@ -80,9 +80,18 @@ def create_session(model_bytes, device, is_train, cuda_options=None):
 
 
 def to_device(array, device):
-    """An OrtValue holding a copy of `array` on `device`."""
-    array = np.ascontiguousarray(array)
+    """The stored form of a variable value on `device`: a CUDA OrtValue, or on the CPU an
+    owned C-contiguous array (a copy, so later changes to `array` do not leak in)."""
     if device == "cuda":
-        return ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0)
-    # ortvalue_from_numpy shares CPU memory: copy so later changes to `array` do not leak in
-    return ort.OrtValue.ortvalue_from_numpy(array.copy())
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), "cuda", 0)
+    return np.array(array, order="C", copy=True)
+
+
+def from_host(array, device):
+    """Stored form of an array onnxruntime just returned (owned already: no copy on CPU)."""
+    return array if device != "cuda" else ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0)
+
+
+def host_array(stored):
+    """A NumPy view of a stored variable value (copied from the device for CUDA)."""
+    return stored if isinstance(stored, np.ndarray) else stored.numpy()

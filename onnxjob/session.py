@@ -17,7 +17,13 @@ from .executor import Executor
 
 
 class JobRuntime:
-    """A compiled job bound to an onnxruntime session and the session's variables."""
+    """A compiled job bound to an onnxruntime session and the session's variables.
+
+    On CUDA the variables are device-resident OrtValues bound with IOBinding, so a step
+    never copies weights through the host. On CPU the variables are owned NumPy arrays
+    that onnxruntime reads in place; plain `run` is used there because IOBinding costs
+    ~30 us more per call for no saved copy.
+    """
 
     def __init__(self, job, compiled, session):
         self.job = job
@@ -29,15 +35,20 @@ class JobRuntime:
         self.ort_session = runtime.create_session(self.model_bytes, self.device, compiled.is_train)
         self._user_outputs = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
         self._state_items = list(compiled.state_outputs.items())
+        order = [o.name for o in self.ort_session.get_outputs()]
+        self._n_user = len(self._user_outputs)
+        # graph output order is user outputs, watches, then state: checked, not assumed
+        assert order == self._user_outputs + [o for _, o in self._state_items], order
+        self._variable_names = list(compiled.variable_names)
+        self._state_names = [v for v, _ in self._state_items]
+        self.run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
+            else self._run_host
 
-    def run(self, feeds):
-        """One run: feeds {placeholder name: array/list}; returns user + watch outputs."""
-        if self.compiled.has_sequences:
-            return self._run_plain(feeds)
+    def _run_cuda(self, feeds):
         binding = self.ort_session.io_binding()
         for name, value in feeds.items():
             binding.bind_cpu_input(name, value)
-        for name in self.compiled.variable_names:
+        for name in self._variable_names:
             binding.bind_ortvalue_input(name, self.store[name])
         for name in self._user_outputs:
             binding.bind_output(name, "cpu")
@@ -45,20 +56,19 @@ class JobRuntime:
             binding.bind_output(out_name, self.device)
         self.ort_session.run_with_iobinding(binding)
         outs = binding.get_outputs()
-        n = len(self._user_outputs)
-        for (var_name, _), value in zip(self._state_items, outs[n:]):
+        n = self._n_user
+        for var_name, value in zip(self._state_names, outs[n:]):
             self.store[var_name] = value
         return [o.numpy() for o in outs[:n]]
 
-    def _run_plain(self, feeds):
-        inputs = dict(feeds)
-        for name in self.compiled.variable_names:
-            inputs[name] = self.store[name].numpy()
-        names = self._user_outputs + [o for _, o in self._state_items]
-        outs = self.ort_session.run(names, inputs)
-        n = len(self._user_outputs)
-        for (var_name, _), value in zip(self._state_items, outs[n:]):
-            self.store[var_name] = runtime.to_device(value, self.device)
+    def _run_host(self, feeds):
+        store = self.store
+        for name in self._variable_names:
+            feeds[name] = runtime.host_array(store[name])
+        outs = self.ort_session.run(None, feeds)
+        n = self._n_user
+        for var_name, value in zip(self._state_names, outs[n:]):
+            store[var_name] = runtime.from_host(value, self.device)
         return outs[:n]
 
 
@@ -102,7 +112,8 @@ class Session:
         return name in self.variable_specs
 
     def variable_numpy(self, name):
-        return self.variable_values[name].numpy()
+        """A copy of the variable's current value."""
+        return np.array(runtime.host_array(self.variable_values[name]))
 
     def assign_variable(self, name, array):
         self.variable_values[name] = runtime.to_device(array, self.device)

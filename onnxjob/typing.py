@@ -176,13 +176,13 @@ def _cast_argument(arr, ph, where):
         f"(float64 -> float32, int64 -> int32)")
 
 
-def convert_argument(arg, ph, param, location, device_num=1):
+def convert_argument(arg, ph, param, device_num=1):
     """Validate one argument against its annotation and copy it (spec §2.2).
 
     Returns the value the runtime feeds: an ndarray, a list of ndarrays (ListNumpy, one
     per device) or a list of lists (ListListNumpy).
     """
-    where = f"{location}: argument {param!r}"
+    where = f"argument {param!r}"
     if typing.get_origin(ph) is tuple:
         sub = typing.get_args(ph)
         if not isinstance(arg, (list, tuple)):
@@ -190,7 +190,7 @@ def convert_argument(arg, ph, param, location, device_num=1):
                                    f"of {len(sub)} values)")
         if len(arg) != len(sub):
             raise JobArgumentError(f"{len(arg)} v.s. {len(sub)} ({where} has the wrong length)")
-        return tuple(convert_argument(a, s, f"{param}[{i}]", location, device_num)
+        return tuple(convert_argument(a, s, f"{param}[{i}]", device_num)
                      for i, (a, s) in enumerate(zip(arg, sub)))
     if issubclass(ph, NumpyDef):
         if not isinstance(arg, np.ndarray):

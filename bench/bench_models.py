@@ -1,0 +1,125 @@
+"""onnxjob vs PyTorch eager on the doc LeNet and MLP (batch 100): train and predict steps.
+
+    python bench/bench_models.py [--threads 2] [--rounds 7] [--json bench/results.json]
+
+Both frameworks run in this process with the same thread count, interleaved round by
+round; the table prints medians and the ratio onnxjob/PyTorch (< 1 means onnxjob is
+faster). Also: onnxjob's per-call overhead over a raw onnxruntime run of a tiny graph, and
+the compile time (trace + autodiff + passes + session creation) of the LeNet train job.
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, HERE)
+
+
+def parse():
+    p = argparse.ArgumentParser()
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--calls", type=int, default=10)
+    p.add_argument("--json", default=None)
+    p.add_argument("--models", default="lenet,mlp")
+    return p.parse_args()
+
+
+def torch_model(torch, name, weights):
+    from models import torch_lenet, torch_mlp
+    params = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in weights.items()}
+    forward = (torch_lenet if name == "lenet" else torch_mlp)(torch, params)
+    opt = torch.optim.SGD(params.values(), lr=0.1, momentum=0)
+    return forward, opt
+
+
+def bench_model(name, args, torch, flow):
+    from models import define_jobs, lenet, mlp, random_batch
+    from common import interleaved
+    flow.clear_default_session()
+    net, kwargs = (lenet, {"train": False}) if name == "lenet" else (mlp, {})
+    train_job, eval_job = define_jobs(net, kwargs)
+    images, labels = random_batch()
+    t0 = time.perf_counter()
+    eval_job(images)  # compiles every job of the session
+    compile_s = time.perf_counter() - t0
+    weights = {k: v.numpy() for k, v in flow.get_all_variables().items() if "System" not in k}
+    forward, opt = torch_model(torch, name, weights)
+    timg, tlab = torch.tensor(images), torch.tensor(labels).long()
+
+    def torch_train():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(forward(timg), tlab, reduction="none")
+        loss.mean().backward()
+        opt.step()
+        return loss.detach().numpy()
+
+    def torch_predict():
+        with torch.no_grad():
+            return forward(timg).numpy()
+
+    train = interleaved({"onnxjob": lambda: train_job(images, labels), "torch": torch_train},
+                        args.rounds, args.calls)
+    predict = interleaved({"onnxjob": lambda: eval_job(images), "torch": torch_predict},
+                          args.rounds, args.calls)
+    nodes = len(list(flow.session.default_session().runtimes["train_job"].compiled.model.graph))
+    return {"train": train, "predict": predict, "compile_s": compile_s, "train_nodes": nodes}
+
+
+def bench_overhead(args, flow):
+    """A tiny job vs the same ONNX graph run directly with onnxruntime."""
+    import onnxruntime as ort
+    import onnxjob.typing as tp
+    from common import interleaved
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def tiny(x: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        return flow.math.relu(x)
+
+    x = np.ones(4, np.float32)
+    tiny(x)
+    runtime = flow.session.default_session().runtimes["tiny"]
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    raw = ort.InferenceSession(runtime.model_bytes, opts, providers=["CPUExecutionProvider"])
+    res = interleaved({"onnxjob": lambda: tiny(x), "raw": lambda: raw.run(None, {"x": x})},
+                      args.rounds, 2000)
+    return res
+
+
+def main():
+    args = parse()
+    os.environ["ONNXJOB_NUM_THREADS"] = str(args.threads)
+    import torch
+    torch.set_num_threads(args.threads)
+    import onnxjob as flow
+    import onnxjob.session  # noqa: F401
+    from common import dump_json, print_table
+    results = {"threads": args.threads, "torch": torch.__version__}
+    rows_train, rows_predict = [], []
+    for name in args.models.split(","):
+        r = bench_model(name, args, torch, flow)
+        results[name] = r
+        rows_train.append((f"{name} train step", r["train"]["onnxjob"], r["train"]["torch"]))
+        rows_predict.append((f"{name} predict", r["predict"]["onnxjob"], r["predict"]["torch"]))
+    overhead = bench_overhead(args, flow)
+    results["overhead"] = overhead
+    print_table(rows_train + rows_predict, f"batch 100, {args.threads} threads, medians "
+                f"(ratio = onnxjob / PyTorch {torch.__version__} eager)")
+    print(f"\nper-call overhead over raw onnxruntime (tiny graph): "
+          f"{(overhead['onnxjob'] - overhead['raw']) * 1e6:.1f} us "
+          f"(onnxjob {overhead['onnxjob'] * 1e6:.1f} us, raw {overhead['raw'] * 1e6:.1f} us)")
+    for name in args.models.split(","):
+        print(f"{name}: compile (trace + autodiff + passes + sessions) "
+              f"{results[name]['compile_s']:.3f} s, train graph {results[name]['train_nodes']} nodes")
+    if args.json:
+        dump_json(args.json, results)
+
+
+if __name__ == "__main__":
+    main()
