@@ -43,7 +43,18 @@ def _conv_infer(inputs, attrs, num_outputs):
 
 
 def conv_input_grad(gy, w, x_shape, strides, dil, pads, group):
-    """dL/dx of a Conv, as the ConvTranspose of gy with the same weight."""
+    """dL/dx of a Conv: the ConvTranspose of gy with the same weight.
+
+    For stride 1 and group 1 that equals a plain Conv of gy with the kernel flipped and
+    its channel axes swapped, which onnxruntime's CPU kernels run faster.
+    """
+    full = [dil[i] * (w.shape[2 + i] - 1) for i in range(2)]
+    conv_pads = [full[0] - pads[0], full[1] - pads[1], full[0] - pads[2], full[1] - pads[3]]
+    if list(strides) == [1, 1] and group == 1 and min(conv_pads) >= 0:
+        flipped = op("Slice", w, _i64(w, [-1, -1]), _i64(w, [np.iinfo(np.int64).min] * 2),
+                     _i64(w, [2, 3]), _i64(w, [-1, -1]))
+        kernel = op("Transpose", flipped, perm=[1, 0, 2, 3])
+        return op("Conv", gy, kernel, pads=conv_pads, dilations=list(dil), strides=[1, 1])
     out_pad = []
     for i in range(2):
         natural = strides[i] * (gy.shape[2 + i] - 1) + dil[i] * (w.shape[2 + i] - 1) + 1 \
@@ -68,6 +79,32 @@ def conv_weight_grad(x, gy, w_shape, strides, dil, pads):
     return op("Transpose", gw, perm=[1, 0, 2, 3])
 
 
+def conv_weight_grad_im2col(x, gy, w_shape, strides, dil, pads):
+    """dL/dW of a Conv with group 1 as one Gemm over explicit im2col columns.
+
+    The columns are built from x^T (C, N, H, W): one strided Slice per kernel offset,
+    each (C, N, Ho, Wo), concatenated to (C*kh*kw, N*Ho*Wo); gy^T is (M, N*Ho*Wo); so the
+    sum over the batch happens inside the Gemm's K dimension and nothing large is
+    transposed.
+    """
+    c, kh, kw = w_shape[1], w_shape[2], w_shape[3]
+    n, m, ho, wo = gy.shape
+    xt = op("Transpose", x, perm=[1, 0, 2, 3])
+    if any(pads):
+        xt = op("Pad", xt, _i64(xt, [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]]))
+    cols = []
+    for i in range(kh):
+        for j in range(kw):
+            top, left = i * dil[0], j * dil[1]
+            patch = op("Slice", xt, _i64(xt, [top, left]),
+                       _i64(xt, [top + strides[0] * (ho - 1) + 1, left + strides[1] * (wo - 1) + 1]),
+                       _i64(xt, [2, 3]), _i64(xt, strides))
+            cols.append(reshape_to(patch, [c, 1, n * ho * wo]))
+    columns = reshape_to(op("Concat", *cols, axis=1), [c * kh * kw, n * ho * wo])
+    gy_t = reshape_to(op("Transpose", gy, perm=[1, 0, 2, 3]), [m, n * ho * wo])
+    return reshape_to(op("Gemm", gy_t, columns, transB=1), w_shape)
+
+
 def _conv_grad(n, g, need):
     x, w = n.inputs[:2]
     strides, dil, pads = _spatial(n.attrs, x, w.shape[2:])
@@ -78,11 +115,46 @@ def _conv_grad(n, g, need):
     if need[1]:
         if group != 1:
             raise NotImplementedError("weight gradient of a grouped convolution")
-        gw = conv_weight_grad(x, gy, w.shape, strides, dil, pads)
+        gw = _WEIGHT_GRAD[_weight_grad_choice()](x, gy, w.shape, strides, dil, pads)
     grads = [gx, gw]
     if len(n.inputs) > 2:
         grads.append(op("ReduceSum", gy, _i64(gy, [0, 2, 3]), keepdims=0) if need[2] else None)
     return grads
+
+
+def conv_weight_grad_per_offset(x, gy, w_shape, strides, dil, pads):
+    """dL/dW of a Conv with group 1 as one Gemm per kernel offset.
+
+    dW[:, :, i, j] = gy^T (M, N*Ho*Wo) @ patch_ij (C, N*Ho*Wo)^T; only the small (M, C)
+    results are concatenated, never the (C*kh*kw, N*Ho*Wo) column matrix.
+    """
+    m, c, kh, kw = w_shape
+    n, _, ho, wo = gy.shape
+    xt = op("Transpose", x, perm=[1, 0, 2, 3])
+    if any(pads):
+        xt = op("Pad", xt, _i64(xt, [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]]))
+    gy_t = reshape_to(op("Transpose", gy, perm=[1, 0, 2, 3]), [m, n * ho * wo])
+    parts = []
+    for i in range(kh):
+        for j in range(kw):
+            top, left = i * dil[0], j * dil[1]
+            patch = op("Slice", xt, _i64(xt, [top, left]),
+                       _i64(xt, [top + strides[0] * (ho - 1) + 1, left + strides[1] * (wo - 1) + 1]),
+                       _i64(xt, [2, 3]), _i64(xt, strides))
+            parts.append(reshape_to(op("Gemm", gy_t, reshape_to(patch, [c, n * ho * wo]), transB=1),
+                                    [m, c, 1]))
+    return reshape_to(op("Concat", *parts, axis=2), w_shape)
+
+
+_WEIGHT_GRAD = {"im2col": conv_weight_grad_im2col, "conv": conv_weight_grad,
+                "per_offset": conv_weight_grad_per_offset}
+
+
+def _weight_grad_choice():
+    # NOTE: im2col + one Gemm measured faster than the batch-transposed Conv on the
+    # LeNet step (bench/profile_step.py); ONNXJOB_CONV_WGRAD=conv selects the other one.
+    import os
+    return os.environ.get("ONNXJOB_CONV_WGRAD", "im2col")
 
 
 register("Conv", _conv_infer, _conv_grad)
