@@ -65,7 +65,7 @@ class FunctionConfig:
             raise AttributeError(name)
         known = _IGNORED_FLAGS | {"default_data_type", "default_logical_view",
                                   "default_distribute_strategy", "default_placement_scope",
-                                  "passes", "disable_passes", "execution_provider",
+                                  "passes", "disable_passes", "dump_passes", "execution_provider",
                                   "cudnn_conv_algo_search", "use_cuda_graph"}
         assert name in known, f"unknown function_config flag {name!r}"
 

@@ -22,7 +22,13 @@ def register_pass(pass_factory):
 
 
 def default_passes():
+    """The pipeline every job runs (each pass: one module, rewrite cases in its docstring)."""
+    from .fold_reshapes import FoldReshapes
+    from .fold_transpose_into_gemm import FoldTransposeIntoGemm
     return [
+        FoldReshapes(),
+        FoldTransposeIntoGemm(),
+        common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),
         common.TopologicalSortPass(),
     ]
@@ -41,12 +47,48 @@ def passes_disabled(config=None):
 
 
 def run_default_pipeline(model, config=None):
-    """Run the pipeline in place on `model`; returns the PassResult (or None if disabled)."""
+    """Run the pipeline in place on `model`; returns the PassResult (or None if disabled).
+
+    With `function_config.dump_passes(dir)` (or `ONNXJOB_DUMP_PASSES=dir`) the graph is
+    written before and after as `<dir>/<job>.before.onnx` / `.after.onnx` and the node
+    counts per op are printed.
+    """
     if passes_disabled(config):
         return None
-    return build_pipeline(config)(model)
+    dump_dir = (config.get("dump_passes") if config is not None else None) or \
+        os.environ.get("ONNXJOB_DUMP_PASSES")
+    before = op_counts(model) if dump_dir else None
+    if dump_dir:
+        _save(model, dump_dir, "before")
+    result = build_pipeline(config)(model)
+    if dump_dir:
+        _save(model, dump_dir, "after")
+        print(format_op_count_diff(model.graph.name, before, op_counts(model)))
+    return result
+
+
+def _save(model, directory, stage):
+    os.makedirs(directory, exist_ok=True)
+    ir.save(model, os.path.join(directory, f"{model.graph.name}.{stage}.onnx"))
+
+
+def format_op_count_diff(title, before, after):
+    """A table of node counts per op type before and after the passes."""
+    lines = [f"passes on {title}: {sum(before.values())} -> {sum(after.values())} nodes"]
+    for op in sorted(set(before) | set(after)):
+        b, a = before.get(op, 0), after.get(op, 0)
+        if a != b:
+            lines.append(f"  {op:24s} {b:4d} -> {a:4d}")
+    return "\n".join(lines)
 
 
 def op_counts(model):
     """{op_type: count} of a model's main graph, for looking at what passes did."""
     return dict(collections.Counter(node.op_type for node in model.graph))
+
+
+from .fold_reshapes import FoldReshapes  # noqa: E402
+from .fold_transpose_into_gemm import FoldTransposeIntoGemm  # noqa: E402
+
+__all__ = ["FoldReshapes", "FoldTransposeIntoGemm", "build_pipeline", "default_passes",
+           "format_op_count_diff", "op_counts", "register_pass", "run_default_pipeline"]

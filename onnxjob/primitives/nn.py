@@ -99,7 +99,8 @@ def conv_weight_grad_im2col(x, gy, w_shape, strides, dil, pads):
             patch = op("Slice", xt, _i64(xt, [top, left]),
                        _i64(xt, [top + strides[0] * (ho - 1) + 1, left + strides[1] * (wo - 1) + 1]),
                        _i64(xt, [2, 3]), _i64(xt, strides))
-            cols.append(reshape_to(patch, [c, 1, n * ho * wo]))
+            cols.append(patch)
+    # (C, kh*kw*N, Ho, Wo) has the memory layout of (C*kh*kw, N*Ho*Wo): no per-patch reshape
     columns = reshape_to(op("Concat", *cols, axis=1), [c * kh * kw, n * ho * wo])
     gy_t = reshape_to(op("Transpose", gy, perm=[1, 0, 2, 3]), [m, n * ho * wo])
     return reshape_to(op("Gemm", gy_t, columns, transB=1), w_shape)

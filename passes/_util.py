@@ -1,0 +1,61 @@
+"""Small helpers shared by the passes."""
+import numpy as np
+import onnx_ir as ir
+
+
+def attr(node, name, default=None):
+    a = node.attributes.get(name)
+    return default if a is None else a.value
+
+
+def const_array(value):
+    """NumPy value of an initializer / constant input, or None."""
+    if value is None or value.const_value is None:
+        return None
+    return value.const_value.numpy()
+
+
+def static_shape(value):
+    """The value's shape as a tuple of ints, or None if unknown or symbolic."""
+    if value is None or value.shape is None:
+        return None
+    dims = tuple(value.shape)
+    return dims if all(isinstance(d, int) for d in dims) else None
+
+
+def has_single_use(value):
+    return len(value.uses()) == 1 and not value.is_graph_output()
+
+
+def replace_value(old, new):
+    """Point every consumer of `old` at `new`; a graph output keeps its name.
+
+    Returns False (and changes nothing) when `old` is a graph output and `new` cannot take
+    its place (it is already an input, initializer or output of the graph).
+    """
+    if old.is_graph_output():
+        if new.is_graph_output() or new.is_graph_input() or new.is_initializer():
+            return False
+        graph = old.graph
+        index = list(graph.outputs).index(old)
+        name = old.name
+        old.name = f"{name}/replaced"
+        new.name = name
+        graph.outputs[index] = new
+    ir.convenience.replace_all_uses_with(old, new)
+    return True
+
+
+def i64_initializer(graph, name_hint, values):
+    """A fresh int64 initializer in `graph`."""
+    arr = np.asarray(values, dtype=np.int64)
+    base = name_hint
+    names = {v.name for v in graph.initializers.values()}
+    k = 0
+    while f"{base}_{k}" in names:
+        k += 1
+    name = f"{base}_{k}"
+    value = ir.Value(name=name, const_value=ir.tensor(arr, name=name),
+                     type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(arr.shape))
+    graph.register_initializer(value)
+    return value

@@ -1,0 +1,128 @@
+"""Each pass, three ways: the structure before, the `modified` flag and the structure
+after, and equal numbers from onnxruntime before and after on random inputs."""
+import collections
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+from onnxjob.compiler import IR_VERSION
+from onnxjob.tracer import GraphBuilder, op, tracing
+from passes import FoldReshapes, FoldTransposeIntoGemm, op_counts
+
+
+def build(fn, *shapes):
+    builder = GraphBuilder("g")
+    with tracing(builder):
+        xs = [builder.add_input(f"x{i}", s, np.float32) for i, s in enumerate(shapes)]
+        y = fn(*xs)
+        y = op("Identity", y)
+        y.value.name = "y"
+        builder.graph.outputs.append(y.value)
+    return ir.Model(builder.graph, ir_version=IR_VERSION)
+
+
+def run(model, inputs):
+    sess = ort.InferenceSession(ir.to_proto(model).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, {f"x{i}": x for i, x in enumerate(inputs)})[0]
+
+
+def check(pass_, fn, shapes, before_ops, after_ops):
+    model = build(fn, *shapes)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    expected = run(model, inputs)
+    assert {k: v for k, v in op_counts(model).items() if k in before_ops} == before_ops
+    result = pass_(model)
+    assert result.modified
+    counts = op_counts(result.model)
+    assert {k: counts.get(k, 0) for k in after_ops} == after_ops
+    np.testing.assert_allclose(run(result.model, inputs), expected, rtol=1e-5, atol=1e-6)
+    assert not pass_(result.model).modified, "a second run must find nothing left to do"
+
+
+def test_fold_reshapes_identity_reshape():
+    check(FoldReshapes(),
+          lambda x: op("Relu", op("Reshape", x, x.builder.constant(np.array([3, 4], np.int64)))),
+          [(3, 4)], {"Reshape": 1}, {"Reshape": 0, "Relu": 1})
+
+
+def test_fold_reshapes_chain():
+    check(FoldReshapes(), lambda x: op("Relu", flow.reshape(flow.reshape(x, [12]), [2, 6])),
+          [(3, 4)], {"Reshape": 2}, {"Reshape": 1})
+
+
+def test_fold_reshapes_reduce_sum_keepdims():
+    check(FoldReshapes(),
+          lambda x: op("Relu", flow.reshape(flow.math.reduce_sum(x, axis=0, keepdims=True), [4])),
+          [(3, 4)], {"Reshape": 1, "ReduceSum": 1}, {"Reshape": 0, "ReduceSum": 1})
+
+
+def test_fold_transpose_into_gemm():
+    check(FoldTransposeIntoGemm(), lambda a, b: op("Gemm", flow.transpose(a), b),
+          [(4, 3), (4, 5)], {"Transpose": 1, "Gemm": 1}, {"Transpose": 0, "Gemm": 1})
+
+
+def test_fold_transpose_into_matmul_becomes_gemm():
+    check(FoldTransposeIntoGemm(), lambda a, b: flow.matmul(a, b, transpose_b=True),
+          [(3, 4), (5, 4)], {"Transpose": 1, "MatMul": 1}, {"Transpose": 0, "MatMul": 0, "Gemm": 1})
+
+
+def test_transpose_with_other_uses_is_kept():
+    def two_uses(a, b):
+        t = flow.transpose(a)
+        return op("Add", op("Gemm", t, b), op("Gemm", t, b))
+    model = build(two_uses, (4, 3), (4, 4))
+    assert not FoldTransposeIntoGemm()(model).modified
+
+
+def test_switch_off_and_user_pass(monkeypatch):
+    seen = []
+
+    class CountingPass(ir.passes.InPlacePass):
+        def call(self, model):
+            seen.append(collections.Counter(n.op_type for n in model.graph))
+            return ir.passes.PassResult(model, False)
+
+    config = flow.function_config()
+    config.passes([CountingPass()])
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((3, 4))) -> tp.Numpy:
+        return flow.math.relu(flow.reshape(flow.reshape(x, [12]), [3, 4]))
+
+    x = np.ones((3, 4), np.float32)
+    assert np.array_equal(job(x), x)
+    assert seen and seen[-1]["Reshape"] == 0
+
+    flow.clear_default_session()
+    monkeypatch.setenv("ONNXJOB_DISABLE_PASSES", "1")
+    config = flow.function_config()
+    config.passes([CountingPass()])
+
+    @flow.global_function(function_config=config)
+    def job2(x: tp.Numpy.Placeholder((3, 4))) -> tp.Numpy:
+        return flow.math.relu(flow.reshape(flow.reshape(x, [12]), [3, 4]))
+
+    seen.clear()
+    job2(x)
+    assert seen == []
+    from onnxjob.session import default_session
+    assert op_counts(default_session().runtimes["job2"].compiled.model)["Reshape"] == 2
+
+
+def test_dump_passes_writes_before_and_after(tmp_path, capsys):
+    config = flow.function_config()
+    config.dump_passes(str(tmp_path))
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((3, 4))) -> tp.Numpy:
+        return flow.reshape(flow.reshape(x, [12]), [3, 4])
+
+    job(np.ones((3, 4), np.float32))
+    assert (tmp_path / "job.before.onnx").is_file() and (tmp_path / "job.after.onnx").is_file()
+    assert "Reshape" in capsys.readouterr().out
