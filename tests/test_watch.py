@@ -1,0 +1,70 @@
+"""flow.watch / watch_diff semantics (spec §3.2) and the watch example's output."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+
+def test_watch_diff_of_logits_is_unscaled_softmax_minus_onehot():
+    seen = []
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((8, 5)),
+            labels: tp.Numpy.Placeholder((8,), dtype=flow.int32)) -> tp.Numpy:
+        w = flow.get_variable("w", (5, 5), initializer=flow.random_normal_initializer())
+        logits = flow.matmul(x, w)
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        flow.watch_diff(logits, lambda d: seen.append(d))
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return logits
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 5)).astype(np.float32)
+    labels = rng.integers(0, 5, 8).astype(np.int32)
+    logits = job(x, labels)
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(8), labels] -= 1
+    np.testing.assert_allclose(seen[0], p, rtol=1e-5, atol=1e-6)
+
+
+def test_watch_diff_of_a_variable_minimised_directly_is_ones():
+    seen = []
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((10,))) -> tp.Numpy:
+        w = flow.get_variable("w", (10,), initializer=flow.zeros_initializer())
+        loss = w + x
+        flow.watch_diff(loss, lambda d: seen.append(d))
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    job(np.zeros(10, np.float32))
+    assert np.array_equal(seen[0], np.ones(10, np.float32))
+
+
+def test_watch_handler_must_take_one_parameter():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        flow.watch(x, lambda a, b: None)
+        return x
+
+    with pytest.raises(AssertionError, match="only one parameter"):
+        job(np.zeros(2, np.float32))
+
+
+def test_watch_example_prints_relu_at_exit():
+    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "test_watch.py")],
+                         capture_output=True, text=True, check=True).stdout
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("in:") and lines[1].startswith("out:")
+    xin = np.array(lines[0][4:].strip(" []").split(), dtype=np.float32)
+    xout = np.array(lines[1][5:].strip(" []").split(), dtype=np.float32)
+    np.testing.assert_allclose(xout, np.maximum(xin, 0), rtol=1e-6)
