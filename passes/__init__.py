@@ -23,9 +23,8 @@ def register_pass(pass_factory):
 
 def default_passes():
     """The pipeline every job runs (each pass: one module, rewrite cases in its docstring)."""
-    from .fold_reshapes import FoldReshapes
-    from .fold_transpose_into_gemm import FoldTransposeIntoGemm
     return [
+        CommuteReluMaxPool(),
         FoldReshapes(),
         FoldTransposeIntoGemm(),
         common.CommonSubexpressionEliminationPass(),
@@ -87,8 +86,9 @@ def op_counts(model):
     return dict(collections.Counter(node.op_type for node in model.graph))
 
 
+from .commute_relu_maxpool import CommuteReluMaxPool  # noqa: E402
 from .fold_reshapes import FoldReshapes  # noqa: E402
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm  # noqa: E402
 
-__all__ = ["FoldReshapes", "FoldTransposeIntoGemm", "build_pipeline", "default_passes",
+__all__ = ["CommuteReluMaxPool", "FoldReshapes", "FoldTransposeIntoGemm", "build_pipeline", "default_passes",
            "format_op_count_diff", "op_counts", "register_pass", "run_default_pipeline"]

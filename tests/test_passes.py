@@ -126,3 +126,46 @@ def test_dump_passes_writes_before_and_after(tmp_path, capsys):
     job(np.ones((3, 4), np.float32))
     assert (tmp_path / "job.before.onnx").is_file() and (tmp_path / "job.after.onnx").is_file()
     assert "Reshape" in capsys.readouterr().out
+
+
+def test_commute_relu_maxpool_predict_graph():
+    from passes import CommuteReluMaxPool
+    check(CommuteReluMaxPool(), lambda x: flow.nn.max_pool2d(flow.nn.relu(x), 2, 2, "VALID"),
+          [(2, 3, 8, 8)], {"Relu": 1, "MaxPool": 1}, {"Relu": 1, "MaxPool": 1})
+    model = build(lambda x: flow.nn.max_pool2d(flow.nn.relu(x), 2, 2, "VALID"), (2, 3, 8, 8))
+    CommuteReluMaxPool()(model)
+    relu = next(n for n in model.graph if n.op_type == "Relu")
+    assert relu.inputs[0].producer().op_type == "MaxPool", "the ReLU now runs after the pool"
+
+
+def test_commute_relu_maxpool_keeps_overlapping_pools():
+    from passes import CommuteReluMaxPool
+    model = build(lambda x: flow.nn.max_pool2d(flow.nn.relu(x), 3, 2, "VALID"), (1, 2, 9, 9))
+    assert not CommuteReluMaxPool()(model).modified
+
+
+def test_commute_relu_maxpool_train_graph_same_update():
+    """Case 2: with and without the passes, one LeNet SGD step gives the same weights."""
+    from models import define_jobs, lenet, random_batch
+    from onnxjob.session import default_session
+    images, labels = random_batch(4)
+    results = []
+    start = None
+    for disable in (True, False):
+        flow.clear_default_session()
+        train_job, _ = define_jobs(lenet, {"train": False})
+        train_job.job.config.disable_passes(disable)
+        if start is None:
+            flow.get_all_variables()
+            start = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+        else:
+            flow.load_variables(start)
+        graph = default_session().runtimes["train_job"].compiled.model.graph
+        relu_inputs = sorted(n.inputs[0].producer().op_type for n in graph if n.op_type == "Relu")
+        loss = train_job(images, labels)
+        results.append((relu_inputs, loss, {k: v.numpy() for k, v in flow.get_all_variables().items()}))
+    (off_relus, off_loss, off_vars), (on_relus, on_loss, on_vars) = results
+    assert off_relus == ["Conv", "Conv", "Gemm"] and on_relus == ["Gemm", "MaxPool", "MaxPool"]
+    np.testing.assert_allclose(on_loss, off_loss, rtol=1e-6, atol=1e-6)
+    for k in off_vars:
+        np.testing.assert_allclose(on_vars[k], off_vars[k], rtol=1e-5, atol=1e-6, err_msg=k)
