@@ -98,3 +98,17 @@ def test_pending_callbacks_run_at_exit_and_errors_fail_the_process(tmp_path):
     assert ok.returncode == 0 and "last 6.0" in ok.stdout
     bad = subprocess.run([sys.executable, str(script), "fail"], capture_output=True, text=True)
     assert bad.returncode != 0 and "callback failed" in bad.stderr
+
+
+def test_clear_default_session_waits_and_reraises():
+    inc, _ = counter_jobs()
+    got = []
+
+    def cb(v):
+        got.append(v)
+        raise KeyError("late")
+
+    inc(np.zeros(1, np.float32))(cb)
+    with pytest.raises(KeyError, match="late"):
+        flow.clear_default_session()
+    assert len(got) == 1

@@ -110,3 +110,34 @@ def test_kill_during_save_leaves_no_accepted_checkpoint(tmp_path):
     define_jobs(mlp)
     with pytest.raises(AssertionError, match="doesn't exist"):
         flow.checkpoint.get(str(target))
+
+
+def test_legacy_checkpoint_without_meta_loads_with_the_variables_shape(tmp_path):
+    define_jobs(mlp)
+    root = tmp_path / "legacy"
+    (root / "output-bias").mkdir(parents=True)
+    np.arange(10, dtype="<f4").tofile(root / "output-bias" / "out")
+    (root / "snapshot_done").write_text("")
+    entries = flow.checkpoint.get(str(root))
+    with pytest.raises(RuntimeError, match="does not have meta info"):
+        entries["output-bias"].numpy()
+    flow.load_variables(entries)
+    assert np.array_equal(flow.get_all_variables()["output-bias"].numpy(), np.arange(10, dtype=np.float32))
+
+
+def test_symlinked_entries_are_not_followed(tmp_path):
+    define_jobs(mlp)
+    flow.checkpoint.save(str(tmp_path / "c"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "out").write_bytes(b"\0" * 40)
+    os.symlink(outside, tmp_path / "c" / "output-bias-link")
+    assert "output-bias-link" not in flow.checkpoint.get(str(tmp_path / "c"))
+
+
+def test_missing_snapshot_done_is_rejected(tmp_path):
+    define_jobs(mlp)
+    flow.checkpoint.save(str(tmp_path / "c"))
+    os.remove(tmp_path / "c" / "snapshot_done")
+    with pytest.raises(CheckpointError, match="snapshot_done"):
+        flow.checkpoint.get(str(tmp_path / "c"))
