@@ -123,32 +123,7 @@ def _conv_grad(n, g, need):
     return grads
 
 
-def conv_weight_grad_per_offset(x, gy, w_shape, strides, dil, pads):
-    """dL/dW of a Conv with group 1 as one Gemm per kernel offset.
-
-    dW[:, :, i, j] = gy^T (M, N*Ho*Wo) @ patch_ij (C, N*Ho*Wo)^T; only the small (M, C)
-    results are concatenated, never the (C*kh*kw, N*Ho*Wo) column matrix.
-    """
-    m, c, kh, kw = w_shape
-    n, _, ho, wo = gy.shape
-    xt = op("Transpose", x, perm=[1, 0, 2, 3])
-    if any(pads):
-        xt = op("Pad", xt, _i64(xt, [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]]))
-    gy_t = reshape_to(op("Transpose", gy, perm=[1, 0, 2, 3]), [m, n * ho * wo])
-    parts = []
-    for i in range(kh):
-        for j in range(kw):
-            top, left = i * dil[0], j * dil[1]
-            patch = op("Slice", xt, _i64(xt, [top, left]),
-                       _i64(xt, [top + strides[0] * (ho - 1) + 1, left + strides[1] * (wo - 1) + 1]),
-                       _i64(xt, [2, 3]), _i64(xt, strides))
-            parts.append(reshape_to(op("Gemm", gy_t, reshape_to(patch, [c, n * ho * wo]), transB=1),
-                                    [m, c, 1]))
-    return reshape_to(op("Concat", *parts, axis=2), w_shape)
-
-
-_WEIGHT_GRAD = {"im2col": conv_weight_grad_im2col, "conv": conv_weight_grad,
-                "per_offset": conv_weight_grad_per_offset}
+_WEIGHT_GRAD = {"im2col": conv_weight_grad_im2col, "conv": conv_weight_grad}
 
 
 def _weight_grad_choice():
