@@ -66,7 +66,7 @@ class FunctionConfig:
         known = _IGNORED_FLAGS | {"default_data_type", "default_logical_view",
                                   "default_distribute_strategy", "default_placement_scope",
                                   "passes", "disable_passes", "dump_passes", "execution_provider",
-                                  "cudnn_conv_algo_search", "use_cuda_graph"}
+                                  "cudnn_conv_algo_search"}
         assert name in known, f"unknown function_config flag {name!r}"
 
         def setter(value=True):

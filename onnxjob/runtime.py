@@ -54,6 +54,23 @@ def choose_device(requested=None):
     return "cuda" if requested is None and cuda_usable() else "cpu"
 
 
+def cuda_provider_options(config):
+    """CUDA EP options from a job's function_config.
+
+    `cudnn_conv_algo_search("EXHAUSTIVE"|"HEURISTIC"|"DEFAULT")`: onnxruntime's default,
+    EXHAUSTIVE, benchmarks every algorithm on the first run (slow start, fastest steps).
+    """
+    options = {}
+    search = config.get("cudnn_conv_algo_search")
+    if search is not None:
+        search = str(search).upper()
+        if search not in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):
+            raise ValueError(f"cudnn_conv_algo_search must be EXHAUSTIVE, HEURISTIC or DEFAULT, "
+                             f"got {search!r}")
+        options["cudnn_conv_algo_search"] = search
+    return options
+
+
 def session_options(is_train, threads=None):
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

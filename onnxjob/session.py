@@ -32,7 +32,8 @@ class JobRuntime:
         self.device = session.device
         proto = compiled.to_proto()
         self.model_bytes = proto.SerializeToString()
-        self.ort_session = runtime.create_session(self.model_bytes, self.device, compiled.is_train)
+        self.ort_session = runtime.create_session(self.model_bytes, self.device, compiled.is_train,
+                                                  runtime.cuda_provider_options(job.config))
         self._user_outputs = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
         self._state_items = list(compiled.state_outputs.items())
         order = [o.name for o in self.ort_session.get_outputs()]
