@@ -28,7 +28,17 @@ def main():
     from models import BATCH, lenet, mlp, random_batch
 
     print(f"{'graph':14s} {'nodes off':>9s} {'nodes on':>9s} {'off ms':>8s} {'on ms':>8s} {'on/off':>7s}")
-    for name, net, kwargs in (("lenet", lenet, {"train": False}), ("mlp", mlp, {})):
+    def matmul_mlp(images):
+        """The MLP written with get_variable + flow.matmul (older OneFlow docs' style)."""
+        x = flow.reshape(images, [images.shape[0], -1])
+        init = flow.truncated_normal(0.1)
+        w1 = flow.get_variable("mm-w1", (784, 512), initializer=init)
+        w2 = flow.get_variable("mm-w2", (10, 512), initializer=init)
+        h = flow.math.relu(flow.matmul(x, w1))
+        return flow.matmul(h, w2, transpose_b=True)
+
+    for name, net, kwargs in (("lenet", lenet, {"train": False}), ("mlp", mlp, {}),
+                              ("matmul-mlp", matmul_mlp, {})):
         flow.clear_default_session()
         jobs = {}
         for mode in ("off", "on"):

@@ -123,7 +123,22 @@ def _conv_grad(n, g, need):
     return grads
 
 
-_WEIGHT_GRAD = {"im2col": conv_weight_grad_im2col, "conv": conv_weight_grad}
+def conv_weight_grad_unfold(x, gy, w_shape, strides, dil, pads):
+    """dL/dW of a Conv with group 1: unfold x with an identity-kernel Conv, then a batched
+    MatMul against gy and a sum over the batch."""
+    m, c, kh, kw = w_shape
+    n, _, ho, wo = gy.shape
+    eye = as_blob(np.eye(kh * kw, dtype=x.np_dtype).reshape(kh * kw, 1, kh, kw), like=x)
+    unfolded = op("Conv", reshape_to(x, [n * c, 1, *x.shape[2:]]), eye, strides=list(strides),
+                  dilations=list(dil), pads=list(pads))
+    cols = reshape_to(unfolded, [n, c * kh * kw, ho * wo])
+    per_image = op("MatMul", reshape_to(gy, [n, m, ho * wo]), op("Transpose", cols, perm=[0, 2, 1]))
+    summed = op("ReduceSum", per_image, _i64(per_image, [0]), keepdims=0)
+    return reshape_to(summed, w_shape)
+
+
+_WEIGHT_GRAD = {"im2col": conv_weight_grad_im2col, "conv": conv_weight_grad,
+                "unfold": conv_weight_grad_unfold}
 
 
 def _weight_grad_choice():
