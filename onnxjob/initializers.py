@@ -18,17 +18,20 @@ class Initializer:
         return f"{self.kind}({', '.join(f'{k}={v}' for k, v in self.params.items())})"
 
     def sample(self, shape, np_dtype, rng):
-        return np.asarray(_SAMPLERS[self.kind](shape, rng, **self.params)).astype(np_dtype)
+        return np.asarray(_SAMPLERS[self.kind](shape, rng, **self.params)).astype(np_dtype, copy=False)
 
 
 def _truncated(shape, rng, mean, stddev):
-    """Normal(mean, stddev) resampled until |x - mean| < 2 stddev."""
-    out = rng.normal(0.0, 1.0, size=shape)
-    bad = np.abs(out) >= 2.0
-    while bad.any():
-        out[bad] = rng.normal(0.0, 1.0, size=int(bad.sum()))
-        bad = np.abs(out) >= 2.0
-    return out * stddev + mean
+    """Normal(mean, stddev) resampled until |x - mean| < 2 stddev (drawn in float32)."""
+    out = rng.standard_normal(size=shape, dtype=np.float32)
+    bad = np.flatnonzero(np.abs(out) >= 2.0)
+    while bad.size:
+        flat = out.reshape(-1)
+        flat[bad] = rng.standard_normal(size=bad.size, dtype=np.float32)
+        bad = bad[np.abs(flat[bad]) >= 2.0]
+    out *= np.float32(stddev)
+    out += np.float32(mean)
+    return out
 
 
 def _fans(shape, data_format):

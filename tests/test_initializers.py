@@ -1,0 +1,66 @@
+"""Initializer distributions (spec §5.8) and the layers' default initializers (§5.2, §5.3)."""
+import math
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+
+RNG = np.random.default_rng(0)
+SHAPE = (256, 128)
+
+
+def sample(init, shape=SHAPE, dtype=np.float32):
+    return init.sample(shape, np.dtype(dtype), RNG)
+
+
+def test_truncated_normal_is_cut_at_two_sigma():
+    x = sample(flow.truncated_normal(0.1))
+    assert np.abs(x).max() < 0.2
+    assert x.std() == pytest.approx(0.1 * 0.8796, rel=0.02)
+
+
+def test_normal_uniform_constant():
+    assert sample(flow.random_normal_initializer(1.0, 2.0)).std() == pytest.approx(2.0, rel=0.02)
+    u = sample(flow.random_uniform_initializer(-0.5, 0.25))
+    assert u.min() >= -0.5 and u.max() <= 0.25 and u.mean() == pytest.approx(-0.125, abs=0.01)
+    assert np.all(sample(flow.constant_initializer(3.5)) == 3.5)
+    assert np.all(sample(flow.ones_initializer()) == 1) and np.all(sample(flow.zeros_initializer()) == 0)
+    ints = sample(flow.random_uniform_initializer(0, 3, dtype=flow.int32), dtype=np.int32)
+    assert set(np.unique(ints)) == {0, 1, 2, 3}
+
+
+def test_xavier_and_kaiming_scales():
+    fan_in, fan_out = 128, 256
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    x = sample(flow.xavier_uniform_initializer())
+    assert np.abs(x).max() <= limit and np.abs(x).max() > 0.95 * limit
+    k = sample(flow.kaiming_initializer(SHAPE, nonlinearity="relu"))
+    assert k.std() == pytest.approx(math.sqrt(2.0 / fan_in), rel=0.03)
+    conv = sample(flow.variance_scaling_initializer(2.0, "fan_in", "random_normal"), shape=(64, 32, 5, 5))
+    assert conv.std() == pytest.approx(math.sqrt(2.0 / (32 * 25)), rel=0.03)
+
+
+def test_layer_defaults_dense_zero_conv_xavier():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3, 8, 8))) -> tp.Numpy:
+        y = flow.layers.conv2d(x, 4, 3, name="c")
+        return flow.layers.dense(flow.reshape(y, [2, -1]), 5, name="d")
+
+    job(np.ones((2, 3, 8, 8), np.float32))
+    values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    assert np.all(values["d-weight"] == 0) and values["d-weight"].shape == (5, 144)
+    assert np.all(values["c-bias"] == 0) and np.abs(values["c-weight"]).max() > 0
+    assert values["c-weight"].shape == (4, 3, 3, 3)
+
+
+def test_missing_initializer_is_a_clear_error():
+    from onnxjob.errors import TraceError
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return x * flow.get_variable("w", (2,))
+
+    with pytest.raises(TraceError, match="no initializer"):
+        job(np.zeros(2, np.float32))
