@@ -58,6 +58,9 @@ class Executor:
         self._errors = []
         self._thread = None
         self._closed = False
+        # Held while a run executes, by the worker or by a direct sync call: runs never
+        # overlap even when jobs are called from several threads.
+        self._run_lock = threading.Lock()
 
     # -- errors ---------------------------------------------------------------------------
     def _record(self, exc, what):
@@ -87,13 +90,21 @@ class Executor:
             self._record(e, f"callback {getattr(callback, '__name__', callback)!r}")
 
     # -- running --------------------------------------------------------------------------
+    def _refuse_reentry(self):
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a job function was called from a callback or watch handler; "
+                               "that would wait for itself. Collect the values in the callback "
+                               "and call the job from the main program instead.")
+
     def run_sync(self, fn):
         """Run `fn()` after every earlier call; returns its value (errors raise here)."""
+        self._refuse_reentry()
         self.raise_pending()
-        # Reading the counter without the lock is safe: only this thread submits, so it
-        # cannot grow under us, and a stale non-zero just routes the call via the worker.
+        # Fast path: nothing queued, so run here (no thread hop). The run lock keeps it from
+        # overlapping a run that another thread queued meanwhile.
         if self._in_flight == 0:
-            return fn()
+            with self._run_lock:
+                return fn()
         box = {}
         done = threading.Event()
 
@@ -112,6 +123,7 @@ class Executor:
 
     def run_async(self, fn, deliver):
         """Queue `fn()`; its value goes to `deliver(value)` in the worker. Returns at once."""
+        self._refuse_reentry()
         self.raise_pending()
         pending = PendingResult(self)
 
@@ -141,7 +153,8 @@ class Executor:
             if task is None:
                 return
             try:
-                task()
+                with self._run_lock:
+                    task()
             finally:
                 with self._cond:
                     self._in_flight -= 1

@@ -112,3 +112,31 @@ def test_clear_default_session_waits_and_reraises():
     with pytest.raises(KeyError, match="late"):
         flow.clear_default_session()
     assert len(got) == 1
+
+
+def test_calls_from_several_threads_never_overlap_runs():
+    import threading
+    inc, read = counter_jobs()
+    x = np.zeros(1, np.float32)
+
+    def worker(n):
+        for i in range(n):
+            if i % 2:
+                inc(x)(lambda v: None)
+            else:
+                read(x)
+    threads = [threading.Thread(target=worker, args=(200,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flow.sync_default_session()
+    assert read(x)[0] == 400.0  # every one of the 400 increments applied exactly once
+
+
+def test_calling_a_job_from_a_callback_is_refused_not_deadlocked():
+    inc, read = counter_jobs()
+    x = np.zeros(1, np.float32)
+    inc(x)(lambda v: read(x))
+    with pytest.raises(RuntimeError, match="called from a callback"):
+        flow.sync_default_session()
