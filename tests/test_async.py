@@ -134,9 +134,17 @@ def test_calls_from_several_threads_never_overlap_runs():
     assert read(x)[0] == 400.0  # every one of the 400 increments applied exactly once
 
 
-def test_calling_a_job_from_a_callback_is_refused_not_deadlocked():
-    inc, read = counter_jobs()
-    x = np.zeros(1, np.float32)
-    inc(x)(lambda v: read(x))
+def test_calling_a_job_from_a_handler_is_refused_not_deadlocked():
+    @flow.global_function()
+    def read(x: tp.Numpy.Placeholder((1,))) -> tp.Numpy:
+        return x + 1
+
+    @flow.global_function()
+    def launcher(x: tp.Numpy.Placeholder((1,))) -> tp.Callback[tp.Numpy]:
+        # a Callback job always runs in the worker, and so do its watch handlers
+        flow.watch(x, lambda v: read(v))
+        return x
+
+    launcher(np.zeros(1, np.float32))
     with pytest.raises(RuntimeError, match="called from a callback"):
         flow.sync_default_session()
