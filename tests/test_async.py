@@ -142,7 +142,7 @@ def test_calling_a_job_from_a_handler_is_refused_not_deadlocked():
     @flow.global_function()
     def launcher(x: tp.Numpy.Placeholder((1,))) -> tp.Callback[tp.Numpy]:
         # a Callback job always runs in the worker, and so do its watch handlers
-        flow.watch(x, lambda v: read(v))
+        flow.watch(x, lambda v: read(v.numpy()))
         return x
 
     launcher(np.zeros(1, np.float32))
