@@ -21,7 +21,6 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
-    import onnxjob as flow
     from onnxjob.session import default_session
     from models import define_jobs, lenet, mlp, random_batch
     net, kwargs = (lenet, {"train": False}) if args.model == "lenet" else (mlp, {})

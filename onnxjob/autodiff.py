@@ -10,7 +10,8 @@ import numpy as np
 from . import dtypes
 from .errors import MissingGradientError, TraceError
 from .primitives import get_primitive
-from .primitives.shape_ops import _i64, reshape_to
+from .primitives.shape_ops import reshape_to
+from .tracer import int64_constant
 from .tracer import op
 
 
@@ -36,12 +37,12 @@ def unbroadcast(grad, shape):
     axes = list(range(lead)) + [lead + i for i, d in enumerate(shape)
                                 if d == 1 and grad.shape[lead + i] != 1]
     if axes:
-        grad = op("ReduceSum", grad, _i64(grad, axes), keepdims=1)
+        grad = op("ReduceSum", grad, int64_constant(grad, axes), keepdims=1)
     return reshape_to(grad, shape)
 
 
 def _zeros_like(blob):
-    return op("ConstantOfShape", _i64(blob, blob.shape), value=np.zeros(1, blob.np_dtype))
+    return op("ConstantOfShape", int64_constant(blob, blob.shape), value=np.zeros(1, blob.np_dtype))
 
 
 def backward(builder, losses):

@@ -4,7 +4,7 @@ import onnx_ir as ir
 
 from . import results
 from .errors import TraceError
-from .tracer import GraphBuilder, op, tracing
+from .tracer import GraphBuilder, tracing
 
 IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13; opset 17 needs 8
 
@@ -28,11 +28,11 @@ class CompiledGraph:
         return ir.to_proto(self.model)
 
 
-def _placeholders(builder, job, annotation, name):
+def _placeholders(builder, annotation, name):
     from . import typing as tp
     import typing
     if typing.get_origin(annotation) is tuple:
-        return tuple(_placeholders(builder, job, a, f"{name}_{i}")
+        return tuple(_placeholders(builder, a, f"{name}_{i}")
                      for i, a in enumerate(typing.get_args(annotation)))
     dynamic = issubclass(annotation, (tp.ListNumpyDef,))
     tensor_list = issubclass(annotation, tp.ListListNumpyDef)
@@ -63,14 +63,14 @@ def _as_output(builder, blob, name, taken):
     return name
 
 
-def compile_job(job, session):
+def compile_job(job):
     """Trace `job` and build its CompiledGraph (raises at the user's line on errors)."""
     from . import autodiff, optimizer as optim
     from passes import run_default_pipeline
 
     builder = GraphBuilder(job.name, is_train=job.is_train)
     with tracing(builder):
-        args = [_placeholders(builder, job, ann, pname)
+        args = [_placeholders(builder, ann, pname)
                 for pname, ann in zip(job.param_names, job.param_annotations)]
         ret = job.func(*args)
         blobs = []
@@ -111,14 +111,14 @@ def compile_job(job, session):
     has_sequences = any(b.is_tensor_list for b in blobs) or any(
         isinstance(v.type, ir.SequenceType) for v in model.graph.inputs)
     return CompiledGraph(model, placeholder_names, variable_names, output_names, tree,
-                         state_outputs, watch_named, has_sequences, job.is_train), builder
+                         state_outputs, watch_named, has_sequences, job.is_train)
 
 
 def _watch_outputs(builder):
     outs = []
     for blob, handler, is_diff, location in builder.watches:
         if is_diff:
-            grad = builder.gradients.get(id(blob)) if hasattr(builder, "gradients") else None
+            grad = builder.gradients.get(id(blob))
             if grad is None:
                 raise TraceError(f"flow.watch_diff: {blob.name} has no gradient in this job "
                                  "(is it on the path from a trainable variable to the loss?)",

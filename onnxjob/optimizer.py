@@ -16,8 +16,8 @@ from .lr_schedules import (  # noqa: F401  (re-exported as flow.optimizer.*)
     InverseTimeScheduler, LinearCosineScheduler, LrScheduler, NaturalExpScheduler,
     PiecewiseConstantScheduler, PiecewiseScalingScheduler, PolynomialSchduler,
     PolynomialScheduler, warmup)
-from .primitives.shape_ops import _i64, reshape_to
-from .tracer import as_blob, current_builder, op
+from .primitives.shape_ops import reshape_to
+from .tracer import as_blob, current_builder, int64_constant, op
 from .variables import VariableSpec, variable_blob
 
 
@@ -76,7 +76,7 @@ class Optimizer:
         step_spec = VariableSpec(f"System-Train-TrainStep-{job_name}", (1,), np.int64,
                                  initializers.constant_initializer(0), trainable=False)
         step = variable_blob(step_spec)
-        builder.state_updates[step.name] = op("Add", step, _i64(step, [1]))
+        builder.state_updates[step.name] = op("Add", step, int64_constant(step, [1]))
         t = op("Cast", reshape_to(step, ()), to=1)
         lr = self.lr_scheduler.lr(t)
         if self.grad_clipping is not None:
@@ -96,7 +96,7 @@ class Optimizer:
 
     @staticmethod
     def _clip(grads, clip_norm):
-        sq = [op("ReduceSum", g * g, _i64(g, list(range(len(g.shape)))), keepdims=0)
+        sq = [op("ReduceSum", g * g, int64_constant(g, list(range(len(g.shape)))), keepdims=0)
               for g in grads.values()]
         total = sq[0]
         for s in sq[1:]:
@@ -227,7 +227,7 @@ def _bias_corrections(t, beta1, beta2):
 
 
 def _norm(x):
-    return op("Sqrt", op("ReduceSum", x * x, _i64(x, list(range(len(x.shape)))), keepdims=0))
+    return op("Sqrt", op("ReduceSum", x * x, int64_constant(x, list(range(len(x.shape)))), keepdims=0))
 
 
 class LAMB(Adam):

@@ -19,7 +19,6 @@ def cuda_usable():
     if os.environ.get("ONNXJOB_DEVICE", "").lower() == "cpu":
         return False
     try:
-        import onnx
         from onnx import helper, TensorProto
         g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],

@@ -81,7 +81,6 @@ class Session:
         self.variable_specs = {}
         self.variable_values = {}      # name -> OrtValue on the session's device
         self.runtimes = {}
-        self.builders = {}
         self.is_running = False
         self.device = None
         self.executor = Executor()
@@ -134,9 +133,7 @@ class Session:
             self.device = runtime.choose_device(requested)
             compiled = []
             for job in self.jobs.values():
-                graph, builder = compile_job(job, self)
-                compiled.append((job, graph))
-                self.builders[job.name] = builder
+                compiled.append((job, compile_job(job)))
             assert self.jobs, "the session has no job function to run"
             self._init_variables()
             for job, graph in compiled:

@@ -132,6 +132,8 @@ class GraphBuilder:
         self.watches = []          # (Blob, handler, is_diff, location)
         self.losses = []
         self.optimizer = None
+        self.gradients = {}        # id(Blob) -> its gradient Blob (filled by autodiff)
+        self.loss_elem_count = 1   # autodiff's 1/N scale, undone for watch_diff
         self.location_override = None
         self._counter = itertools.count()
         self._const_cache = {}
@@ -263,6 +265,11 @@ def op(op_type, *inputs, num_outputs=1, name=None, **attrs):
     builder = builder or current_builder(op_type)
     outs = builder.emit(op_type, list(inputs), attrs, num_outputs=num_outputs, name=name)
     return outs[0] if num_outputs == 1 else outs
+
+
+def int64_constant(like, values):
+    """An int64 constant (shapes, axes, indices) in the graph of Blob `like`."""
+    return as_blob(np.asarray(values, dtype=np.int64), like=like, dtype=np.int64)
 
 
 def as_blob(x, like=None, dtype=None):

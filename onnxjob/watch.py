@@ -1,7 +1,6 @@
 """flow.watch / flow.watch_diff: a handler receives a value (or its gradient) every run."""
 import inspect
 
-import numpy as np
 
 from . import typing as tp
 from .results import LocalBlob

@@ -1,5 +1,4 @@
 """Small helpers shared by the passes."""
-import numpy as np
 import onnx_ir as ir
 
 
@@ -44,18 +43,3 @@ def replace_value(old, new):
         graph.outputs[index] = new
     ir.convenience.replace_all_uses_with(old, new)
     return True
-
-
-def i64_initializer(graph, name_hint, values):
-    """A fresh int64 initializer in `graph`."""
-    arr = np.asarray(values, dtype=np.int64)
-    base = name_hint
-    names = {v.name for v in graph.initializers.values()}
-    k = 0
-    while f"{base}_{k}" in names:
-        k += 1
-    name = f"{base}_{k}"
-    value = ir.Value(name=name, const_value=ir.tensor(arr, name=name),
-                     type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(arr.shape))
-    graph.register_initializer(value)
-    return value

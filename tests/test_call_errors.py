@@ -1,7 +1,7 @@
 """Bad input: the errors of spec §2.2 / §2.5, with messages that say what was wrong."""
 import os
 import typing
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 import numpy as np
 import pytest

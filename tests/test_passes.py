@@ -5,7 +5,6 @@ import collections
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
-import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp

@@ -3,11 +3,7 @@ import numpy as np
 
 from .. import dtypes
 from ..primitives.shape_ops import resolve_reshape
-from ..tracer import Blob, as_blob, current_builder, op
-
-
-def i64(like, values):
-    return as_blob(np.asarray(values, dtype=np.int64), like=like, dtype=np.int64)
+from ..tracer import Blob, as_blob, current_builder, int64_constant, op
 
 
 def reshape(x, shape, name=None):
@@ -15,7 +11,7 @@ def reshape(x, shape, name=None):
     shape = resolve_reshape(x.shape, list(shape))
     if tuple(shape) == x.shape:
         return op("Identity", x, name=name)
-    return op("Reshape", x, i64(x, shape), name=name)
+    return op("Reshape", x, int64_constant(x, shape), name=name)
 
 
 def flatten(x, start_dim=0, end_dim=-1, name=None):
@@ -38,7 +34,7 @@ def split(x, num_or_size_splits, axis=0, name=None):
     if isinstance(num_or_size_splits, int):
         return op("Split", x, None, axis=axis, num_outputs=num_or_size_splits, name=name)
     sizes = list(num_or_size_splits)
-    return op("Split", x, i64(x, sizes), axis=axis, num_outputs=len(sizes), name=name)
+    return op("Split", x, int64_constant(x, sizes), axis=axis, num_outputs=len(sizes), name=name)
 
 
 def identity(x, name=None):
@@ -47,11 +43,11 @@ def identity(x, name=None):
 
 def squeeze(x, axis=None, name=None):
     axes = [i for i, d in enumerate(x.shape) if d == 1] if axis is None else list(np.atleast_1d(axis))
-    return op("Squeeze", x, i64(x, axes), name=name)
+    return op("Squeeze", x, int64_constant(x, axes), name=name)
 
 
 def expand_dims(x, axis, name=None):
-    return op("Unsqueeze", x, i64(x, [axis]), name=name)
+    return op("Unsqueeze", x, int64_constant(x, [axis]), name=name)
 
 
 def constant(value, dtype=None, shape=None, name=None):
@@ -100,7 +96,7 @@ def slice(x, begin, size, name=None):
         starts.append(b)
         ends.append(x.shape[axis] if s is None or s == -1 else b + s)
         axes.append(axis)
-    return op("Slice", x, i64(x, starts), i64(x, ends), i64(x, axes), name=name)
+    return op("Slice", x, int64_constant(x, starts), int64_constant(x, ends), int64_constant(x, axes), name=name)
 
 
 def slice_v2(x, slice_tup_list, name=None):
@@ -110,7 +106,7 @@ def slice_v2(x, slice_tup_list, name=None):
         ends.append(np.iinfo(np.int64).max if e is None else e)
         axes.append(axis)
         steps.append(1 if st is None else st)
-    return op("Slice", x, i64(x, starts), i64(x, ends), i64(x, axes), i64(x, steps), name=name)
+    return op("Slice", x, int64_constant(x, starts), int64_constant(x, ends), int64_constant(x, axes), int64_constant(x, steps), name=name)
 
 
 def gather(params, indices, axis=0, batch_dims=0, name=None):
@@ -137,4 +133,4 @@ def where(condition, x=None, y=None, name=None):
 def one_hot(indices, depth, on_value=1, off_value=0, axis=-1, dtype=None, name=None):
     np_dtype = dtypes.to_numpy(dtype) if dtype is not None else np.float32
     values = as_blob(np.array([off_value, on_value], np_dtype), like=indices, dtype=np_dtype)
-    return op("OneHot", indices, i64(indices, [depth]), values, axis=axis, name=name)
+    return op("OneHot", indices, int64_constant(indices, [depth]), values, axis=axis, name=name)

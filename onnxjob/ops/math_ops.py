@@ -1,6 +1,5 @@
 """flow.math: elementwise math, reductions and arg-reductions."""
-from ..tracer import Blob, as_blob, op
-from .array_ops import i64
+from ..tracer import Blob, as_blob, int64_constant, op
 
 
 def _pair(x, y):
@@ -105,7 +104,7 @@ def _axes(x, axis):
 
 
 def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
-    return op("ReduceSum", input_tensor, i64(input_tensor, _axes(input_tensor, axis)),
+    return op("ReduceSum", input_tensor, int64_constant(input_tensor, _axes(input_tensor, axis)),
               keepdims=int(keepdims), name=name)
 
 

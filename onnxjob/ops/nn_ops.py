@@ -4,7 +4,7 @@ import numpy as np
 from ..errors import TraceError
 from ..tracer import as_blob, current_builder, op
 from . import math_ops
-from .array_ops import i64, reshape
+from .array_ops import reshape
 
 relu = math_ops.relu
 sigmoid = math_ops.sigmoid

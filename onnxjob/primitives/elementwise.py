@@ -128,7 +128,6 @@ register("Clip", _unary, _clip_grad)
 
 
 def _cast_infer(inputs, attrs, num_outputs):
-    from .. import dtypes
     from onnx_ir import DataType
     return [(inputs[0].shape, DataType(attrs["to"]).numpy())]
 

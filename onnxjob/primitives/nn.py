@@ -5,9 +5,9 @@ OneFlow's "SAME" (= SAME_LOWER) and "VALID" before emitting.
 """
 import numpy as np
 
-from ..tracer import as_blob, op
+from ..tracer import as_blob, int64_constant, op
 from . import register
-from .shape_ops import _i64, reshape_to
+from .shape_ops import reshape_to
 
 
 def _window_out(size, k, s, d, p0, p1, ceil_mode=False):
@@ -51,8 +51,8 @@ def conv_input_grad(gy, w, x_shape, strides, dil, pads, group):
     full = [dil[i] * (w.shape[2 + i] - 1) for i in range(2)]
     conv_pads = [full[0] - pads[0], full[1] - pads[1], full[0] - pads[2], full[1] - pads[3]]
     if list(strides) == [1, 1] and group == 1 and min(conv_pads) >= 0:
-        flipped = op("Slice", w, _i64(w, [-1, -1]), _i64(w, [np.iinfo(np.int64).min] * 2),
-                     _i64(w, [2, 3]), _i64(w, [-1, -1]))
+        flipped = op("Slice", w, int64_constant(w, [-1, -1]), int64_constant(w, [np.iinfo(np.int64).min] * 2),
+                     int64_constant(w, [2, 3]), int64_constant(w, [-1, -1]))
         kernel = op("Transpose", flipped, perm=[1, 0, 2, 3])
         return op("Conv", gy, kernel, pads=conv_pads, dilations=list(dil), strides=[1, 1])
     out_pad = []
@@ -75,7 +75,7 @@ def conv_weight_grad(x, gy, w_shape, strides, dil, pads):
     gt = op("Transpose", gy, perm=[1, 0, 2, 3])
     gw = op("Conv", xt, gt, strides=dil, dilations=strides, pads=pads)
     if gw.shape[2:] != tuple(w_shape[2:]):
-        gw = op("Slice", gw, _i64(gw, [0, 0]), _i64(gw, list(w_shape[2:])), _i64(gw, [2, 3]))
+        gw = op("Slice", gw, int64_constant(gw, [0, 0]), int64_constant(gw, list(w_shape[2:])), int64_constant(gw, [2, 3]))
     return op("Transpose", gw, perm=[1, 0, 2, 3])
 
 
@@ -91,14 +91,14 @@ def conv_weight_grad_im2col(x, gy, w_shape, strides, dil, pads):
     n, m, ho, wo = gy.shape
     xt = op("Transpose", x, perm=[1, 0, 2, 3])
     if any(pads):
-        xt = op("Pad", xt, _i64(xt, [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]]))
+        xt = op("Pad", xt, int64_constant(xt, [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]]))
     cols = []
     for i in range(kh):
         for j in range(kw):
             top, left = i * dil[0], j * dil[1]
-            patch = op("Slice", xt, _i64(xt, [top, left]),
-                       _i64(xt, [top + strides[0] * (ho - 1) + 1, left + strides[1] * (wo - 1) + 1]),
-                       _i64(xt, [2, 3]), _i64(xt, strides))
+            patch = op("Slice", xt, int64_constant(xt, [top, left]),
+                       int64_constant(xt, [top + strides[0] * (ho - 1) + 1, left + strides[1] * (wo - 1) + 1]),
+                       int64_constant(xt, [2, 3]), int64_constant(xt, strides))
             cols.append(patch)
     # (C, kh*kw*N, Ho, Wo) has the memory layout of (C*kh*kw, N*Ho*Wo): no per-patch reshape
     columns = reshape_to(op("Concat", *cols, axis=1), [c * kh * kw, n * ho * wo])
@@ -119,7 +119,7 @@ def _conv_grad(n, g, need):
         gw = _WEIGHT_GRAD[_weight_grad_choice()](x, gy, w.shape, strides, dil, pads)
     grads = [gx, gw]
     if len(n.inputs) > 2:
-        grads.append(op("ReduceSum", gy, _i64(gy, [0, 2, 3]), keepdims=0) if need[2] else None)
+        grads.append(op("ReduceSum", gy, int64_constant(gy, [0, 2, 3]), keepdims=0) if need[2] else None)
     return grads
 
 
@@ -133,7 +133,7 @@ def conv_weight_grad_unfold(x, gy, w_shape, strides, dil, pads):
                   dilations=list(dil), pads=list(pads))
     cols = reshape_to(unfolded, [n, c * kh * kw, ho * wo])
     per_image = op("MatMul", reshape_to(gy, [n, m, ho * wo]), op("Transpose", cols, perm=[0, 2, 1]))
-    summed = op("ReduceSum", per_image, _i64(per_image, [0]), keepdims=0)
+    summed = op("ReduceSum", per_image, int64_constant(per_image, [0]), keepdims=0)
     return reshape_to(summed, w_shape)
 
 
@@ -191,9 +191,9 @@ def _max_pool_grad(n, g, need):
     if non_overlapping and not n.attrs.get("ceil_mode", 0):
         # NOTE: MaxUnpool measured as fast as ScatterElements with 8 fewer nodes; it
         # overwrites rather than adds, which is exact only when windows do not overlap.
-        return [op("MaxUnpool", g[0], idx, _i64(g[0], x.shape), kernel_shape=k, strides=strides)]
+        return [op("MaxUnpool", g[0], idx, int64_constant(g[0], x.shape), kernel_shape=k, strides=strides)]
     size = int(np.prod(x.shape))
-    zeros = op("ConstantOfShape", _i64(g[0], [size]), value=np.zeros(1, x.np_dtype))
+    zeros = op("ConstantOfShape", int64_constant(g[0], [size]), value=np.zeros(1, x.np_dtype))
     flat = op("ScatterElements", zeros, reshape_to(idx, [int(np.prod(idx.shape))]),
               reshape_to(g[0], [int(np.prod(y.shape))]), axis=0, reduction="add")
     return [reshape_to(flat, x.shape)]
@@ -257,7 +257,7 @@ def _global_avg_grad(n, g, need):
     x = n.inputs[0]
     count = int(np.prod(x.shape[2:]))
     scaled = op("Mul", g[0], as_blob(1.0 / count, like=g[0]))
-    return [op("Expand", scaled, _i64(scaled, x.shape))]
+    return [op("Expand", scaled, int64_constant(scaled, x.shape))]
 
 
 register("GlobalAveragePool", _global_avg_infer, _global_avg_grad)

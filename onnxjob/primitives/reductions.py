@@ -4,9 +4,9 @@ Opset 17: ReduceSum takes its axes as an input, the others as an attribute.
 """
 import numpy as np
 
-from ..tracer import as_blob, op
+from ..tracer import as_blob, int64_constant, op
 from . import const_value, normalize_axis, register
-from .shape_ops import _i64, reshape_to
+from .shape_ops import reshape_to
 
 
 def reduce_axes(node_or_inputs, attrs, rank):
@@ -33,7 +33,7 @@ def _kept_shape(x, axes):
 
 def _broadcast_back(gy, x, axes):
     """gy of a reduction, reshaped to keep dims and expanded to x's shape."""
-    return op("Expand", reshape_to(gy, _kept_shape(x, axes)), _i64(gy, x.shape))
+    return op("Expand", reshape_to(gy, _kept_shape(x, axes)), int64_constant(gy, x.shape))
 
 
 def _reduce_sum_grad(n, g, need):
@@ -56,7 +56,7 @@ def _reduce_extreme_grad(n, g, need):
     axes = reduce_axes(n.inputs, n.attrs, len(x.shape))
     y = reshape_to(n.outputs[0], _kept_shape(x, axes))
     mask = op("Cast", op("Equal", x, y), to=_ir_dtype(x))
-    ties = op("ReduceSum", mask, _i64(mask, axes), keepdims=1)
+    ties = op("ReduceSum", mask, int64_constant(mask, axes), keepdims=1)
     gy = reshape_to(g[0], _kept_shape(x, axes))
     return [op("Mul", mask, op("Div", gy, ties))] + [None] * (len(n.inputs) - 1)
 
@@ -89,13 +89,13 @@ def _softmax_grad(n, g, need):
     axis = n.attrs.get("axis", -1)
     y = n.outputs[0]
     gy_y = op("Mul", g[0], y)
-    s = op("ReduceSum", gy_y, _i64(y, [axis]), keepdims=1)
+    s = op("ReduceSum", gy_y, int64_constant(y, [axis]), keepdims=1)
     return [op("Sub", gy_y, op("Mul", y, s))]
 
 
 def _log_softmax_grad(n, g, need):
     axis = n.attrs.get("axis", -1)
-    s = op("ReduceSum", g[0], _i64(g[0], [axis]), keepdims=1)
+    s = op("ReduceSum", g[0], int64_constant(g[0], [axis]), keepdims=1)
     return [op("Sub", g[0], op("Mul", op("Exp", n.outputs[0]), s))]
 
 
@@ -127,9 +127,9 @@ def _sce_grad(n, g, need):
     depth = logits.shape[1]
     if labels.np_dtype != np.int64:  # onnxruntime's OneHot kernels take int64 indices
         labels = op("Cast", labels, to=7)
-    onehot = op("OneHot", labels, _i64(labels, [depth]),
+    onehot = op("OneHot", labels, int64_constant(labels, [depth]),
                 as_blob(np.array([0, 1], dtype=logits.np_dtype), like=logits), axis=1)
-    gy = op("Unsqueeze", g[0], _i64(g[0], [1]))
+    gy = op("Unsqueeze", g[0], int64_constant(g[0], [1]))
     return [op("Mul", op("Sub", op("Exp", n.outputs[1]), onehot), gy), None]
 
 

@@ -5,12 +5,8 @@ shape is known while tracing.
 """
 import numpy as np
 
-from ..tracer import as_blob, op
+from ..tracer import int64_constant, op
 from . import const_value, normalize_axis, register
-
-
-def _i64(builder_like, values):
-    return as_blob(np.asarray(values, dtype=np.int64), like=builder_like, dtype=np.int64)
 
 
 def resolve_reshape(in_shape, shape):
@@ -36,7 +32,7 @@ def _reshape_infer(inputs, attrs, num_outputs):
 def reshape_to(x, shape):
     if tuple(x.shape) == tuple(shape):
         return x
-    return op("Reshape", x, _i64(x, shape))
+    return op("Reshape", x, int64_constant(x, shape))
 
 
 register("Reshape", _reshape_infer, lambda n, g, need: [reshape_to(g[0], n.inputs[0].shape), None])
@@ -106,7 +102,7 @@ def _concat_infer(inputs, attrs, num_outputs):
 def _concat_grad(n, g, need):
     axis = n.attrs["axis"]
     sizes = [x.shape[axis] for x in n.inputs]
-    parts = op("Split", g[0], _i64(g[0], sizes), axis=axis, num_outputs=len(sizes))
+    parts = op("Split", g[0], int64_constant(g[0], sizes), axis=axis, num_outputs=len(sizes))
     return parts if len(sizes) > 1 else [parts]
 
 
@@ -133,7 +129,7 @@ def _split_infer(inputs, attrs, num_outputs):
 
 
 def _split_grad(n, g, need):
-    parts = [gy if gy is not None else op("ConstantOfShape", _i64(n.inputs[0], out.shape),
+    parts = [gy if gy is not None else op("ConstantOfShape", int64_constant(n.inputs[0], out.shape),
                                            value=np.zeros(1, out.np_dtype))
              for gy, out in zip(g, n.outputs)]
     return [op("Concat", *parts, axis=n.attrs.get("axis", 0)), None]
@@ -171,7 +167,7 @@ def _slice_grad(n, g, need):
         raise NotImplementedError("gradient of a strided Slice")
     x = n.inputs[0]
     pads = [b[0] for b in bounds] + [d - b[1] for d, b in zip(x.shape, bounds)]
-    return [op("Pad", g[0], _i64(g[0], pads))] + [None] * (len(n.inputs) - 1)
+    return [op("Pad", g[0], int64_constant(g[0], pads))] + [None] * (len(n.inputs) - 1)
 
 
 register("Slice", _slice_infer, _slice_grad)
@@ -192,7 +188,7 @@ def _pad_grad(n, g, need):
         raise NotImplementedError("gradient of a non-constant Pad")
     starts = [int(p) for p in pads[:r]]
     ends = [int(s + d) for s, d in zip(starts, x.shape)]
-    return [op("Slice", g[0], _i64(g[0], starts), _i64(g[0], ends))] + [None] * (len(n.inputs) - 1)
+    return [op("Slice", g[0], int64_constant(g[0], starts), int64_constant(g[0], ends))] + [None] * (len(n.inputs) - 1)
 
 
 def attr_mode(n):
@@ -220,9 +216,9 @@ def _gather_grad(n, g, need):
         gperm = list(range(axis, axis + r_idx)) + list(range(axis)) + list(
             range(axis + r_idx, len(gy.shape)))
         gy = op("Transpose", gy, perm=gperm)
-    zeros = op("ConstantOfShape", _i64(gy, moved_shape), value=np.zeros(1, data.np_dtype))
+    zeros = op("ConstantOfShape", int64_constant(gy, moved_shape), value=np.zeros(1, data.np_dtype))
     idx64 = idx if idx.np_dtype == np.int64 else op("Cast", idx, to=7)
-    idx64 = op("Unsqueeze", idx64, _i64(idx64, [-1]))
+    idx64 = op("Unsqueeze", idx64, int64_constant(idx64, [-1]))
     scattered = op("ScatterND", zeros, idx64, gy, reduction="add")
     if axis:
         scattered = op("Transpose", scattered, perm=[int(i) for i in np.argsort(perm)])
@@ -234,7 +230,7 @@ register("Gather", _gather_infer, _gather_grad)
 
 def _gather_elements_grad(n, g, need):
     data, idx = n.inputs
-    zeros = op("ConstantOfShape", _i64(g[0], data.shape), value=np.zeros(1, data.np_dtype))
+    zeros = op("ConstantOfShape", int64_constant(g[0], data.shape), value=np.zeros(1, data.np_dtype))
     return [op("ScatterElements", zeros, idx, g[0], axis=n.attrs.get("axis", 0),
                reduction="add"), None]
 
@@ -287,7 +283,7 @@ def _tile_grad(n, g, need):
     for r, d in zip(reps, x.shape):
         split_shape += [r, d]
     summed = op("ReduceSum", reshape_to(g[0], split_shape),
-                _i64(g[0], list(range(0, 2 * len(reps), 2))), keepdims=0)
+                int64_constant(g[0], list(range(0, 2 * len(reps), 2))), keepdims=0)
     return [summed, None]
 
 
