@@ -148,3 +148,22 @@ def test_calling_a_job_from_a_handler_is_refused_not_deadlocked():
     launcher(np.zeros(1, np.float32))
     with pytest.raises(RuntimeError, match="called from a callback"):
         flow.sync_default_session()
+
+
+def test_an_async_run_that_fails_is_reported_and_reraised(capsys):
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.ListNumpy.Placeholder((4, 3))) -> tp.Callback[tp.ListNumpy]:
+        return flow.reshape(x, [12])  # traced with the maximum shape
+
+    got = []
+    job([np.zeros((4, 3), np.float32)])(got.append)
+    flow.sync_default_session()
+    assert len(got) == 1
+    job([np.zeros((2, 3), np.float32)])(got.append)  # 6 elements cannot become 12
+    with pytest.raises(Exception, match="(?i)reshape"):
+        flow.sync_default_session()
+    assert "asynchronous job run" in capsys.readouterr().err
+    assert len(got) == 1, "no callback for the failed run"
