@@ -20,10 +20,8 @@ sys.path.insert(0, HERE)
 
 
 def parse():
-    p = argparse.ArgumentParser()
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--calls", type=int, default=10)
+    from common import add_timing_args
+    p = add_timing_args(argparse.ArgumentParser())
     p.add_argument("--json", default=None)
     p.add_argument("--models", default="lenet,mlp")
     return p.parse_args()

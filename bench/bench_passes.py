@@ -15,11 +15,8 @@ sys.path.insert(0, HERE)
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--calls", type=int, default=10)
-    args = p.parse_args()
+    from common import add_timing_args
+    args = add_timing_args(argparse.ArgumentParser()).parse_args()
     os.environ["ONNXJOB_NUM_THREADS"] = str(args.threads)
     import onnxjob as flow
     import onnxjob.typing as tp

@@ -4,6 +4,14 @@ import statistics
 import time
 
 
+def add_timing_args(parser, rounds=7, calls=10):
+    """--threads / --rounds / --calls, shared by the benchmarks."""
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads for both sides")
+    parser.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds (median taken)")
+    parser.add_argument("--calls", type=int, default=calls, help="calls timed per round")
+    return parser
+
+
 def time_calls(fn, calls):
     """Seconds per call of `fn()` averaged over `calls` calls."""
     start = time.perf_counter()

@@ -10,16 +10,9 @@ import numpy as np
 import oneflow_compat  # noqa: F401
 import onnxjob as flow
 import onnxjob.typing as tp
+from mlp_net import mlp
 
 BATCH_SIZE = 100
-
-
-def mlp(images):
-    initializer = flow.truncated_normal(0.1)
-    reshape = flow.reshape(images, [images.shape[0], -1])
-    hidden = flow.layers.dense(reshape, 512, activation=flow.nn.relu,
-                               kernel_initializer=initializer, name="hidden")
-    return flow.layers.dense(hidden, 10, kernel_initializer=initializer, name="output")
 
 
 @flow.global_function(type="train")

@@ -120,10 +120,8 @@ def _flat_feed(feeds, name, annotation, value):
     if typing.get_origin(annotation) is tuple:
         for i, (a, v) in enumerate(zip(typing.get_args(annotation), value)):
             _flat_feed(feeds, f"{name}_{i}", a, v)
-    elif issubclass(annotation, tp.ListNumpyDef):
-        feeds[name] = value[0]
-    elif issubclass(annotation, tp.ListListNumpyDef):
-        feeds[name] = value[0]
+    elif issubclass(annotation, (tp.ListNumpyDef, tp.ListListNumpyDef)):
+        feeds[name] = value[0]  # one device: its array (or its list of arrays)
     else:
         feeds[name] = value
 
