@@ -95,3 +95,21 @@ def test_dropout_drops_in_train_jobs_only():
     y = t(x)
     assert 0.4 < (y == 0).mean() < 0.6 and set(np.unique(y)) == {0.0, 2.0}
     assert np.array_equal(p(x), x)
+
+
+def test_export_train_job_checks_and_computes_the_same_step(tmp_path):
+    train_job, _ = define_jobs(mlp)
+    images, labels = random_batch(5)
+    path = str(tmp_path / "train.onnx")
+    flow.export(train_job, path)
+    before = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    loss = train_job(images, labels)
+    after = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    model = onnx.load(path)
+    onnx.checker.check_model(model, full_check=True)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    outs = dict(zip(names, sess.run(None, {"images": images, "labels": labels})))
+    np.testing.assert_allclose(outs["output_0"], loss, rtol=1e-5, atol=1e-6)
+    for k in before:
+        np.testing.assert_allclose(outs[f"{k}/next"], after[k], rtol=1e-5, atol=1e-6, err_msg=k)
