@@ -3,6 +3,8 @@ import functools
 import inspect
 import typing
 
+import numpy as np
+
 from . import results
 from . import typing as tp
 from .config import FunctionConfig, process_config
@@ -49,6 +51,14 @@ class JobFunction:
         if self.has_return_annotation:
             tp.check_return_annotation(ret)
         self.is_callback = self.has_return_annotation and tp.is_callback(ret)
+        # Fast path of __call__: every parameter a plain Numpy placeholder.
+        self._numpy_params = None
+        if all(tp.is_placeholder(a) and issubclass(a, tp.NumpyDef) for a in self.param_annotations):
+            self._numpy_params = [(name, ann.shape, ann.np_dtype())
+                                  for name, ann in zip(self.param_names, self.param_annotations)]
+
+    def _fast_feeds(self, args):
+        return _fast_feeds_impl(self._numpy_params, args)
 
     @property
     def is_train(self):
@@ -68,15 +78,22 @@ class JobFunction:
             raise AssertionError(f"{user_location()}: job {self.name!r} takes "
                                  f"{len(self.param_names)} argument(s) {self.param_names}, "
                                  f"got {len(args)}")
-        feeds = {}
+        device_feeds = self._fast_feeds(args) if self._numpy_params is not None else None
         try:
-            for arg, ann, pname in zip(args, self.param_annotations, self.param_names):
+            for arg, ann, pname in ([] if device_feeds is not None else
+                                    zip(args, self.param_annotations, self.param_names)):
                 value = tp.convert_argument(arg, ann, pname, process_config.gpu_device_num)
-                _flat_feed(feeds, pname, ann, value)
+                device_feeds = _flat_feed(device_feeds, pname, ann, value)
         except tp.JobArgumentError as e:
             # the caller's line is looked up only when there is an error to report
             raise tp.JobArgumentError(f"{user_location()}: {e}") from None
-        call = _BoundRun(session.runtimes[self.name], feeds)
+        if len(device_feeds) > 1 and self.is_train:
+            raise NotImplementedError(
+                f"{user_location()}: job {self.name!r} got mirrored inputs for "
+                f"{len(device_feeds)} devices; onnxjob runs a train step on one device. Use "
+                "flow.config.gpu_device_num(1) and pass the whole batch (the update is the same: "
+                "OneFlow averages the gradient over all devices' rows).")
+        call = _BoundRun(session.runtimes[self.name], device_feeds)
         executor = session.executor
         if self.is_callback:
             return executor.run_async(call, _deliver).register
@@ -88,24 +105,37 @@ class JobFunction:
         return executor.run_sync(call)
 
 
+def _fast_feeds_impl(params, args):
+    """Feeds for arrays that match their Numpy placeholders exactly (copied), else None."""
+    feeds = {}
+    for arg, (name, shape, dtype) in zip(args, params):
+        if type(arg) is not np.ndarray or arg.shape != shape or arg.dtype != dtype:
+            return None  # the full checks (and their error messages) take over
+        feeds[name] = arg.copy()  # C-ordered copy: the caller may reuse its array at once
+    return [feeds]
+
+
 class _BoundRun:
-    """One queued run of a job: feeds in, the caller's value (shaped by the tree) out."""
+    """One queued run of a job: feeds in, the caller's value (shaped by the tree) out.
 
-    __slots__ = ("runtime", "feeds")
+    Mirrored jobs over several devices run once per device; each output is then the
+    list of per-device values.
+    """
 
-    def __init__(self, job_runtime, feeds):
+    __slots__ = ("runtime", "device_feeds")
+
+    def __init__(self, job_runtime, device_feeds):
         self.runtime = job_runtime
-        self.feeds = feeds
+        self.device_feeds = device_feeds
 
     def __call__(self):
         compiled = self.runtime.compiled
-        outs = self.runtime.run(self.feeds)
-        if compiled.watch_outputs:
-            n_user = len(compiled.output_names)
-            for value, (_, handler, _) in zip(outs[n_user:], compiled.watch_outputs):
-                handler(value)
-            outs = outs[:n_user]
-        return results.build(compiled.output_tree, outs)
+        per_device = [self.runtime.run(feeds) for feeds in self.device_feeds]
+        outs = [list(values) for values in zip(*per_device)]
+        n_user = len(compiled.output_names)
+        for values, (_, handler, _) in zip(outs[n_user:], compiled.watch_outputs):
+            handler(values)
+        return results.build(compiled.output_tree, outs[:n_user])
 
 
 def _deliver(pending, value):
@@ -116,14 +146,25 @@ def _drop(pending, value):
     return None
 
 
-def _flat_feed(feeds, name, annotation, value):
+def _flat_feed(device_feeds, name, annotation, value):
+    """Add one checked argument to the per-device feed dicts (a list, one per device)."""
     if typing.get_origin(annotation) is tuple:
         for i, (a, v) in enumerate(zip(typing.get_args(annotation), value)):
-            _flat_feed(feeds, f"{name}_{i}", a, v)
-    elif issubclass(annotation, (tp.ListNumpyDef, tp.ListListNumpyDef)):
-        feeds[name] = value[0]  # one device: its array (or its list of arrays)
+            device_feeds = _flat_feed(device_feeds, f"{name}_{i}", a, v)
+        return device_feeds
+    if issubclass(annotation, (tp.ListNumpyDef, tp.ListListNumpyDef)):
+        per_device = list(value)  # one array (or list of arrays) per device
     else:
-        feeds[name] = value
+        per_device = [value]
+    if device_feeds is None:
+        device_feeds = [{} for _ in per_device]
+    if len(per_device) == 1 and len(device_feeds) > 1:
+        per_device = per_device * len(device_feeds)  # a consistent input, seen by every device
+    elif len(device_feeds) == 1 and len(per_device) > 1:
+        device_feeds = [dict(device_feeds[0]) for _ in per_device]
+    for feeds, v in zip(device_feeds, per_device):
+        feeds[name] = v
+    return device_feeds
 
 
 class Future:

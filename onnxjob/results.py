@@ -92,14 +92,15 @@ def flatten_unannotated(ret, blobs):
     raise AssertionError(f"a job may return Blobs or nested tuple/list/dict of Blobs, got {type(ret)}")
 
 
-def convert_leaf(kind, value):
+def convert_leaf(kind, values):
+    """The caller's value of one output; `values` holds one array per device."""
     if kind is tp.Numpy:
-        return value
+        return values[0]
     if kind is tp.ListNumpy:
-        return [value]
+        return list(values)
     if kind is tp.ListListNumpy:
-        return [list(value)]
-    return LocalBlob(value)
+        return [list(v) for v in values]
+    return LocalBlob(values)
 
 
 def build(tree, values):
@@ -118,8 +119,9 @@ def build(tree, values):
 class LocalBlob:
     """A fetched value of an unannotated job: `.numpy()`, `.numpy_list()`, ndarray methods."""
 
-    def __init__(self, array):
-        self._array = array
+    def __init__(self, per_device):
+        self._per_device = per_device
+        self._array = per_device[0]
 
     def numpy(self):
         if isinstance(self._array, list):
@@ -127,10 +129,10 @@ class LocalBlob:
         return self._array
 
     def numpy_list(self):
-        return [self._array]
+        return list(self._per_device)
 
     def numpy_lists(self):
-        return [list(self._array)]
+        return [list(v) for v in self._per_device]
 
     def __getattr__(self, name):
         return getattr(self._array, name)

@@ -9,29 +9,30 @@ from .tracer import current_builder
 
 
 def _make_handler(blob, handler_or_prompt):
+    """A function of the per-device values that calls the user's handler as OneFlow does."""
     if handler_or_prompt is None or isinstance(handler_or_prompt, str):
         prompt = handler_or_prompt
 
-        def printer(value):
+        def printer(values):
             if prompt:
                 print(prompt)
-            print(value)
+            print(values[0] if len(values) == 1 else values)
         return printer
     params = list(inspect.signature(handler_or_prompt).parameters.values())
     assert len(params) == 1, "watch callback should accept only one parameter"
     ann = params[0].annotation
     if ann is inspect.Parameter.empty:
-        return lambda v: handler_or_prompt(LocalBlob(v))
+        return lambda values: handler_or_prompt(LocalBlob(values))
     if ann is tp.Numpy:
         if blob.is_dynamic:
             raise AssertionError(
                 "only fixed shaped blob compatible to oneflow.typing.Numpy. you can change "
                 "annotation to oneflow.typing.ListNumpy or oneflow.typing.ListListNumpy")
-        return handler_or_prompt
+        return lambda values: handler_or_prompt(values[0])
     if ann is tp.ListNumpy:
-        return lambda v: handler_or_prompt([v])
+        return lambda values: handler_or_prompt(list(values))
     if ann is tp.ListListNumpy:
-        return lambda v: handler_or_prompt([list(v)])
+        return lambda values: handler_or_prompt([list(v) for v in values])
     raise NotImplementedError(
         f"invalid watch callback paremeter annotation {ann} found. candidate annotations: "
         "oneflow.typing.Numpy, oneflow.typing.ListNumpy, oneflow.typing.ListListNumpy")

@@ -161,3 +161,52 @@ def test_watch_numpy_and_list_numpy():
 
     foo(DATA)
     assert np.array_equal(seen["numpy"], DATA * 3)
+
+
+def test_mirrored_predict_over_two_devices_returns_per_device_results():
+    flow.config.gpu_device_num(2)
+    watched = []
+
+    def watch_both(x: tp.ListNumpy):
+        watched.append(x)
+
+    @flow.global_function(function_config=mirrored())
+    def foo(x: tp.ListNumpy.Placeholder((4, 3))) -> tp.ListNumpy:
+        y = flow.math.relu(x) * 2
+        flow.watch(y, watch_both)
+        return y
+
+    a = np.random.randn(4, 3).astype(np.float32)
+    b = np.random.randn(2, 3).astype(np.float32)
+    out = foo([a, b])
+    assert len(out) == 2 and out[1].shape == (2, 3)
+    np.testing.assert_allclose(out[0], np.maximum(a, 0) * 2)
+    np.testing.assert_allclose(out[1], np.maximum(b, 0) * 2)
+    assert len(watched[0]) == 2 and watched[0][1].shape == (2, 3)
+
+    got = []
+    flow.clear_default_session()
+    flow.config.gpu_device_num(2)
+
+    @flow.global_function(function_config=mirrored())
+    def bar(x: tp.ListNumpy.Placeholder((4, 3))) -> tp.Callback[tp.ListNumpy]:
+        return x + 1
+
+    bar([a, b])(got.append)
+    flow.sync_default_session()
+    np.testing.assert_allclose(got[0][1], b + 1)
+
+
+def test_mirrored_train_over_two_devices_is_a_clear_error():
+    flow.config.gpu_device_num(2)
+
+    @flow.global_function(type="train", function_config=mirrored())
+    def train(x: tp.ListNumpy.Placeholder((4, 3))) -> tp.ListNumpy:
+        w = flow.get_variable("w", (3,), initializer=flow.ones_initializer())
+        loss = x * w
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    x = np.ones((4, 3), np.float32)
+    with pytest.raises(NotImplementedError, match="gpu_device_num\\(1\\)"):
+        train([x, x])
