@@ -11,8 +11,7 @@ from . import dtypes
 from .errors import MissingGradientError, TraceError
 from .primitives import get_primitive
 from .primitives.shape_ops import reshape_to
-from .tracer import int64_constant
-from .tracer import op
+from .tracer import int64_constant, op
 
 
 def _requires_grad(builder, sources):

@@ -57,8 +57,17 @@ class JobFunction:
             self._numpy_params = [(name, ann.shape, ann.np_dtype())
                                   for name, ann in zip(self.param_names, self.param_annotations)]
 
-    def _fast_feeds(self, args):
-        return _fast_feeds_impl(self._numpy_params, args)
+    def _checked_feeds(self, args):
+        """Per-device feeds after the full argument checks of spec §2.2."""
+        device_feeds = None
+        try:
+            for arg, ann, pname in zip(args, self.param_annotations, self.param_names):
+                value = tp.convert_argument(arg, ann, pname, process_config.gpu_device_num)
+                device_feeds = _flat_feed(device_feeds, pname, ann, value)
+        except tp.JobArgumentError as e:
+            # the caller's line is looked up only when there is an error to report
+            raise tp.JobArgumentError(f"{user_location()}: {e}") from None
+        return device_feeds
 
     @property
     def is_train(self):
@@ -78,15 +87,11 @@ class JobFunction:
             raise AssertionError(f"{user_location()}: job {self.name!r} takes "
                                  f"{len(self.param_names)} argument(s) {self.param_names}, "
                                  f"got {len(args)}")
-        device_feeds = self._fast_feeds(args) if self._numpy_params is not None else None
-        try:
-            for arg, ann, pname in ([] if device_feeds is not None else
-                                    zip(args, self.param_annotations, self.param_names)):
-                value = tp.convert_argument(arg, ann, pname, process_config.gpu_device_num)
-                device_feeds = _flat_feed(device_feeds, pname, ann, value)
-        except tp.JobArgumentError as e:
-            # the caller's line is looked up only when there is an error to report
-            raise tp.JobArgumentError(f"{user_location()}: {e}") from None
+        device_feeds = None
+        if self._numpy_params is not None:
+            device_feeds = _exact_numpy_feeds(self._numpy_params, args)
+        if device_feeds is None:
+            device_feeds = self._checked_feeds(args)
         if len(device_feeds) > 1 and self.is_train:
             raise NotImplementedError(
                 f"{user_location()}: job {self.name!r} got mirrored inputs for "
@@ -105,7 +110,7 @@ class JobFunction:
         return executor.run_sync(call)
 
 
-def _fast_feeds_impl(params, args):
+def _exact_numpy_feeds(params, args):
     """Feeds for arrays that match their Numpy placeholders exactly (copied), else None."""
     feeds = {}
     for arg, (name, shape, dtype) in zip(args, params):

@@ -79,7 +79,7 @@ class Session:
     def __init__(self):
         self.jobs = collections.OrderedDict()
         self.variable_specs = {}
-        self.variable_values = {}      # name -> OrtValue on the session's device
+        self.variable_values = {}      # name -> owned ndarray (CPU) or CUDA OrtValue
         self.runtimes = {}
         self.is_running = False
         self.device = None

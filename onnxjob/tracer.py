@@ -141,9 +141,8 @@ class GraphBuilder:
 
     # -- naming -------------------------------------------------------------------------
     def fresh_name(self, hint):
-        from . import scope
-        prefix = scope.namespace_prefix()
-        return f"{prefix}{hint}_{next(self._counter)}"
+        """A generated node name, never equal to another node's (user-given or generated)."""
+        return self.unique_name(f"{hint}_{next(self._counter)}")
 
     def unique_name(self, name):
         """`name` (with the namespace prefix), suffixed if a node already uses it."""

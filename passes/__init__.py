@@ -12,6 +12,9 @@ import onnx_ir as ir
 import onnx_ir.passes as ir_passes
 from onnx_ir.passes import common
 
+from .fold_reshapes import FoldReshapes
+from .fold_transpose_into_gemm import FoldTransposeIntoGemm
+
 _REGISTERED = []
 
 
@@ -93,9 +96,6 @@ def op_counts(model):
     """{op_type: count} of a model's main graph, for looking at what passes did."""
     return dict(collections.Counter(node.op_type for node in model.graph))
 
-
-from .fold_reshapes import FoldReshapes  # noqa: E402
-from .fold_transpose_into_gemm import FoldTransposeIntoGemm  # noqa: E402
 
 __all__ = ["FoldReshapes", "FoldTransposeIntoGemm", "build_pipeline", "default_passes",
            "format_op_count_diff", "op_counts", "register_pass", "run_default_pipeline"]

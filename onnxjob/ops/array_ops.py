@@ -96,7 +96,7 @@ def slice(x, begin, size, name=None):
         starts.append(b)
         ends.append(x.shape[axis] if s is None or s == -1 else b + s)
         axes.append(axis)
-    return op("Slice", x, int64_constant(x, starts), int64_constant(x, ends), int64_constant(x, axes), name=name)
+    return op("Slice", x, *(int64_constant(x, v) for v in (starts, ends, axes)), name=name)
 
 
 def slice_v2(x, slice_tup_list, name=None):
@@ -106,7 +106,7 @@ def slice_v2(x, slice_tup_list, name=None):
         ends.append(np.iinfo(np.int64).max if e is None else e)
         axes.append(axis)
         steps.append(1 if st is None else st)
-    return op("Slice", x, int64_constant(x, starts), int64_constant(x, ends), int64_constant(x, axes), int64_constant(x, steps), name=name)
+    return op("Slice", x, *(int64_constant(x, v) for v in (starts, ends, axes, steps)), name=name)
 
 
 def gather(params, indices, axis=0, batch_dims=0, name=None):

@@ -51,8 +51,8 @@ def conv_input_grad(gy, w, x_shape, strides, dil, pads, group):
     full = [dil[i] * (w.shape[2 + i] - 1) for i in range(2)]
     conv_pads = [full[0] - pads[0], full[1] - pads[1], full[0] - pads[2], full[1] - pads[3]]
     if list(strides) == [1, 1] and group == 1 and min(conv_pads) >= 0:
-        flipped = op("Slice", w, int64_constant(w, [-1, -1]), int64_constant(w, [np.iinfo(np.int64).min] * 2),
-                     int64_constant(w, [2, 3]), int64_constant(w, [-1, -1]))
+        flipped = op("Slice", w, *(int64_constant(w, v) for v in (
+            [-1, -1], [np.iinfo(np.int64).min] * 2, [2, 3], [-1, -1])))
         kernel = op("Transpose", flipped, perm=[1, 0, 2, 3])
         return op("Conv", gy, kernel, pads=conv_pads, dilations=list(dil), strides=[1, 1])
     out_pad = []
@@ -75,7 +75,7 @@ def conv_weight_grad(x, gy, w_shape, strides, dil, pads):
     gt = op("Transpose", gy, perm=[1, 0, 2, 3])
     gw = op("Conv", xt, gt, strides=dil, dilations=strides, pads=pads)
     if gw.shape[2:] != tuple(w_shape[2:]):
-        gw = op("Slice", gw, int64_constant(gw, [0, 0]), int64_constant(gw, list(w_shape[2:])), int64_constant(gw, [2, 3]))
+        gw = op("Slice", gw, *(int64_constant(gw, v) for v in ([0, 0], list(w_shape[2:]), [2, 3])))
     return op("Transpose", gw, perm=[1, 0, 2, 3])
 
 
@@ -97,7 +97,8 @@ def conv_weight_grad_im2col(x, gy, w_shape, strides, dil, pads):
         for j in range(kw):
             top, left = i * dil[0], j * dil[1]
             patch = op("Slice", xt, int64_constant(xt, [top, left]),
-                       int64_constant(xt, [top + strides[0] * (ho - 1) + 1, left + strides[1] * (wo - 1) + 1]),
+                       int64_constant(xt, [top + strides[0] * (ho - 1) + 1,
+                                           left + strides[1] * (wo - 1) + 1]),
                        int64_constant(xt, [2, 3]), int64_constant(xt, strides))
             cols.append(patch)
     # (C, kh*kw*N, Ho, Wo) has the memory layout of (C*kh*kw, N*Ho*Wo): no per-patch reshape
@@ -273,7 +274,7 @@ def _dropout_infer(inputs, attrs, num_outputs):
 
 def _dropout_grad(n, g, need):
     from . import const_value
-    ratio = float(np.asarray(const_value(n.inputs[1])).reshape(-1)[0])
+    ratio = float(const_value(n.inputs[1]))
     mask = n.outputs[1]
     scaled = op("Mul", g[0], as_blob(1.0 / (1.0 - ratio), like=g[0]))
     return [op("Where", mask, scaled, as_blob(0, like=g[0])), None, None]

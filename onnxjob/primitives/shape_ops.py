@@ -129,8 +129,9 @@ def _split_infer(inputs, attrs, num_outputs):
 
 
 def _split_grad(n, g, need):
-    parts = [gy if gy is not None else op("ConstantOfShape", int64_constant(n.inputs[0], out.shape),
-                                           value=np.zeros(1, out.np_dtype))
+    parts = [gy if gy is not None else
+             op("ConstantOfShape", int64_constant(n.inputs[0], out.shape),
+                value=np.zeros(1, out.np_dtype))
              for gy, out in zip(g, n.outputs)]
     return [op("Concat", *parts, axis=n.attrs.get("axis", 0)), None]
 
@@ -188,7 +189,8 @@ def _pad_grad(n, g, need):
         raise NotImplementedError("gradient of a non-constant Pad")
     starts = [int(p) for p in pads[:r]]
     ends = [int(s + d) for s, d in zip(starts, x.shape)]
-    return [op("Slice", g[0], int64_constant(g[0], starts), int64_constant(g[0], ends))] + [None] * (len(n.inputs) - 1)
+    sliced = op("Slice", g[0], int64_constant(g[0], starts), int64_constant(g[0], ends))
+    return [sliced] + [None] * (len(n.inputs) - 1)
 
 
 def attr_mode(n):
