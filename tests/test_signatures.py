@@ -210,3 +210,14 @@ def test_mirrored_train_over_two_devices_is_a_clear_error():
     x = np.ones((4, 3), np.float32)
     with pytest.raises(NotImplementedError, match="gpu_device_num\\(1\\)"):
         train([x, x])
+
+
+def test_user_node_names_never_collide_with_generated_ones():
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        a = flow.math.relu(x, name="Relu_1")   # the shape of a generated name
+        b = flow.math.relu(a)
+        return flow.math.relu(b, name="Relu_1") + flow.math.relu(b)
+
+    x = np.array([-1.0, 0.5, 2.0], np.float32)  # onnxruntime rejects duplicate node names
+    np.testing.assert_allclose(foo(x), np.maximum(x, 0) * 2)
