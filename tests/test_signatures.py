@@ -215,9 +215,9 @@ def test_mirrored_train_over_two_devices_is_a_clear_error():
 def test_user_node_names_never_collide_with_generated_ones():
     @flow.global_function()
     def foo(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
-        a = flow.math.relu(x, name="Relu_1")   # the shape of a generated name
-        b = flow.math.relu(a)
-        return flow.math.relu(b, name="Relu_1") + flow.math.relu(b)
+        a = flow.math.relu(x)                  # generated name: Relu_0
+        b = flow.math.relu(a, name="Relu_0")   # a user name equal to it
+        return flow.math.relu(b, name="Relu_0") + flow.math.relu(b)
 
     x = np.array([-1.0, 0.5, 2.0], np.float32)  # onnxruntime rejects duplicate node names
     np.testing.assert_allclose(foo(x), np.maximum(x, 0) * 2)
