@@ -41,6 +41,7 @@ def bench_model(name, args, torch, flow):
     flow.clear_default_session()
     net, kwargs = (lenet, {"train": False}) if name == "lenet" else (mlp, {})
     train_job, eval_job = define_jobs(net, kwargs)
+    eval_fed = define_fed_predict_job(flow, net)
     images, labels = random_batch()
     t0 = time.perf_counter()
     eval_job(images)  # compiles every job of the session
@@ -62,10 +63,24 @@ def bench_model(name, args, torch, flow):
 
     train = interleaved({"onnxjob": lambda: train_job(images, labels), "torch": torch_train},
                         args.rounds, args.calls)
-    predict = interleaved({"onnxjob": lambda: eval_job(images), "torch": torch_predict},
-                          args.rounds, args.calls)
+    predict = interleaved({"onnxjob": lambda: eval_job(images), "torch": torch_predict,
+                           "onnxjob_fed": lambda: eval_fed(images)}, args.rounds, args.calls)
     nodes = len(list(flow.session.default_session().runtimes["train_job"].compiled.model.graph))
     return {"train": train, "predict": predict, "compile_s": compile_s, "train_nodes": nodes}
+
+
+def define_fed_predict_job(flow, net):
+    """The predict job again, with its variables always fed as inputs (never frozen into
+    constants, onnxjob/frozen.py): what a predict step costs right after training."""
+    import onnxjob.typing as tp
+    from models import BATCH
+    config = flow.function_config()
+    config.freeze_variables_after(0)
+
+    @flow.global_function(type="predict", function_config=config)
+    def eval_fed(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float)) -> tp.Numpy:
+        return net(images)
+    return eval_fed
 
 
 def bench_overhead(args, flow):
@@ -105,6 +120,8 @@ def main():
         results[name] = r
         rows_train.append((f"{name} train step", r["train"]["onnxjob"], r["train"]["torch"]))
         rows_predict.append((f"{name} predict", r["predict"]["onnxjob"], r["predict"]["torch"]))
+        rows_predict.append((f"{name} predict, variables fed", r["predict"]["onnxjob_fed"],
+                             r["predict"]["torch"]))
     overhead = bench_overhead(args, flow)
     results["overhead"] = overhead
     print_table(rows_train + rows_predict, f"batch 100, {args.threads} threads, medians "

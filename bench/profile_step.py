@@ -54,7 +54,7 @@ def main():
     for op, us in per_op.most_common(12):
         print(f"  {op:22s} {us / args.steps / 1000:8.2f} ms  {100 * us / total:5.1f}%")
     print("top nodes:")
-    for (op, node), us in per_node.most_common(8):
+    for (op, node), us in per_node.most_common(int(os.environ.get("TOPN", 8))):
         print(f"  {op:18s} {node[:50]:50s} {us / args.steps / 1000:8.2f} ms")
     os.remove(path)
 

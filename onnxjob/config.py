@@ -50,8 +50,9 @@ class FunctionConfig:
     """Per-job configuration: `config.name(value)` records a flag (spec §4).
 
     Flags that only tune OneFlow's runtime are accepted and ignored; unknown names raise.
-    onnxjob adds `passes(list)` (extra graph passes), `disable_passes(bool)` and
-    `execution_provider("cpu"|"cuda")`.
+    onnxjob adds `passes(list)` (extra graph passes), `disable_passes(bool)`,
+    `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)` and
+    `freeze_variables_after(n)` (onnxjob/frozen.py).
     """
 
     def __init__(self):
@@ -66,7 +67,7 @@ class FunctionConfig:
         known = _IGNORED_FLAGS | {"default_data_type", "default_logical_view",
                                   "default_distribute_strategy", "default_placement_scope",
                                   "passes", "disable_passes", "dump_passes", "execution_provider",
-                                  "cudnn_conv_algo_search"}
+                                  "cudnn_conv_algo_search", "freeze_variables_after"}
         assert name in known, f"unknown function_config flag {name!r}"
 
         def setter(value=True):
@@ -79,6 +80,9 @@ class FunctionConfig:
                     "flow.scope.consistent_view()")
                 self.flags["default_logical_view"] = value
                 return
+            if name == "freeze_variables_after" and (
+                    isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"freeze_variables_after takes a count >= 0, got {value!r}")
             self.flags[name] = value
         return setter
 

@@ -14,6 +14,7 @@ import numpy as np
 from . import runtime
 from .config import process_config
 from .executor import Executor
+from .frozen import FrozenPredictor, VariableStore, freeze_threshold
 
 
 class JobRuntime:
@@ -44,6 +45,12 @@ class JobRuntime:
         self._state_names = [v for v, _ in self._state_items]
         self.run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
             else self._run_host
+        self._frozen = None
+        threshold = freeze_threshold(job.config)
+        if (self.device != "cuda" and not compiled.is_train and not self._state_items
+                and self._variable_names and threshold):
+            self._frozen = FrozenPredictor(self.model_bytes, self._variable_names, self.store,
+                                           threshold)
 
     def _run_cuda(self, feeds):
         binding = self.ort_session.io_binding()
@@ -63,6 +70,9 @@ class JobRuntime:
         return [o.numpy() for o in outs[:n]]
 
     def _run_host(self, feeds):
+        frozen = self._frozen.session_for_call() if self._frozen is not None else None
+        if frozen is not None:
+            return frozen.run(None, feeds)
         store = self.store
         for name in self._variable_names:
             feeds[name] = runtime.host_array(store[name])
@@ -79,7 +89,7 @@ class Session:
     def __init__(self):
         self.jobs = collections.OrderedDict()
         self.variable_specs = {}
-        self.variable_values = {}      # name -> owned ndarray (CPU) or CUDA OrtValue
+        self.variable_values = VariableStore()  # name -> owned ndarray (CPU) or CUDA OrtValue
         self.runtimes = {}
         self.is_running = False
         self.device = None

@@ -1,0 +1,89 @@
+"""Predict jobs with the variables baked in as constants, once the variables stop changing.
+
+onnxruntime's CPU layout optimizer (NCHWc: blocked convolutions and pools) only rewrites a
+Conv whose weight is a constant initializer. A job fed its variables as inputs never gets
+it, and on the doc LeNet the blocked conv is about a third faster (bench/bench_models.py
+prints both). So after `threshold` consecutive calls of a predict job that saw the same
+variable values, a second session is built with those values as initializers and used for
+as long as the values stay the same; any write to a variable (a train step, a checkpoint
+load) sends the job back to the fed session and restarts the count.
+
+The count keeps a loop that alternates training and prediction from rebuilding a session
+per call; the threshold is `function_config.freeze_variables_after(n)`, else the
+ONNXJOB_FREEZE_AFTER environment variable, else 8; 0 turns this off. Results of the two
+sessions agree to float rounding (different kernels), not bit for bit.
+"""
+import os
+
+import onnx
+from onnx import numpy_helper
+
+from . import runtime
+
+DEFAULT_THRESHOLD = 8
+
+
+class VariableStore(dict):
+    """name -> stored variable value; `version` counts writes, so readers can tell when any
+    value changed. Values are replaced, never modified in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.version = 0
+
+    def __setitem__(self, name, value):
+        self.version += 1
+        super().__setitem__(name, value)
+
+
+def freeze_threshold(config):
+    value = config.get("freeze_variables_after")
+    if value is not None:
+        return value        # checked where it was set
+    text = os.environ.get("ONNXJOB_FREEZE_AFTER", str(DEFAULT_THRESHOLD))
+    if not text.isdigit():
+        raise ValueError(f"ONNXJOB_FREEZE_AFTER takes a count >= 0, got {text!r}")
+    return int(text)
+
+
+def frozen_model_bytes(model_bytes, variable_names, values):
+    """`model_bytes` with the graph inputs `variable_names` turned into initializers."""
+    model = onnx.load_from_string(model_bytes)
+    names = set(variable_names)
+    kept = [i for i in model.graph.input if i.name not in names]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    model.graph.initializer.extend(
+        numpy_helper.from_array(runtime.host_array(values[name]), name) for name in variable_names)
+    return model.SerializeToString()
+
+
+class FrozenPredictor:
+    """Chooses, per call of one predict job on the CPU, between the fed session and a
+    session with the current variable values as constants (see the module docstring)."""
+
+    def __init__(self, model_bytes, variable_names, store, threshold):
+        self._model_bytes = model_bytes
+        self._variable_names = list(variable_names)
+        self._store = store
+        self._threshold = threshold
+        self._seen_version = None
+        self._calls_at_version = 0
+        self._session = None
+        self._session_version = None
+
+    def session_for_call(self):
+        """The frozen session to run this call on, or None to run the fed one."""
+        version = self._store.version
+        if self._session is not None and self._session_version == version:
+            return self._session
+        self._session = None        # stale: let its memory go now
+        if version != self._seen_version:
+            self._seen_version, self._calls_at_version = version, 0
+        self._calls_at_version += 1
+        if self._calls_at_version < self._threshold:
+            return None
+        frozen = frozen_model_bytes(self._model_bytes, self._variable_names, self._store)
+        self._session = runtime.create_session(frozen, "cpu", is_train=False)
+        self._session_version = version
+        return self._session
