@@ -145,3 +145,26 @@ def test_missing_gradient_rule_names_op_and_line():
     with pytest.raises(MissingGradientError, match="ReduceProd.*") as e:
         vjp(lambda a: flow.math.reduce_prod(a, axis=1), [np.ones((2, 3), np.float32)], [1])
     assert "test_gradients.py" in str(e.value)
+
+
+CONV_CASES = [c for c in CASES if c[0].startswith("conv")] + [
+    ("conv_stride2_dilated_asymmetric",
+     lambda x, w: flow.nn.conv2d(x, w, 2, [[0, 0], [0, 0], [1, 2], [0, 1]], dilations=2),
+     lambda x, w: F.conv2d(F.pad(x, (0, 1, 1, 2)), w, stride=2, dilation=2),
+     [normal((2, 3, 11, 10)), normal((4, 3, 3, 2))], [1, 1], False),
+]
+
+
+@pytest.mark.parametrize("formulation", ["gather", "im2col", "conv"])
+@pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv_weight_gradient_formulations(case, formulation, monkeypatch):
+    """Each selectable weight-gradient formulation (ONNXJOB_CONV_WGRAD) against PyTorch."""
+    monkeypatch.setenv("ONNXJOB_CONV_WGRAD", formulation)
+    test_against_pytorch(case)
+
+
+def test_unknown_conv_weight_gradient_formulation_is_refused(monkeypatch):
+    monkeypatch.setenv("ONNXJOB_CONV_WGRAD", "fft")
+    x, w = np.ones((1, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="ONNXJOB_CONV_WGRAD must be one of"):
+        vjp(lambda a, b: flow.nn.conv2d(a, b, 1, "VALID"), [x, w], [1, 1])

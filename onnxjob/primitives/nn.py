@@ -3,6 +3,8 @@
 Pads are always explicit `[top, left, bottom, right]` here: the API layer resolves
 OneFlow's "SAME" (= SAME_LOWER) and "VALID" before emitting.
 """
+import os
+
 import numpy as np
 
 from ..tracer import as_blob, int64_constant, op
@@ -107,6 +109,33 @@ def conv_weight_grad_im2col(x, gy, w_shape, strides, dil, pads):
     return reshape_to(op("Gemm", gy_t, columns, transB=1), w_shape)
 
 
+def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads):
+    """dL/dW of a Conv with group 1 as one Gemm over im2col columns built by one Gather.
+
+    With x batch-last and flattened, (C, Hp*Wp, N), the columns of kernel offset (i, j)
+    and output pixel (h, w) are the rows at (h*s + i*d) * Wp + (w*s + j*d): one Gather
+    with a constant (kh*kw, Ho*Wo) index gives (C, kh*kw, Ho*Wo, N) = (C*kh*kw, Ho*Wo*N),
+    copying runs of N values, with no per-offset Slice and no Concat. gy batch-last is
+    (M, Ho*Wo*N), so the Gemm sums over pixels and images at once and its (M, C*kh*kw)
+    result is already the weight's layout.
+    """
+    m, c, kh, kw = w_shape
+    n, _, ho, wo = gy.shape
+    xt = op("Transpose", x, perm=[1, 2, 3, 0])
+    if any(pads):
+        xt = op("Pad", xt, int64_constant(xt, [0, pads[0], pads[1], 0, 0, pads[2], pads[3], 0]))
+    hp, wp = xt.shape[1], xt.shape[2]
+    rows = (np.arange(ho) * strides[0])[None, :, None] + (np.arange(kh) * dil[0])[:, None, None]
+    cols = (np.arange(wo) * strides[1])[None, None, :] + (np.arange(kw) * dil[1])[:, None, None]
+    index = rows[:, None, :, None] * wp + cols[None, :, None, :]       # (kh, kw, Ho, Wo)
+    index = index.reshape(kh * kw, ho * wo).astype(np.int32 if hp * wp < 2 ** 31 else np.int64)
+    index = as_blob(index, like=xt, dtype=index.dtype)
+    patches = op("Gather", reshape_to(xt, [c, hp * wp, n]), index, axis=1)
+    columns = reshape_to(patches, [c * kh * kw, ho * wo * n])
+    gy_t = reshape_to(op("Transpose", gy, perm=[1, 2, 3, 0]), [m, ho * wo * n])
+    return reshape_to(op("Gemm", gy_t, columns, transB=1), w_shape)
+
+
 def _conv_grad(n, g, need):
     x, w = n.inputs[:2]
     strides, dil, pads = _spatial(n.attrs, x, w.shape[2:])
@@ -124,29 +153,18 @@ def _conv_grad(n, g, need):
     return grads
 
 
-def conv_weight_grad_unfold(x, gy, w_shape, strides, dil, pads):
-    """dL/dW of a Conv with group 1: unfold x with an identity-kernel Conv, then a batched
-    MatMul against gy and a sum over the batch."""
-    m, c, kh, kw = w_shape
-    n, _, ho, wo = gy.shape
-    eye = as_blob(np.eye(kh * kw, dtype=x.np_dtype).reshape(kh * kw, 1, kh, kw), like=x)
-    unfolded = op("Conv", reshape_to(x, [n * c, 1, *x.shape[2:]]), eye, strides=list(strides),
-                  dilations=list(dil), pads=list(pads))
-    cols = reshape_to(unfolded, [n, c * kh * kw, ho * wo])
-    per_image = op("MatMul", reshape_to(gy, [n, m, ho * wo]), op("Transpose", cols, perm=[0, 2, 1]))
-    summed = op("ReduceSum", per_image, int64_constant(per_image, [0]), keepdims=0)
-    return reshape_to(summed, w_shape)
-
-
-_WEIGHT_GRAD = {"im2col": conv_weight_grad_im2col, "conv": conv_weight_grad,
-                "unfold": conv_weight_grad_unfold}
+_WEIGHT_GRAD = {"gather": conv_weight_grad_gather, "im2col": conv_weight_grad_im2col,
+                "conv": conv_weight_grad}
 
 
 def _weight_grad_choice():
-    # NOTE: im2col + one Gemm measured faster than the batch-transposed Conv on the
-    # LeNet step (bench/profile_step.py); ONNXJOB_CONV_WGRAD=conv selects the other one.
-    import os
-    return os.environ.get("ONNXJOB_CONV_WGRAD", "im2col")
+    # NOTE: on the doc LeNet train step (2 threads) the Gather columns measured 87 ms
+    # against 97 ms for the per-offset Slice + Concat columns (im2col) and ~140 ms for the
+    # batch-transposed Conv; ONNXJOB_CONV_WGRAD=im2col|conv selects the others.
+    choice = os.environ.get("ONNXJOB_CONV_WGRAD", "gather")
+    if choice not in _WEIGHT_GRAD:
+        raise ValueError(f"ONNXJOB_CONV_WGRAD must be one of {sorted(_WEIGHT_GRAD)}, got {choice!r}")
+    return choice
 
 
 register("Conv", _conv_infer, _conv_grad)
