@@ -14,6 +14,7 @@ from onnx_ir.passes import common
 
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
+from .mask_before_unpool import MaskBeforeMaxUnpool
 
 _REGISTERED = []
 
@@ -38,6 +39,7 @@ def _default_pipeline():
     return [
         FoldReshapes(),
         FoldTransposeIntoGemm(),
+        MaskBeforeMaxUnpool(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),
         common.TopologicalSortPass(),
@@ -97,5 +99,5 @@ def op_counts(model):
     return dict(collections.Counter(node.op_type for node in model.graph))
 
 
-__all__ = ["FoldReshapes", "FoldTransposeIntoGemm", "build_pipeline", "default_passes",
-           "format_op_count_diff", "op_counts", "register_pass", "run_default_pipeline"]
+__all__ = ["FoldReshapes", "FoldTransposeIntoGemm", "MaskBeforeMaxUnpool", "build_pipeline",
+           "default_passes", "format_op_count_diff", "op_counts", "register_pass", "run_default_pipeline"]

@@ -10,7 +10,7 @@ import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.compiler import IR_VERSION
 from onnxjob.tracer import GraphBuilder, op, tracing
-from passes import FoldReshapes, FoldTransposeIntoGemm, op_counts
+from passes import FoldReshapes, FoldTransposeIntoGemm, MaskBeforeMaxUnpool, op_counts
 
 
 def build(fn, *shapes):
@@ -77,6 +77,44 @@ def test_transpose_with_other_uses_is_kept():
         return op("Add", op("Gemm", t, b), op("Gemm", t, b))
     model = build(two_uses, (4, 3), (4, 4))
     assert not FoldTransposeIntoGemm()(model).modified
+
+
+def _relu_pool_gradient(x, g, pool_input=None):
+    """The gradient graph of MaxPool(Relu(x)) for the cotangent g, as the autodiff emits it."""
+    r = op("Relu", x)
+    _, idx = op("MaxPool", r if pool_input is None else pool_input(r), num_outputs=2,
+                kernel_shape=[2, 2], strides=[2, 2])
+    zero = x.builder.constant(np.zeros((), np.float32))
+    unpooled = op("MaxUnpool", g, idx, x.builder.constant(np.array(x.shape, np.int64)),
+                  kernel_shape=[2, 2], strides=[2, 2])
+    return op("Where", op("Greater", r, zero), unpooled, zero)
+
+
+def test_mask_before_max_unpool():
+    check(MaskBeforeMaxUnpool(), _relu_pool_gradient, [(2, 3, 6, 6), (2, 3, 3, 3)],
+          {"Where": 1, "Greater": 1, "MaxUnpool": 1}, {"Where": 1, "Greater": 1, "MaxUnpool": 1})
+    model = build(_relu_pool_gradient, (2, 3, 6, 6), (2, 3, 3, 3))
+    MaskBeforeMaxUnpool()(model)
+    where = next(n for n in model.graph if n.op_type == "Where")
+    assert tuple(where.outputs[0].shape) == (2, 3, 3, 3), "the mask must act on the pooled side"
+
+
+def test_mask_before_max_unpool_ties_and_zeros():
+    """Constant windows (all four equal: zero or positive) route the gradient to one place."""
+    model = build(_relu_pool_gradient, (1, 2, 4, 4), (1, 2, 2, 2))
+    x = np.array([0.0, 0.5, -1.0, 0.5], np.float32).repeat(8).reshape(1, 2, 4, 4)
+    g = np.arange(1, 9, dtype=np.float32).reshape(1, 2, 2, 2)
+    expected = run(model, [x, g])
+    assert MaskBeforeMaxUnpool()(model).modified
+    np.testing.assert_array_equal(run(model, [x, g]), expected)
+    assert np.count_nonzero(expected) == 4      # one position in each window whose max is > 0
+
+
+def test_mask_before_max_unpool_needs_the_same_tensor():
+    """A MaxPool over something else than the masked tensor is left alone."""
+    model = build(lambda x, g: _relu_pool_gradient(x, g, lambda r: op("Neg", r)),
+                  (2, 3, 6, 6), (2, 3, 3, 3))
+    assert not MaskBeforeMaxUnpool()(model).modified
 
 
 def test_switch_off_and_user_pass(monkeypatch):
