@@ -1,6 +1,6 @@
 """Per-op-type time of one job's onnxruntime session (onnxruntime's own profiler).
 
-    python bench/profile_step.py [lenet|mlp] [--steps 20]
+    python bench/profile_step.py [lenet|mlp] [--steps 20] [--top 8]
 """
 import argparse
 import collections
@@ -20,6 +20,7 @@ def main():
     p.add_argument("model", nargs="?", default="lenet")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--top", type=int, default=8, help="how many of the slowest nodes to list")
     args = p.parse_args()
     from onnxjob.session import default_session
     from models import define_jobs, lenet, mlp, random_batch
@@ -54,7 +55,7 @@ def main():
     for op, us in per_op.most_common(12):
         print(f"  {op:22s} {us / args.steps / 1000:8.2f} ms  {100 * us / total:5.1f}%")
     print("top nodes:")
-    for (op, node), us in per_node.most_common(int(os.environ.get("TOPN", 8))):
+    for (op, node), us in per_node.most_common(args.top):
         print(f"  {op:18s} {node[:50]:50s} {us / args.steps / 1000:8.2f} ms")
     os.remove(path)
 
