@@ -10,7 +10,8 @@ load) sends the job back to the fed session and restarts the count.
 
 The count keeps a loop that alternates training and prediction from rebuilding a session
 per call; the threshold is `function_config.freeze_variables_after(n)`, else the
-ONNXJOB_FREEZE_AFTER environment variable, else 8; 0 turns this off. Results of the two
+ONNXJOB_FREEZE_AFTER environment variable, else 8; 0 turns this off. Jobs whose variables
+exceed 1 GiB stay fed (the frozen model must fit one protobuf). Results of the two
 sessions agree to float rounding (different kernels), not bit for bit.
 """
 import os
@@ -21,6 +22,8 @@ from onnx import numpy_helper
 from . import runtime
 
 DEFAULT_THRESHOLD = 8
+# The frozen model carries the weights inside one protobuf, which cannot exceed 2 GiB.
+MAX_FROZEN_BYTES = 1 << 30
 
 
 class VariableStore(dict):
@@ -82,6 +85,10 @@ class FrozenPredictor:
             self._seen_version, self._calls_at_version = version, 0
         self._calls_at_version += 1
         if self._calls_at_version < self._threshold:
+            return None
+        size = sum(runtime.host_array(self._store[n]).nbytes for n in self._variable_names)
+        if size > MAX_FROZEN_BYTES:
+            self._threshold = float("inf")      # too big to embed: stay fed for good
             return None
         frozen = frozen_model_bytes(self._model_bytes, self._variable_names, self._store)
         self._session = runtime.create_session(frozen, "cpu", is_train=False)

@@ -104,3 +104,13 @@ def test_bad_environment_threshold_is_refused(monkeypatch):
         return lenet(images)
     with pytest.raises(ValueError, match="ONNXJOB_FREEZE_AFTER takes a count >= 0, got 'many'"):
         job(random_batch()[0])
+
+
+def test_variables_too_big_to_embed_stay_fed(monkeypatch):
+    from onnxjob import frozen
+    monkeypatch.setattr(frozen, "MAX_FROZEN_BYTES", 1000)    # LeNet has ~6.6 MB of weights
+    _, frozen_job, fed = _define(threshold=1)
+    images, _ = random_batch()
+    for _ in range(3):
+        np.testing.assert_allclose(frozen_job(images), fed(images), rtol=1e-5, atol=1e-5)
+    assert _frozen_session("frozen") is None
