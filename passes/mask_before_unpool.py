@@ -53,10 +53,11 @@ class MaskBeforeMaxUnpool(InPlacePass):
                            metadata_props=meta)
             masked = ir.node("Where", [mask.outputs[0], grad, where.inputs[2]],
                              name=f"{where.name}/pooled", metadata_props=meta)
-            mask.outputs[0].name = f"{where.outputs[0].name}/pooled_mask"
-            mask.outputs[0].shape, mask.outputs[0].type = pooled.shape, ir.TensorType(ir.DataType.BOOL)
-            masked.outputs[0].name = f"{where.outputs[0].name}/pooled"
-            masked.outputs[0].shape, masked.outputs[0].type = grad.shape, grad.type
+            for value, suffix, shape, type_ in (
+                    (mask.outputs[0], "pooled_mask", pooled.shape, ir.TensorType(ir.DataType.BOOL)),
+                    (masked.outputs[0], "pooled", grad.shape, grad.type)):
+                value.name = f"{where.outputs[0].name}/{suffix}"
+                value.shape, value.type = shape, type_
             if not replace_value(where.outputs[0], unpool.outputs[0]):
                 continue
             graph.insert_before(unpool, [mask, masked])

@@ -15,7 +15,8 @@ from .shape_ops import reshape_to
 def _window_out(size, k, s, d, p0, p1, ceil_mode=False):
     span = (size + p0 + p1 - d * (k - 1) - 1)
     if span < 0:
-        raise ValueError(f"window {k} (dilation {d}) is larger than the padded input {size + p0 + p1}")
+        raise ValueError(f"window {k} (dilation {d}) is larger than the padded input "
+                         f"{size + p0 + p1}")
     out = (-(-span // s) if ceil_mode else span // s) + 1
     return out
 
@@ -125,9 +126,9 @@ def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads):
     if any(pads):
         xt = op("Pad", xt, int64_constant(xt, [0, pads[0], pads[1], 0, 0, pads[2], pads[3], 0]))
     hp, wp = xt.shape[1], xt.shape[2]
-    rows = (np.arange(ho) * strides[0])[None, :, None] + (np.arange(kh) * dil[0])[:, None, None]
-    cols = (np.arange(wo) * strides[1])[None, None, :] + (np.arange(kw) * dil[1])[:, None, None]
-    index = rows[:, None, :, None] * wp + cols[None, :, None, :]       # (kh, kw, Ho, Wo)
+    rows = np.arange(kh)[:, None] * dil[0] + np.arange(ho)[None, :] * strides[0]  # (kh, Ho)
+    cols = np.arange(kw)[:, None] * dil[1] + np.arange(wo)[None, :] * strides[1]  # (kw, Wo)
+    index = rows[:, None, :, None] * wp + cols[None, :, None, :]                  # (kh, kw, Ho, Wo)
     index = index.reshape(kh * kw, ho * wo).astype(np.int32 if hp * wp < 2 ** 31 else np.int64)
     index = as_blob(index, like=xt, dtype=index.dtype)
     patches = op("Gather", reshape_to(xt, [c, hp * wp, n]), index, axis=1)
@@ -149,7 +150,8 @@ def _conv_grad(n, g, need):
         gw = _WEIGHT_GRAD[_weight_grad_choice()](x, gy, w.shape, strides, dil, pads)
     grads = [gx, gw]
     if len(n.inputs) > 2:
-        grads.append(op("ReduceSum", gy, int64_constant(gy, [0, 2, 3]), keepdims=0) if need[2] else None)
+        grads.append(op("ReduceSum", gy, int64_constant(gy, [0, 2, 3]), keepdims=0)
+                     if need[2] else None)
     return grads
 
 
@@ -163,7 +165,8 @@ def _weight_grad_choice():
     # batch-transposed Conv; ONNXJOB_CONV_WGRAD=im2col|conv selects the others.
     choice = os.environ.get("ONNXJOB_CONV_WGRAD", "gather")
     if choice not in _WEIGHT_GRAD:
-        raise ValueError(f"ONNXJOB_CONV_WGRAD must be one of {sorted(_WEIGHT_GRAD)}, got {choice!r}")
+        raise ValueError(f"ONNXJOB_CONV_WGRAD must be one of {sorted(_WEIGHT_GRAD)}, "
+                         f"got {choice!r}")
     return choice
 
 
@@ -210,7 +213,8 @@ def _max_pool_grad(n, g, need):
     if non_overlapping and not n.attrs.get("ceil_mode", 0):
         # NOTE: MaxUnpool measured as fast as ScatterElements with 8 fewer nodes; it
         # overwrites rather than adds, which is exact only when windows do not overlap.
-        return [op("MaxUnpool", g[0], idx, int64_constant(g[0], x.shape), kernel_shape=k, strides=strides)]
+        return [op("MaxUnpool", g[0], idx, int64_constant(g[0], x.shape), kernel_shape=k,
+                   strides=strides)]
     size = int(np.prod(x.shape))
     zeros = op("ConstantOfShape", int64_constant(g[0], [size]), value=np.zeros(1, x.np_dtype))
     flat = op("ScatterElements", zeros, reshape_to(idx, [int(np.prod(idx.shape))]),
@@ -304,7 +308,8 @@ register("Dropout", _dropout_infer, _dropout_grad)
 def _bn_infer(inputs, attrs, num_outputs):
     x, scale, bias, mean, var = inputs
     c = x.shape[1]
-    for name, t in (("gamma", scale), ("beta", bias), ("moving_mean", mean), ("moving_variance", var)):
+    for name, t in (("gamma", scale), ("beta", bias), ("moving_mean", mean),
+                    ("moving_variance", var)):
         if t.shape != (c,):
             raise ValueError(f"{name} has shape {t.shape}, expected ({c},)")
     return [(x.shape, x.np_dtype)]
