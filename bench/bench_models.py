@@ -35,11 +35,24 @@ def torch_model(torch, name, weights):
     return forward, opt
 
 
+def torch_train_step(torch, forward, opt, images, labels):
+    """One PyTorch eager SGD step on the batch, returning the per-example loss like the job."""
+    timg, tlab = torch.tensor(images), torch.tensor(labels).long()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(forward(timg), tlab, reduction="none")
+        loss.mean().backward()
+        opt.step()
+        return loss.detach().numpy()
+    return step
+
+
 def bench_model(name, args, torch, flow):
-    from models import define_jobs, lenet, mlp, random_batch
-    from common import interleaved
+    from models import define_jobs, random_batch
+    from common import bench_net, interleaved
     flow.clear_default_session()
-    net, kwargs = (lenet, {"train": False}) if name == "lenet" else (mlp, {})
+    net, kwargs = bench_net(name)
     train_job, eval_job = define_jobs(net, kwargs)
     eval_fed = define_fed_predict_job(flow, net)
     images, labels = random_batch()
@@ -48,14 +61,8 @@ def bench_model(name, args, torch, flow):
     compile_s = time.perf_counter() - t0
     weights = {k: v.numpy() for k, v in flow.get_all_variables().items() if "System" not in k}
     forward, opt = torch_model(torch, name, weights)
-    timg, tlab = torch.tensor(images), torch.tensor(labels).long()
-
-    def torch_train():
-        opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(forward(timg), tlab, reduction="none")
-        loss.mean().backward()
-        opt.step()
-        return loss.detach().numpy()
+    torch_train = torch_train_step(torch, forward, opt, images, labels)
+    timg = torch.tensor(images)
 
     def torch_predict():
         with torch.no_grad():

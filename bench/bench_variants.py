@@ -36,44 +36,29 @@ def parse_variant(text):
 
 def compile_train_step(flow, model, env):
     """(onnxruntime run closure, feeds) of the model's train job compiled under `env`."""
-    from models import define_jobs, lenet, mlp, random_batch
-    from onnxjob.session import default_session
+    from common import compiled_train_job
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
         flow.clear_default_session()
-        net, kwargs = (lenet, {"train": False}) if model == "lenet" else (mlp, {})
-        train_job, _ = define_jobs(net, kwargs)
-        images, labels = random_batch()
-        train_job(images, labels)
+        runtime, feeds = compiled_train_job(model)
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k)
             else:
                 os.environ[k] = v
-    session = default_session()
-    runtime = session.runtimes["train_job"]
-    feeds = {"images": images, "labels": labels}
-    for name in runtime.compiled.variable_names:
-        feeds[name] = session.variable_numpy(name)
     ort_session = runtime.ort_session
     return (lambda: ort_session.run(None, dict(feeds))), feeds
 
 
-def torch_train_step(torch, model, feeds):
-    from models import torch_lenet, torch_mlp
-    params = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in feeds.items()
-              if k not in ("images", "labels") and v.dtype == np.float32 and "System" not in k}
-    forward = (torch_lenet if model == "lenet" else torch_mlp)(torch, params)
-    opt = torch.optim.SGD(params.values(), lr=0.1, momentum=0)
-    images, labels = torch.tensor(feeds["images"]), torch.tensor(feeds["labels"]).long()
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(forward(images), labels).backward()
-        opt.step()
-    return step
+def torch_train(torch, model, feeds):
+    """bench_models.py's PyTorch eager step, from the same weights and batch."""
+    from bench_models import torch_model, torch_train_step
+    weights = {k: v for k, v in feeds.items()
+               if k not in ("images", "labels") and v.dtype == np.float32 and "System" not in k}
+    forward, opt = torch_model(torch, model, weights)
+    return torch_train_step(torch, forward, opt, feeds["images"], feeds["labels"])
 
 
 def main():
@@ -87,7 +72,7 @@ def main():
     for text in args.variants:
         name, env = parse_variant(text)
         candidates[name], feeds = compile_train_step(flow, args.model, env)
-    candidates["torch"] = torch_train_step(torch, args.model, feeds)
+    candidates["torch"] = torch_train(torch, args.model, feeds)
     medians = interleaved(candidates, args.rounds, args.calls)
     rows = [(f"{args.model} train: {name}", medians[name], medians["torch"])
             for name in candidates if name != "torch"]

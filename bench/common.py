@@ -1,4 +1,5 @@
-"""Timing helpers shared by the benchmarks: interleaved rounds, medians, ratio tables."""
+"""Helpers shared by the benchmarks: the doc models' train jobs, interleaved rounds,
+medians, ratio tables. Callers put tests/ on sys.path (models.py lives there)."""
 import json
 import statistics
 import time
@@ -43,3 +44,27 @@ def print_table(rows, title):
 def dump_json(path, payload):
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
+
+
+def bench_net(name):
+    """(net, kwargs) of the doc model `name` ("lenet" or "mlp") as the benchmarks run it:
+    LeNet without its dropout, so both frameworks do the same work."""
+    from models import lenet, mlp
+    return (lenet, {"train": False}) if name == "lenet" else (mlp, {})
+
+
+def compiled_train_job(name):
+    """Define `name`'s jobs in the (fresh) default session and run one train step; returns
+    the train job's JobRuntime and a complete feed dict (the batch and every variable)."""
+    from models import define_jobs, random_batch
+    from onnxjob.session import default_session
+    net, kwargs = bench_net(name)
+    train_job, _ = define_jobs(net, kwargs)
+    images, labels = random_batch()
+    train_job(images, labels)
+    session = default_session()
+    runtime = session.runtimes["train_job"]
+    feeds = {"images": images, "labels": labels}
+    for variable in runtime.compiled.variable_names:
+        feeds[variable] = session.variable_numpy(variable)
+    return runtime, feeds

@@ -8,11 +8,11 @@ import json
 import os
 import sys
 
-import numpy as np
 import onnxruntime as ort
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, HERE)
 
 
 def main():
@@ -22,23 +22,14 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--top", type=int, default=8, help="how many of the slowest nodes to list")
     args = p.parse_args()
-    from onnxjob.session import default_session
-    from models import define_jobs, lenet, mlp, random_batch
-    net, kwargs = (lenet, {"train": False}) if args.model == "lenet" else (mlp, {})
-    train_job, _ = define_jobs(net, kwargs)
-    images, labels = random_batch()
-    train_job(images, labels)
-    session = default_session()
-    rt = session.runtimes["train_job"]
+    from common import compiled_train_job
+    rt, feeds = compiled_train_job(args.model)
     opts = ort.SessionOptions()
     opts.enable_profiling = True
     opts.intra_op_num_threads = args.threads
     opts.profile_file_prefix = "/tmp/onnxjob_profile"
     sess = ort.InferenceSession(rt.model_bytes, opts, providers=["CPUExecutionProvider"],
                                 disabled_optimizers=["EliminateDropout"])
-    feeds = {"images": images, "labels": labels}
-    for name in rt.compiled.variable_names:
-        feeds[name] = np.asarray(session.variable_numpy(name))
     for _ in range(args.steps):
         sess.run(None, feeds)
     path = sess.end_profiling()
