@@ -61,6 +61,16 @@ def frozen_model_bytes(model_bytes, variable_names, values):
     return model.SerializeToString()
 
 
+def make_frozen_predictor(config, model_bytes, variable_names, store):
+    """A FrozenPredictor for a CPU predict job without state outputs, or None when the job
+    reads no variable, its threshold is 0, or its variables are too big to embed."""
+    threshold = freeze_threshold(config)
+    size = sum(runtime.host_array(store[name]).nbytes for name in variable_names)
+    if not variable_names or not threshold or size > MAX_FROZEN_BYTES:
+        return None
+    return FrozenPredictor(model_bytes, variable_names, store, threshold)
+
+
 class FrozenPredictor:
     """Chooses, per call of one predict job on the CPU, between the fed session and a
     session with the current variable values as constants (see the module docstring)."""
@@ -85,10 +95,6 @@ class FrozenPredictor:
             self._seen_version, self._calls_at_version = version, 0
         self._calls_at_version += 1
         if self._calls_at_version < self._threshold:
-            return None
-        size = sum(runtime.host_array(self._store[n]).nbytes for n in self._variable_names)
-        if size > MAX_FROZEN_BYTES:
-            self._threshold = float("inf")      # too big to embed: stay fed for good
             return None
         frozen = frozen_model_bytes(self._model_bytes, self._variable_names, self._store)
         self._session = runtime.create_session(frozen, "cpu", is_train=False)

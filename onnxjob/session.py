@@ -14,7 +14,7 @@ import numpy as np
 from . import runtime
 from .config import process_config
 from .executor import Executor
-from .frozen import FrozenPredictor, VariableStore, freeze_threshold
+from .frozen import VariableStore, make_frozen_predictor
 
 
 class JobRuntime:
@@ -46,11 +46,9 @@ class JobRuntime:
         self.run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
             else self._run_host
         self._frozen = None
-        threshold = freeze_threshold(job.config)
-        if (self.device != "cuda" and not compiled.is_train and not self._state_items
-                and self._variable_names and threshold):
-            self._frozen = FrozenPredictor(self.model_bytes, self._variable_names, self.store,
-                                           threshold)
+        if self.device != "cuda" and not compiled.is_train and not self._state_items:
+            self._frozen = make_frozen_predictor(job.config, self.model_bytes,
+                                                 self._variable_names, self.store)
 
     def _run_cuda(self, feeds):
         binding = self.ort_session.io_binding()
