@@ -6,19 +6,13 @@ import pytest
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.session import default_session
-from models import BATCH, lenet, random_batch
+from models import BATCH, define_jobs, lenet, random_batch
 
 IMAGE = tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float)
-LABEL = tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
 
 
 def _define(threshold):
-    @flow.global_function(type="train")
-    def train(images: IMAGE, labels: LABEL) -> tp.Numpy:
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, lenet(images))
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
-                           momentum=0).minimize(loss)
-        return loss
+    train, _ = define_jobs(lenet)
 
     def predict_job(name, after):
         config = flow.function_config()
