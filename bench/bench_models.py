@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 
+from onnxjob.runtime.session import default_session
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
@@ -72,13 +74,13 @@ def bench_model(name, args, torch, flow):
                         args.rounds, args.calls)
     predict = interleaved({"onnxjob": lambda: eval_job(images), "torch": torch_predict,
                            "onnxjob_fed": lambda: eval_fed(images)}, args.rounds, args.calls)
-    nodes = len(list(flow.session.default_session().runtimes["train_job"].compiled.model.graph))
+    nodes = len(list(default_session().runtimes["train_job"].compiled.model.graph))
     return {"train": train, "predict": predict, "compile_s": compile_s, "train_nodes": nodes}
 
 
 def define_fed_predict_job(flow, net):
     """The predict job again, with its variables always fed as inputs (never frozen into
-    constants, onnxjob/frozen.py): what a predict step costs right after training."""
+    constants, onnxjob/runtime/frozen.py): what a predict step costs right after training."""
     import onnxjob.typing as tp
     from models import BATCH
     config = flow.function_config()
@@ -103,7 +105,7 @@ def bench_overhead(args, flow):
 
     x = np.ones(4, np.float32)
     tiny(x)
-    runtime = flow.session.default_session().runtimes["tiny"]
+    runtime = default_session().runtimes["tiny"]
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = args.threads
     raw = ort.InferenceSession(runtime.model_bytes, opts, providers=["CPUExecutionProvider"])
@@ -118,7 +120,7 @@ def main():
     import torch
     torch.set_num_threads(args.threads)
     import onnxjob as flow
-    import onnxjob.session  # noqa: F401
+    import onnxjob.runtime.session  # noqa: F401
     from common import dump_json, print_table
     results = {"threads": args.threads, "torch": torch.__version__}
     rows_train, rows_predict = [], []

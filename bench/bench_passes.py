@@ -20,7 +20,7 @@ def main():
     os.environ["ONNXJOB_NUM_THREADS"] = str(args.threads)
     import onnxjob as flow
     import onnxjob.typing as tp
-    from onnxjob.session import default_session
+    from onnxjob.runtime.session import default_session
     from common import interleaved
     from models import BATCH, lenet, mlp, random_batch
 

@@ -57,7 +57,7 @@ def compiled_train_job(name):
     """Define `name`'s jobs in the (fresh) default session and run one train step; returns
     the train job's JobRuntime and a complete feed dict (the batch and every variable)."""
     from models import define_jobs, random_batch
-    from onnxjob.session import default_session
+    from onnxjob.runtime.session import default_session
     net, kwargs = bench_net(name)
     train_job, _ = define_jobs(net, kwargs)
     images, labels = random_batch()

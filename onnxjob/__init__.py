@@ -9,27 +9,29 @@
 """
 import types as _types
 
-from . import checkpoint, data, initializers, optimizer, scope  # noqa: F401
-from . import typing  # noqa: F401
-from .config import FunctionConfig, ExecutionConfig, config, env, function_config  # noqa: F401
-from .dtypes import (char, double, float, float16, float32, float64, int8, int32,  # noqa: F401
+from onnxjob.io import checkpoint, mnist as data  # noqa: F401
+from onnxjob.frontend import initializers, scope  # noqa: F401
+from onnxjob.train import optimizer  # noqa: F401
+from onnxjob import typing  # noqa: F401
+from onnxjob.frontend.config import FunctionConfig, ExecutionConfig, config, env, function_config  # noqa: F401
+from onnxjob.dtypes import (char, double, float, float16, float32, float64, int8, int32,  # noqa: F401
                      int64, record, tensor_buffer, uint8)
-from .initializers import (constant_initializer, glorot_normal_initializer,  # noqa: F401
+from onnxjob.frontend.initializers import (constant_initializer, glorot_normal_initializer,  # noqa: F401
                            glorot_uniform_initializer, kaiming_initializer,
                            ones_initializer, random_normal_initializer,
                            random_uniform_initializer, truncated_normal,
                            truncated_normal_initializer, variance_scaling_initializer,
                            xavier_normal_initializer, xavier_uniform_initializer,
                            zeros_initializer)
-from .job_function import FixedTensorDef, MirroredTensorDef, global_function  # noqa: F401
-from .ops import array_ops as _array, layers, math_ops as math, nn_ops as nn  # noqa: F401
-from .ops.array_ops import (cast, concat, constant, constant_like, expand_dims, flatten,  # noqa: F401
+from onnxjob.frontend.job_function import FixedTensorDef, MirroredTensorDef, global_function  # noqa: F401
+from onnxjob.ops import layers, math, nn  # noqa: F401
+from onnxjob.ops.array import (cast, concat, constant, constant_like, expand_dims, flatten,  # noqa: F401
                             gather, identity, matmul, one_hot, ones_like, reshape, slice,
                             slice_v2, split, squeeze, transpose, where, zeros_like)
-from .session import clear_default_session, sync_default_session  # noqa: F401
-from .variables import get_variable, regularizers  # noqa: F401
-from .watch import watch, watch_diff  # noqa: F401
-from .export import export  # noqa: F401
+from onnxjob.runtime.session import clear_default_session, sync_default_session  # noqa: F401
+from onnxjob.frontend.variables import get_variable, regularizers  # noqa: F401
+from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
+from onnxjob.io.export import export  # noqa: F401
 
 __version__ = "0.1.0"
 

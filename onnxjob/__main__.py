@@ -30,7 +30,7 @@ def main(argv=None):
     if job is None or not hasattr(job, "job"):
         parser.error(f"{script} defines no job function named {job_name!r}")
     import onnxjob as flow
-    from onnxjob.export import export
+    from onnxjob.io.export import export
     if args.checkpoint:
         flow.load_variables(flow.checkpoint.get(args.checkpoint))
     export(job, args.output)

@@ -1,5 +1,5 @@
 """Error classes for user mistakes. Each message says what was expected and where."""
-from .source_info import user_location
+from onnxjob.source_info import user_location
 
 
 class OnnxJobError(Exception):

@@ -9,8 +9,8 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from . import dtypes
-from .errors import JobArgumentError
+from onnxjob import dtypes
+from onnxjob.errors import JobArgumentError
 
 T = TypeVar("T")
 

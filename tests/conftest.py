@@ -11,7 +11,7 @@ MNIST = os.path.abspath(os.path.join(HERE, "..", "..", "shared", "data", "mnist.
 @pytest.fixture(autouse=True)
 def fresh_session():
     """Every test starts with an empty session, as OneFlow's tests do."""
-    from onnxjob.config import process_config
+    from onnxjob.frontend.config import process_config
     flow.clear_default_session()
     process_config.reset()
     yield

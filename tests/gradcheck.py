@@ -8,10 +8,10 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from onnxjob import autodiff
-from onnxjob.compiler import IR_VERSION
-from onnxjob.tracer import GraphBuilder, op, tracing
-from onnxjob.variables import VariableSpec
+from onnxjob.graph import autodiff
+from onnxjob.graph.compiler import IR_VERSION
+from onnxjob.graph.tracer import GraphBuilder, op, tracing
+from onnxjob.frontend.variables import VariableSpec
 
 
 def vjp(fn, inputs, diff, train=True):

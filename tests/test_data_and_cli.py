@@ -11,7 +11,8 @@ import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp
-from onnxjob import runtime
+from onnxjob.runtime import backend as runtime
+from onnxjob.runtime.session import default_session
 from onnxjob.errors import DeviceUnavailableError
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -102,7 +103,7 @@ def test_cuda_run_matches_cpu_reference():
     train_job, eval_job = define_jobs(lenet, {"train": False})
     images, labels = random_batch()
     out = eval_job(images)
-    assert flow.session.default_session().device == "cuda"
+    assert default_session().device == "cuda"
     weights = {k: v.numpy() for k, v in flow.get_all_variables().items()}
     flow.clear_default_session()
     os.environ["ONNXJOB_DEVICE"] = "cpu"

@@ -5,7 +5,7 @@ import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp
-from onnxjob.session import default_session
+from onnxjob.runtime.session import default_session
 from models import BATCH, define_jobs, lenet, random_batch
 
 IMAGE = tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float)
@@ -101,7 +101,7 @@ def test_bad_environment_threshold_is_refused(monkeypatch):
 
 
 def test_variables_too_big_to_embed_stay_fed(monkeypatch):
-    from onnxjob import frozen
+    from onnxjob.runtime import frozen
     monkeypatch.setattr(frozen, "MAX_FROZEN_BYTES", 1000)    # LeNet has ~6.6 MB of weights
     _, frozen_job, fed = _define(threshold=1)
     images, _ = random_batch()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import onnxjob as flow
-from onnxjob.tracer import op
+from onnxjob.graph.tracer import op
 from gradcheck import check_finite_differences, vjp
 
 torch = pytest.importorskip("torch", reason="PyTorch is the reference for gradients")

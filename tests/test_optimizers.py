@@ -6,7 +6,7 @@ import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp
-from onnxjob import lr_schedules as S
+from onnxjob.train import lr_schedules as S
 
 A = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
 W0 = np.array([0.5, 0.25, -1.0, 2.0], np.float32)

@@ -8,8 +8,8 @@ import onnxruntime as ort
 
 import onnxjob as flow
 import onnxjob.typing as tp
-from onnxjob.compiler import IR_VERSION
-from onnxjob.tracer import GraphBuilder, op, tracing
+from onnxjob.graph.compiler import IR_VERSION
+from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from passes import FoldReshapes, FoldTransposeIntoGemm, MaskBeforeMaxUnpool, op_counts
 
 
@@ -148,7 +148,7 @@ def test_switch_off_and_user_pass(monkeypatch):
     seen.clear()
     job2(x)
     assert seen == []
-    from onnxjob.session import default_session
+    from onnxjob.runtime.session import default_session
     assert op_counts(default_session().runtimes["job2"].compiled.model)["Reshape"] == 2
 
 

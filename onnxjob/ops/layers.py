@@ -1,13 +1,13 @@
 """flow.layers: dense, conv2d, batch_normalization (variables created by name)."""
 import numpy as np
 
-from .. import initializers, scope
-from ..errors import TraceError
-from ..tracer import as_blob, current_builder, op
-from ..variables import VariableSpec, variable_blob
-from . import math_ops
-from .array_ops import reshape
-from .nn_ops import _pair, resolve_padding
+from onnxjob.frontend import initializers, scope
+from onnxjob.errors import TraceError
+from onnxjob.graph.tracer import as_blob, current_builder, op
+from onnxjob.frontend.variables import VariableSpec, variable_blob
+from onnxjob.ops import math as math_ops
+from onnxjob.ops.array import reshape
+from onnxjob.ops.nn import _pair, resolve_padding
 
 
 def _variable(name, shape, dtype, initializer, regularizer=None, trainable=True, reuse=False):

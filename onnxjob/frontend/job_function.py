@@ -5,11 +5,12 @@ import typing
 
 import numpy as np
 
-from . import results
-from . import typing as tp
-from .config import FunctionConfig, process_config
-from .session import default_session
-from .source_info import user_location
+from onnxjob.frontend import results
+from onnxjob import typing as tp
+from onnxjob.frontend.config import FunctionConfig, process_config, started_session
+from onnxjob.runtime.session import default_session
+from onnxjob.train.optimizer import resolve_optimizer
+from onnxjob.source_info import user_location
 
 
 class JobFunction:
@@ -69,6 +70,24 @@ class JobFunction:
             raise tp.JobArgumentError(f"{user_location()}: {e}") from None
         return device_feeds
 
+    def trace(self, builder):
+        """Run the body once on fresh placeholders in `builder` (the compiler's call).
+
+        Returns (placeholder names, output Blobs, output tree); the optimizer of the old
+        `config.train.*` API is resolved onto the builder here.
+        """
+        args = [_placeholders(builder, ann, pname)
+                for pname, ann in zip(self.param_names, self.param_annotations)]
+        ret = self.func(*args)
+        blobs = []
+        if self.has_return_annotation:
+            tree = results.flatten(ret, self.return_annotation, self.name, blobs)
+        else:
+            tree = results.flatten_unannotated(ret, blobs)
+        resolve_optimizer(builder, self)
+        placeholder_names = [n for a in args for n in _flat_placeholder_names(a)]
+        return placeholder_names, blobs, tree
+
     @property
     def is_train(self):
         if self.job_type is not None:
@@ -79,7 +98,7 @@ class JobFunction:
     def __call__(self, *args, **kwargs):
         session = default_session()
         if not session.is_running:
-            session.start()
+            started_session()
         if kwargs:
             raise TypeError(f"{user_location()}: job {self.name!r} takes positional arguments "
                             f"only, got keywords {sorted(kwargs)}")
@@ -108,6 +127,25 @@ class JobFunction:
         if not self.has_return_annotation:
             return Future(executor.run_sync(call))
         return executor.run_sync(call)
+
+
+def _placeholders(builder, annotation, name):
+    """The placeholder Blob(s) of one parameter (a tuple of them for Tuple[...])."""
+    if typing.get_origin(annotation) is tuple:
+        return tuple(_placeholders(builder, a, f"{name}_{i}")
+                     for i, a in enumerate(typing.get_args(annotation)))
+    dynamic = issubclass(annotation, (tp.ListNumpyDef,))
+    tensor_list = issubclass(annotation, tp.ListListNumpyDef)
+    blob = builder.add_input(name, annotation.shape, annotation.np_dtype(), dynamic=dynamic,
+                             tensor_list=tensor_list)
+    blob.is_dynamic = dynamic or tensor_list
+    return blob
+
+
+def _flat_placeholder_names(args):
+    if isinstance(args, tuple):
+        return [n for a in args for n in _flat_placeholder_names(a)]
+    return [args.name]
 
 
 def _exact_numpy_feeds(params, args):
@@ -221,12 +259,12 @@ def global_function(type="predict", function_config=None):
 
 def FixedTensorDef(shape, dtype=None, batch_axis=0, name=None):
     """Deprecated placeholder used as a parameter default (pre-typing style)."""
-    from . import dtypes
+    from onnxjob import dtypes
     print("WARNING: flow.FixedTensorDef is deprecated, use oneflow.typing.Numpy.Placeholder")
     return tp.Numpy.Placeholder(tuple(shape), dtype or dtypes.float)
 
 
 def MirroredTensorDef(shape, dtype=None, batch_axis=0, name=None):
-    from . import dtypes
+    from onnxjob import dtypes
     print("WARNING: flow.MirroredTensorDef is deprecated, use oneflow.typing.ListNumpy.Placeholder")
     return tp.ListNumpy.Placeholder(tuple(shape), dtype or dtypes.float)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .tracer import as_blob, op
+from onnxjob.graph.tracer import as_blob, op
 
 
 def _c(t, value):
@@ -203,5 +203,5 @@ class CustomScheduler(LrScheduler):
         self.lr_blob = lr_blob
 
     def decayed(self, t):
-        from .primitives.shape_ops import reshape_to
+        from onnxjob.graph.primitives.shape_ops import reshape_to
         return reshape_to(self.lr_blob, ())

@@ -4,9 +4,9 @@ Opset 17: ReduceSum takes its axes as an input, the others as an attribute.
 """
 import numpy as np
 
-from ..tracer import as_blob, int64_constant, op
-from . import const_value, normalize_axis, register
-from .shape_ops import reshape_to
+from onnxjob.graph.tracer import as_blob, int64_constant, op
+from onnxjob.graph.registry import const_value, normalize_axis, register
+from onnxjob.graph.primitives.shape_ops import reshape_to
 
 
 def reduce_axes(node_or_inputs, attrs, rank):
@@ -62,7 +62,7 @@ def _reduce_extreme_grad(n, g, need):
 
 
 def _ir_dtype(blob):
-    from .. import dtypes
+    from onnxjob import dtypes
     return dtypes.from_numpy(blob.np_dtype).ir_dtype.value
 
 

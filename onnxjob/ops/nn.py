@@ -1,10 +1,10 @@
 """flow.nn: convolution, pooling, activations, dropout and the losses."""
 import numpy as np
 
-from ..errors import TraceError
-from ..tracer import as_blob, current_builder, op
-from . import math_ops
-from .array_ops import reshape
+from onnxjob.errors import TraceError
+from onnxjob.graph.tracer import as_blob, current_builder, op
+from onnxjob.ops import math as math_ops
+from onnxjob.ops.array import reshape
 
 relu = math_ops.relu
 sigmoid = math_ops.sigmoid

@@ -7,15 +7,13 @@ onnxruntime with only the job's placeholders as inputs. Each node keeps the user
 import numpy as np
 import onnx
 
-from .compiler import check_model
-from .session import default_session
+from onnxjob.graph.compiler import check_model
+from onnxjob.frontend.config import started_session
 
 
 def job_model_proto(job_fn, with_variables=True):
     """The ModelProto of `job_fn` (a decorated job); starts the session if needed."""
-    session = default_session()
-    session.start()
-    session.sync()
+    session = started_session(sync=True)
     name = job_fn.job.name if hasattr(job_fn, "job") else str(job_fn)
     runtime = session.runtimes[name]
     proto = onnx.ModelProto()

@@ -3,8 +3,8 @@ import typing
 
 import numpy as np
 
-from . import typing as tp
-from .tracer import Blob
+from onnxjob import typing as tp
+from onnxjob.graph.tracer import Blob
 
 
 class Leaf:

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import onnxruntime as ort
 
-from .errors import DeviceUnavailableError
+from onnxjob.errors import DeviceUnavailableError
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"

@@ -1,6 +1,6 @@
 """MatMul and Gemm: shape rules and gradient rules."""
-from ..tracer import op
-from . import broadcast_shape, register
+from onnxjob.graph.tracer import op
+from onnxjob.graph.registry import broadcast_shape, register
 
 
 def _matmul_infer(inputs, attrs, num_outputs):

@@ -1,18 +1,12 @@
-"""The primitive table: for each ONNX op onnxjob emits, its shape rule and gradient rule.
+"""The primitive table and the helpers its rules share.
 
-A primitive is registered once, in the module of its family, with
-
-* `infer(inputs, attrs, num_outputs) -> [(shape, np_dtype), ...]` — run when the node is
-  traced; raising ValueError/AssertionError there becomes a TraceError naming the user's
-  line;
-* `grad(node, gys, needs) -> [gx or None per input]` — emits standard ONNX ops only;
-  `gys` has one cotangent (or None) per output, `needs[i]` says whether input i needs a
-  gradient. The autodiff engine sums fan-in and reduces broadcast axes, so rules stay
-  small. `grad=None` means "not differentiable" (integer/boolean results, indices).
+The rules live in `onnxjob/graph/primitives/<family>.py` (see that package's
+docstring); this module holds only the table, so the tracer can look rules up
+without importing them.
 """
 import numpy as np
 
-from ..errors import TraceError
+from onnxjob.errors import TraceError
 
 _TABLE = {}
 
@@ -71,5 +65,3 @@ def normalize_axis(axis, rank):
         raise ValueError(f"axis {axis} is out of range for rank {rank}")
     return axis % rank if rank else 0
 
-
-from . import elementwise, shape_ops, reductions, linalg, nn  # noqa: E402,F401  (registration)

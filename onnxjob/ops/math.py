@@ -1,5 +1,5 @@
 """flow.math: elementwise math, reductions and arg-reductions."""
-from ..tracer import Blob, as_blob, int64_constant, op
+from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 
 
 def _pair(x, y):
@@ -124,8 +124,8 @@ reduce_prod = _reduce_attr("ReduceProd")
 
 def argmax(input, axis=-1, name=None):
     """Index of the largest value along `axis` (int64 as ONNX; OneFlow returns int32)."""
-    from .array_ops import cast
-    from .. import dtypes
+    from onnxjob.ops.array import cast
+    from onnxjob import dtypes
     return cast(op("ArgMax", input, axis=axis, keepdims=0, name=name), dtypes.int32)
 
 

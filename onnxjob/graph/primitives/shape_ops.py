@@ -5,8 +5,8 @@ shape is known while tracing.
 """
 import numpy as np
 
-from ..tracer import int64_constant, op
-from . import const_value, normalize_axis, register
+from onnxjob.graph.tracer import int64_constant, op
+from onnxjob.graph.registry import const_value, normalize_axis, register
 
 
 def resolve_reshape(in_shape, shape):
@@ -243,7 +243,7 @@ register("ScatterND", lambda i, a, k: [(i[0].shape, i[0].np_dtype)], None)
 
 
 def _expand_infer(inputs, attrs, num_outputs):
-    from . import broadcast_shape
+    from onnxjob.graph.registry import broadcast_shape
     return [(broadcast_shape(inputs[0].shape, tuple(int(d) for d in const_value(inputs[1]))),
              inputs[0].np_dtype)]
 

@@ -1,33 +1,9 @@
 """`flow.scope`: name spaces, placement (advisory) and logical views."""
-import contextlib
 import threading
 
+from onnxjob.graph.name_scope import full_name, namespace, namespace_prefix  # noqa: F401
+
 _state = threading.local()
-
-
-def _stack():
-    if not hasattr(_state, "names"):
-        _state.names = []
-    return _state.names
-
-
-@contextlib.contextmanager
-def namespace(name):
-    """Prefix `name-` to the names of variables created inside (nests)."""
-    _stack().append(str(name))
-    try:
-        yield
-    finally:
-        _stack().pop()
-
-
-def namespace_prefix():
-    names = _stack()
-    return "-".join(names) + "-" if names else ""
-
-
-def full_name(name):
-    return namespace_prefix() + name
 
 
 class _Placement:

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from . import dtypes
+from onnxjob import dtypes
 
 
 class Initializer:

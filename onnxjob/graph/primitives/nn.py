@@ -7,9 +7,9 @@ import os
 
 import numpy as np
 
-from ..tracer import as_blob, int64_constant, op
-from . import register
-from .shape_ops import reshape_to
+from onnxjob.graph.tracer import as_blob, int64_constant, op
+from onnxjob.graph.registry import register
+from onnxjob.graph.primitives.shape_ops import reshape_to
 
 
 def _window_out(size, k, s, d, p0, p1, ceil_mode=False):
@@ -226,7 +226,7 @@ register("MaxPool", _pool_infer, _max_pool_grad)
 
 
 def _max_unpool_infer(inputs, attrs, num_outputs):
-    from . import const_value
+    from onnxjob.graph.registry import const_value
     return [(tuple(int(d) for d in const_value(inputs[2])), inputs[0].np_dtype)]
 
 
@@ -295,7 +295,7 @@ def _dropout_infer(inputs, attrs, num_outputs):
 
 
 def _dropout_grad(n, g, need):
-    from . import const_value
+    from onnxjob.graph.registry import const_value
     ratio = float(const_value(n.inputs[1]))
     mask = n.outputs[1]
     scaled = op("Mul", g[0], as_blob(1.0 / (1.0 - ratio), like=g[0]))

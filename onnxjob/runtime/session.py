@@ -11,10 +11,11 @@ import threading
 
 import numpy as np
 
-from . import runtime
-from .config import process_config
-from .executor import Executor
-from .frozen import VariableStore, make_frozen_predictor
+from onnxjob.runtime import backend
+from onnxjob.graph.compiler import compile_job
+from onnxjob.graph.tracer import VariableRegistry
+from onnxjob.runtime.executor import Executor
+from onnxjob.runtime.frozen import VariableStore, make_frozen_predictor
 
 
 class JobRuntime:
@@ -33,8 +34,8 @@ class JobRuntime:
         self.device = session.device
         proto = compiled.to_proto()
         self.model_bytes = proto.SerializeToString()
-        self.ort_session = runtime.create_session(self.model_bytes, self.device, compiled.is_train,
-                                                  runtime.cuda_provider_options(job.config))
+        self.ort_session = backend.create_session(self.model_bytes, self.device, compiled.is_train,
+                                                  backend.cuda_provider_options(job.config))
         self._user_outputs = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
         self._state_items = list(compiled.state_outputs.items())
         order = [o.name for o in self.ort_session.get_outputs()]
@@ -73,20 +74,20 @@ class JobRuntime:
             return frozen.run(None, feeds)
         store = self.store
         for name in self._variable_names:
-            feeds[name] = runtime.host_array(store[name])
+            feeds[name] = backend.host_array(store[name])
         outs = self.ort_session.run(None, feeds)
         n = self._n_user
         for var_name, value in zip(self._state_names, outs[n:]):
-            store[var_name] = runtime.from_host(value, self.device)
+            store[var_name] = backend.from_host(value, self.device)
         return outs[:n]
 
 
-class Session:
+class Session(VariableRegistry):
     """Jobs, variables and the execution order of one onnxjob session."""
 
     def __init__(self):
+        super().__init__()
         self.jobs = collections.OrderedDict()
-        self.variable_specs = {}
         self.variable_values = VariableStore()  # name -> owned ndarray (CPU) or CUDA OrtValue
         self.runtimes = {}
         self.is_running = False
@@ -108,52 +109,41 @@ class Session:
         self.jobs[job.name] = job
 
     # -- variables ------------------------------------------------------------------------
-    def declare_variable(self, spec, check_same):
-        existing = self.variable_specs.get(spec.name)
-        if existing is None:
-            self.variable_specs[spec.name] = spec
-            return spec
-        check_same(existing, spec)
-        return existing
-
-    def has_variable(self, name):
-        return name in self.variable_specs
-
     def variable_numpy(self, name):
         """A copy of the variable's current value."""
-        return np.array(runtime.host_array(self.variable_values[name]))
+        return np.array(backend.host_array(self.variable_values[name]))
 
     def assign_variable(self, name, array):
-        self.variable_values[name] = runtime.to_device(array, self.device)
+        self.variable_values[name] = backend.to_device(array, self.device)
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self):
-        """Compile every registered job (definition order) and initialise variables."""
+    def start(self, seed=None):
+        """Compile every registered job (definition order) and initialise variables
+        (drawn from a generator seeded with `seed`; None = fresh entropy)."""
         if self.is_running:
             return
         with self._start_lock:
             if self.is_running:
                 return
-            from .compiler import compile_job
             requested = None
             for job in self.jobs.values():
                 requested = requested or job.config.get("execution_provider")
-            self.device = runtime.choose_device(requested)
+            self.device = backend.choose_device(requested)
             compiled = []
             for job in self.jobs.values():
-                compiled.append((job, compile_job(job)))
+                compiled.append((job, compile_job(job, self)))
             assert self.jobs, "the session has no job function to run"
-            self._init_variables()
+            self._init_variables(seed)
             for job, graph in compiled:
                 self.runtimes[job.name] = JobRuntime(job, graph, self)
             self.is_running = True
 
-    def _init_variables(self):
-        rng = np.random.default_rng(process_config.random_seed)
+    def _init_variables(self, seed):
+        rng = np.random.default_rng(seed)
         for name, spec in self.variable_specs.items():
             if name not in self.variable_values:
                 value = spec.initializer.sample(spec.shape, spec.np_dtype, rng)
-                self.variable_values[name] = runtime.to_device(value, self.device)
+                self.variable_values[name] = backend.to_device(value, self.device)
 
     def sync(self):
         self.executor.sync()

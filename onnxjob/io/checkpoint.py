@@ -14,20 +14,12 @@ import tempfile
 
 import numpy as np
 
-from . import dtypes
-from .errors import CheckpointError
-from .session import default_session
+from onnxjob import dtypes
+from onnxjob.errors import CheckpointError
+from onnxjob.frontend.config import started_session
 
 _META_DIM = re.compile(r"dim:\s*(-?\d+)")
 _META_TYPE = re.compile(r"data_type:\s*(k\w+)")
-
-
-def _started_session(sync):
-    session = default_session()
-    session.start()
-    if sync:
-        session.sync()
-    return session
 
 
 class FileBackedVariable:
@@ -75,7 +67,7 @@ class FileBackedVariable:
 
 def get(path):
     """The variables saved under `path`: {name: entry} (or one entry if path/out exists)."""
-    _started_session(sync=False)
+    started_session(sync=False)
     if not os.path.isdir(path):
         raise AssertionError(f"Directory {path} doesn't exist!")
     if os.path.isfile(os.path.join(path, "out")):
@@ -111,7 +103,7 @@ class VariableValue:
 
 def get_all_variables():
     """Every variable of every job, optimizer state and train-step counters included."""
-    session = _started_session(sync=True)
+    session = started_session(sync=True)
     return {name: VariableValue(session.variable_numpy(name)) for name in session.variable_specs}
 
 
@@ -125,7 +117,7 @@ def _value_array(value, spec):
 
 def load_variables(value_dict, ignore_mismatch=True):
     """Assign variables by name; unknown names are skipped (or raise)."""
-    session = _started_session(sync=True)
+    session = started_session(sync=True)
     for name, value in value_dict.items():
         spec = session.variable_specs.get(name)
         if spec is None:
@@ -149,7 +141,7 @@ def _safe_child(root, name):
 
 def save(path, var_dict=None):
     """Write every variable to `path` atomically (refuses a file or non-empty directory)."""
-    session = _started_session(sync=True)
+    session = started_session(sync=True)
     if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
         raise AssertionError(f"Non-empty directory {path} already exists!")
     if var_dict is None:
@@ -193,4 +185,4 @@ class CheckPoint:
         load_variables(get(path))
 
     def init(self):
-        _started_session(sync=False)
+        started_session(sync=False)

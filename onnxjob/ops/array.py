@@ -1,9 +1,9 @@
 """Top-level array ops: flow.reshape, transpose, concat, constant, matmul, slice, ..."""
 import numpy as np
 
-from .. import dtypes
-from ..primitives.shape_ops import resolve_reshape
-from ..tracer import Blob, as_blob, current_builder, int64_constant, op
+from onnxjob import dtypes
+from onnxjob.graph.primitives.shape_ops import resolve_reshape
+from onnxjob.graph.tracer import Blob, as_blob, current_builder, int64_constant, op
 
 
 def reshape(x, shape, name=None):

@@ -1,8 +1,8 @@
 """Elementwise and broadcasting ops: shape rules and gradient rules."""
 import numpy as np
 
-from ..tracer import as_blob, op
-from . import broadcast_shape, register, same_as_input
+from onnxjob.graph.tracer import as_blob, op
+from onnxjob.graph.registry import broadcast_shape, register, same_as_input
 
 
 def _binary_infer(out_dtype=None):
@@ -133,7 +133,7 @@ def _cast_infer(inputs, attrs, num_outputs):
 
 
 def _cast_grad(n, g, need):
-    from .. import dtypes
+    from onnxjob import dtypes
     x = n.inputs[0]
     if not dtypes.is_floating(x.np_dtype):
         return [None]

@@ -2,10 +2,10 @@
 import inspect
 
 
-from . import typing as tp
-from .results import LocalBlob
-from .source_info import user_location
-from .tracer import current_builder
+from onnxjob import typing as tp
+from onnxjob.frontend.results import LocalBlob
+from onnxjob.source_info import user_location
+from onnxjob.graph.tracer import current_builder
 
 
 def _make_handler(blob, handler_or_prompt):

@@ -2,9 +2,10 @@
 import onnx
 import onnx_ir as ir
 
-from . import results
-from .errors import TraceError
-from .tracer import GraphBuilder, tracing
+from onnxjob.errors import TraceError
+from onnxjob.graph import autodiff
+from onnxjob.graph.tracer import GraphBuilder, tracing
+from passes import run_default_pipeline
 
 IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13; opset 17 needs 8
 
@@ -28,26 +29,6 @@ class CompiledGraph:
         return ir.to_proto(self.model)
 
 
-def _placeholders(builder, annotation, name):
-    from . import typing as tp
-    import typing
-    if typing.get_origin(annotation) is tuple:
-        return tuple(_placeholders(builder, a, f"{name}_{i}")
-                     for i, a in enumerate(typing.get_args(annotation)))
-    dynamic = issubclass(annotation, (tp.ListNumpyDef,))
-    tensor_list = issubclass(annotation, tp.ListListNumpyDef)
-    blob = builder.add_input(name, annotation.shape, annotation.np_dtype(), dynamic=dynamic,
-                             tensor_list=tensor_list)
-    blob.is_dynamic = dynamic or tensor_list
-    return blob
-
-
-def _flat_placeholder_names(args):
-    if isinstance(args, tuple):
-        return [n for a in args for n in _flat_placeholder_names(a)]
-    return [args.name]
-
-
 def _as_output(builder, blob, name, taken):
     """Make `blob` a graph output called `name` (an Identity where it cannot be renamed)."""
     value = blob.value
@@ -63,22 +44,17 @@ def _as_output(builder, blob, name, taken):
     return name
 
 
-def compile_job(job):
-    """Trace `job` and build its CompiledGraph (raises at the user's line on errors)."""
-    from . import autodiff, optimizer as optim
-    from passes import run_default_pipeline
+def compile_job(job, variable_registry=None):
+    """Trace `job` and build its CompiledGraph (raises at the user's line on errors).
 
-    builder = GraphBuilder(job.name, is_train=job.is_train)
+    `job` provides `name`, `is_train`, `config`, `location` and `trace(builder) ->
+    (placeholder_names, output_blobs, output_tree)`, which runs the body on fresh
+    placeholders and records its optimizer on the builder (frontend/job_function.py).
+    """
+    builder = GraphBuilder(job.name, is_train=job.is_train, variable_registry=variable_registry)
     with tracing(builder):
-        args = [_placeholders(builder, ann, pname)
-                for pname, ann in zip(job.param_names, job.param_annotations)]
-        ret = job.func(*args)
-        blobs = []
-        if job.has_return_annotation:
-            tree = results.flatten(ret, job.return_annotation, job.name, blobs)
-        else:
-            tree = results.flatten_unannotated(ret, blobs)
-        optimizer = optim.resolve_optimizer(builder, job)
+        placeholder_names, blobs, tree = job.trace(builder)
+        optimizer = builder.optimizer
         if job.is_train:
             if optimizer is None:
                 raise TraceError(
@@ -103,7 +79,6 @@ def compile_job(job):
     for var_name, blob in builder.state_updates.items():
         state_outputs[var_name] = _as_output(builder, blob, f"{var_name}/next", taken)
 
-    placeholder_names = [n for a in args for n in _flat_placeholder_names(a)]
     model = ir.Model(builder.graph, ir_version=IR_VERSION, producer_name="onnxjob")
     run_default_pipeline(model, job.config)
     used_inputs = {v.name for v in model.graph.inputs}

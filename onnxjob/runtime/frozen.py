@@ -19,7 +19,7 @@ import os
 import onnx
 from onnx import numpy_helper
 
-from . import runtime
+from onnxjob.runtime import backend
 
 DEFAULT_THRESHOLD = 8
 # The frozen model carries the weights inside one protobuf, which cannot exceed 2 GiB.
@@ -57,7 +57,7 @@ def frozen_model_bytes(model_bytes, variable_names, values):
     del model.graph.input[:]
     model.graph.input.extend(kept)
     model.graph.initializer.extend(
-        numpy_helper.from_array(runtime.host_array(values[name]), name) for name in variable_names)
+        numpy_helper.from_array(backend.host_array(values[name]), name) for name in variable_names)
     return model.SerializeToString()
 
 
@@ -65,7 +65,7 @@ def make_frozen_predictor(config, model_bytes, variable_names, store):
     """A FrozenPredictor for a CPU predict job without state outputs, or None when the job
     reads no variable, its threshold is 0, or its variables are too big to embed."""
     threshold = freeze_threshold(config)
-    size = sum(runtime.host_array(store[name]).nbytes for name in variable_names)
+    size = sum(backend.host_array(store[name]).nbytes for name in variable_names)
     if not variable_names or not threshold or size > MAX_FROZEN_BYTES:
         return None
     return FrozenPredictor(model_bytes, variable_names, store, threshold)
@@ -97,6 +97,6 @@ class FrozenPredictor:
         if self._calls_at_version < self._threshold:
             return None
         frozen = frozen_model_bytes(self._model_bytes, self._variable_names, self._store)
-        self._session = runtime.create_session(frozen, "cpu", is_train=False)
+        self._session = backend.create_session(frozen, "cpu", is_train=False)
         self._session_version = version
         return self._session

@@ -9,16 +9,16 @@ import warnings
 
 import numpy as np
 
-from . import initializers
-from .errors import TraceError
-from .lr_schedules import (  # noqa: F401  (re-exported as flow.optimizer.*)
+from onnxjob.frontend import initializers
+from onnxjob.errors import TraceError
+from onnxjob.train.lr_schedules import (  # noqa: F401  (re-exported as flow.optimizer.*)
     CosineDecayScheduler, CosineScheduler, CustomScheduler, ExponentialScheduler,
     InverseTimeScheduler, LinearCosineScheduler, LrScheduler, NaturalExpScheduler,
     PiecewiseConstantScheduler, PiecewiseScalingScheduler, PolynomialSchduler,
     PolynomialScheduler, warmup)
-from .primitives.shape_ops import reshape_to
-from .tracer import as_blob, current_builder, int64_constant, op
-from .variables import VariableSpec, variable_blob
+from onnxjob.graph.primitives.shape_ops import reshape_to
+from onnxjob.graph.tracer import as_blob, current_builder, int64_constant, op
+from onnxjob.frontend.variables import VariableSpec, variable_blob
 
 
 class _ClipByGlobalNorm:
@@ -110,7 +110,7 @@ class Optimizer:
 
 
 def _ir(blob):
-    from . import dtypes
+    from onnxjob import dtypes
     return dtypes.from_numpy(blob.np_dtype).ir_dtype.value
 
 

@@ -11,9 +11,11 @@ import threading
 import numpy as np
 import onnx_ir as ir
 
-from . import dtypes
-from .errors import ConcreteBlobError, TraceError
-from .source_info import short_location, user_location
+from onnxjob import dtypes
+from onnxjob.errors import ConcreteBlobError, TraceError
+from onnxjob.graph.name_scope import namespace_prefix
+from onnxjob.graph.registry import get_primitive
+from onnxjob.source_info import short_location, user_location
 
 OPSET = 17
 _state = threading.local()
@@ -117,12 +119,34 @@ class Blob:
     def __ge__(self, o): return self._binary("GreaterOrEqual", o)
 
 
+class VariableRegistry:
+    """Variable specs by name; a session holds one for all of its jobs."""
+
+    def __init__(self):
+        self.variable_specs = {}
+
+    def declare_variable(self, spec, check_same):
+        """The registered spec named `spec.name` (registering `spec` if new)."""
+        existing = self.variable_specs.get(spec.name)
+        if existing is None:
+            self.variable_specs[spec.name] = spec
+            return spec
+        check_same(existing, spec)
+        return existing
+
+    def has_variable(self, name):
+        return name in self.variable_specs
+
+
 class GraphBuilder:
     """The graph of one job while its body is traced (and while autodiff extends it)."""
 
-    def __init__(self, job_name, is_train=False):
+    def __init__(self, job_name, is_train=False, variable_registry=None):
         self.job_name = job_name
         self.is_train = is_train
+        # Variables are shared by name across the jobs of a session: the session is the
+        # registry. Graphs built on their own (tests, tools) get a private one.
+        self.variable_registry = variable_registry or VariableRegistry()
         self.graph = ir.Graph(inputs=[], outputs=[], nodes=[], opset_imports={"": OPSET},
                               name=job_name)
         self.nodes = []            # TracedNode, in trace order
@@ -146,8 +170,7 @@ class GraphBuilder:
 
     def unique_name(self, name):
         """`name` (with the namespace prefix), suffixed if a node already uses it."""
-        from . import scope
-        name = scope.namespace_prefix() + name
+        name = namespace_prefix() + name
         if name in self._used_names:
             name = f"{name}_{next(self._counter)}"
         self._used_names.add(name)
@@ -184,7 +207,6 @@ class GraphBuilder:
 
     # -- nodes --------------------------------------------------------------------------
     def emit(self, op_type, inputs, attrs=None, num_outputs=1, name=None, location=None):
-        from .primitives import get_primitive
         attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
         prim = get_primitive(op_type)
         location = location or self.location_override or short_location()

@@ -1,9 +1,10 @@
 """`flow.get_variable`: named, session-wide variables seen by a job as graph inputs."""
 import numpy as np
 
-from . import dtypes, scope
-from .errors import TraceError
-from .tracer import current_builder
+from onnxjob import dtypes
+from onnxjob.frontend import scope
+from onnxjob.errors import TraceError
+from onnxjob.graph.tracer import current_builder
 
 
 class VariableSpec:
@@ -42,7 +43,6 @@ class regularizers:
 
 def variable_blob(spec, reuse=True):
     """The Blob of variable `spec` in the job being traced (created on first use)."""
-    from .session import default_session
     builder = current_builder("flow.get_variable")
     if spec.name in builder.variables:
         assert reuse, (f"varaible '{spec.name}' already exists, getting the same variable is "
@@ -50,7 +50,7 @@ def variable_blob(spec, reuse=True):
         existing = builder.variable_specs[spec.name]
         _check_same(existing, spec)
         return builder.variables[spec.name]
-    spec = default_session().declare_variable(spec, _check_same)
+    spec = builder.variable_registry.declare_variable(spec, _check_same)
     blob = builder.add_input(spec.name, spec.shape, spec.np_dtype)
     builder.variables[spec.name] = blob
     builder.variable_specs[spec.name] = spec
@@ -71,8 +71,7 @@ def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regul
     full = scope.full_name(name)
     builder = current_builder("flow.get_variable")
     if initializer is None and full not in builder.variables:
-        from .session import default_session
-        if not default_session().has_variable(full):
+        if not builder.variable_registry.has_variable(full):
             raise TraceError(f"flow.get_variable({name!r}): no initializer given; pass e.g. "
                              "initializer=flow.zeros_initializer()")
     spec = VariableSpec(full, shape, dtypes.to_numpy(dtype), initializer,

@@ -4,7 +4,8 @@ import sys
 import traceback
 import warnings
 
-from . import scope
+from onnxjob.frontend import scope
+from onnxjob.runtime.session import default_session
 
 # OneFlow flags that onnxjob accepts and ignores (they tune OneFlow's own runtime).
 _IGNORED_FLAGS = {
@@ -124,8 +125,17 @@ class _ProcessConfig:
 process_config = _ProcessConfig()
 
 
+def started_session(sync=False):
+    """The default session, started (compiled, variables drawn with `flow.config.seed`)
+    and, with `sync`, with every queued run and callback finished."""
+    session = default_session()
+    session.start(seed=process_config.random_seed)
+    if sync:
+        session.sync()
+    return session
+
+
 def _session_running():
-    from .session import default_session
     if default_session().is_running:
         print("Nothing happened because the session is running")
         return True

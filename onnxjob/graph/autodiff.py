@@ -7,11 +7,11 @@ variable gradient is scaled by 1/elem_cnt(loss); the scale is folded into the se
 """
 import numpy as np
 
-from . import dtypes
-from .errors import MissingGradientError, TraceError
-from .primitives import get_primitive
-from .primitives.shape_ops import reshape_to
-from .tracer import int64_constant, op
+from onnxjob import dtypes
+from onnxjob.errors import MissingGradientError, TraceError
+from onnxjob.graph.registry import get_primitive
+from onnxjob.graph.primitives.shape_ops import reshape_to
+from onnxjob.graph.tracer import int64_constant, op
 
 
 def _requires_grad(builder, sources):
