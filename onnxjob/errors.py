@@ -32,5 +32,23 @@ class JobArgumentError(AssertionError):
     """
 
 
+class UnsupportedAPIError(OnnxJobError, AttributeError):
+    """A OneFlow name that onnxjob does not provide (an AttributeError, so `hasattr` and
+    `getattr(obj, name, default)` keep working)."""
+
+
+def missing_api(namespace):
+    """A module-level `__getattr__` for the `flow.*` namespace `namespace` (PEP 562): an
+    unknown name raises UnsupportedAPIError naming it and the user's file:line."""
+    def __getattr__(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise UnsupportedAPIError(
+            f"{user_location()}: {namespace}.{name} is not provided by onnxjob, which "
+            "implements OneFlow's single-device legacy job-function API (see the README, "
+            "'Run your OneFlow script', for what is supported)")
+    return __getattr__
+
+
 class CheckpointError(OnnxJobError, RuntimeError):
     """A checkpoint on disk is missing, malformed or does not fit the variables."""

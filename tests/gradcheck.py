@@ -1,4 +1,6 @@
-"""Build the VJP graph of one traced function and check it numerically.
+"""Gradient checks shared by the op test files.
+
+Build the VJP graph of one traced function and check it numerically.
 
 `vjp(fn, inputs, diff)` traces `fn` on placeholders, seeds the backward pass with a
 random cotangent `ct` through loss = sum(fn(x) * ct), and returns a runner that gives
@@ -81,3 +83,65 @@ def check_finite_differences(fn, inputs, diff, rng, eps=1e-6, rtol=1e-4, atol=1e
 
 def _float_dtype(inputs):
     return next(x.dtype for x in inputs if x.dtype.kind == "f")
+
+
+# -- input makers: rng -> array -------------------------------------------------------
+
+def pos(shape):
+    return lambda rng: rng.uniform(0.5, 2.0, shape)
+
+
+def normal(shape):
+    return lambda rng: rng.standard_normal(shape)
+
+
+def labels(shape, depth):
+    return lambda rng: rng.integers(0, depth, shape).astype(np.int32)
+
+
+def sep(shape):
+    """Values at least 0.05 apart, so max/relu kinks stay out of the FD stencil."""
+    def make(rng):
+        n = int(np.prod(shape))
+        vals = (rng.permutation(n) - n / 2) * 0.05 + 0.013
+        return vals.reshape(shape)
+    return make
+
+
+# -- one table row, checked two ways --------------------------------------------------
+
+def _inputs(makers, rng, dtype):
+    return [np.asarray(m(rng)).astype(dtype) if np.asarray(m(np.random.default_rng(0))).dtype.kind == "f"
+            else np.asarray(m(rng)) for m in makers]
+
+
+def check_case_finite_differences(case):
+    """Case = (name, onnxjob fn, torch fn, input makers, differentiated inputs, float64
+    kernels exist): the VJP against central finite differences (float64 where it can)."""
+    name, fn, _, makers, diff, has_f64 = case
+    rng = np.random.default_rng(1)
+    dtype = np.float64 if has_f64 else np.float32
+    xs = _inputs(makers, rng, dtype)
+    if has_f64:
+        check_finite_differences(fn, xs, diff, rng)
+    else:  # float32-only kernels: larger step, looser tolerance
+        check_finite_differences(fn, xs, diff, rng, eps=1e-2, rtol=2e-2, atol=1e-3)
+
+
+def check_case_against_pytorch(case):
+    """The same case's forward value and VJP against PyTorch autograd in float32."""
+    import torch
+    name, fn, torch_fn, makers, diff, _ = case
+    rng = np.random.default_rng(2)
+    xs = _inputs(makers, rng, np.float32)
+    run, yshape = vjp(fn, xs, diff)
+    ct = rng.standard_normal(yshape).astype(np.float32)
+    y, grads = run(xs, ct)
+    txs = [torch.tensor(x, requires_grad=bool(d) and x.dtype.kind == "f") for x, d in zip(xs, diff)]
+    ty = torch_fn(*txs)
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-5, atol=1e-5)
+    ty.backward(torch.tensor(ct))
+    gi = iter(grads)
+    for x, d in zip(txs, diff):
+        if d:
+            np.testing.assert_allclose(next(gi), x.grad.numpy(), rtol=1e-5, atol=1e-5)

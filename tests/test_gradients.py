@@ -5,31 +5,11 @@ import pytest
 
 import onnxjob as flow
 from onnxjob.graph.tracer import op
-from gradcheck import check_finite_differences, vjp
+from gradcheck import (check_case_against_pytorch, check_case_finite_differences, labels,
+                       normal, pos, sep, vjp)
 
 torch = pytest.importorskip("torch", reason="PyTorch is the reference for gradients")
 F = torch.nn.functional
-
-
-def pos(shape):
-    return lambda rng: rng.uniform(0.5, 2.0, shape)
-
-
-def normal(shape):
-    return lambda rng: rng.standard_normal(shape)
-
-
-def labels(shape, depth):
-    return lambda rng: rng.integers(0, depth, shape).astype(np.int32)
-
-
-def sep(shape):
-    """Values at least 0.05 apart, so max/relu kinks stay out of the FD stencil."""
-    def make(rng):
-        n = int(np.prod(shape))
-        vals = (rng.permutation(n) - n / 2) * 0.05 + 0.013
-        return vals.reshape(shape)
-    return make
 
 
 # name, onnxjob fn, torch fn, input makers, differentiated inputs, float64 kernels exist
@@ -93,39 +73,14 @@ CASES = [
 ]
 
 
-def _inputs(makers, rng, dtype):
-    return [np.asarray(m(rng)).astype(dtype) if np.asarray(m(np.random.default_rng(0))).dtype.kind == "f"
-            else np.asarray(m(rng)) for m in makers]
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_against_finite_differences(case):
-    name, fn, _, makers, diff, has_f64 = case
-    rng = np.random.default_rng(1)
-    dtype = np.float64 if has_f64 else np.float32
-    xs = _inputs(makers, rng, dtype)
-    if has_f64:
-        check_finite_differences(fn, xs, diff, rng)
-    else:  # float32-only kernels: larger step, looser tolerance
-        check_finite_differences(fn, xs, diff, rng, eps=1e-2, rtol=2e-2, atol=1e-3)
+    check_case_finite_differences(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_against_pytorch(case):
-    name, fn, torch_fn, makers, diff, _ = case
-    rng = np.random.default_rng(2)
-    xs = _inputs(makers, rng, np.float32)
-    run, yshape = vjp(fn, xs, diff)
-    ct = rng.standard_normal(yshape).astype(np.float32)
-    y, grads = run(xs, ct)
-    txs = [torch.tensor(x, requires_grad=bool(d) and x.dtype.kind == "f") for x, d in zip(xs, diff)]
-    ty = torch_fn(*txs)
-    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=1e-5, atol=1e-5)
-    ty.backward(torch.tensor(ct))
-    gi = iter(grads)
-    for x, d in zip(txs, diff):
-        if d:
-            np.testing.assert_allclose(next(gi), x.grad.numpy(), rtol=1e-5, atol=1e-5)
+    check_case_against_pytorch(case)
 
 
 def test_dropout_gradient_uses_the_mask():
@@ -160,7 +115,7 @@ CONV_CASES = [c for c in CASES if c[0].startswith("conv")] + [
 def test_conv_weight_gradient_formulations(case, formulation, monkeypatch):
     """Each selectable weight-gradient formulation (ONNXJOB_CONV_WGRAD) against PyTorch."""
     monkeypatch.setenv("ONNXJOB_CONV_WGRAD", formulation)
-    test_against_pytorch(case)
+    check_case_against_pytorch(case)
 
 
 def test_unknown_conv_weight_gradient_formulation_is_refused(monkeypatch):

@@ -13,17 +13,21 @@ IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13; opset 17 needs 8
 class CompiledGraph:
     """An emitted job graph and how its inputs/outputs map to the job's world."""
 
-    def __init__(self, model, placeholder_names, variable_names, output_names, output_tree,
+    def __init__(self, model, placeholder_names, variable_inputs, output_names, output_tree,
                  state_outputs, watch_outputs, has_sequences, is_train):
         self.model = model                      # onnx_ir.Model after passes
         self.placeholder_names = placeholder_names
-        self.variable_names = variable_names    # graph inputs fed from the variable store
+        self.variable_inputs = variable_inputs  # variable name -> graph input fed with it
         self.output_names = output_names        # user-visible outputs, in tree order
         self.output_tree = output_tree
         self.state_outputs = state_outputs      # variable name -> output name
         self.watch_outputs = watch_outputs      # [(output name, handler, location)]
         self.has_sequences = has_sequences
         self.is_train = is_train
+
+    @property
+    def variable_names(self):
+        return list(self.variable_inputs)
 
     def to_proto(self):
         return ir.to_proto(self.model)
@@ -38,6 +42,7 @@ def _as_output(builder, blob, name, taken):
         if blob.is_tensor_list:
             value.type = blob.value.type
             value.shape = None
+    name = builder.unique_value_name(name)
     value.name = name
     taken.add(value)
     builder.graph.outputs.append(value)
@@ -82,10 +87,11 @@ def compile_job(job, variable_registry=None):
     model = ir.Model(builder.graph, ir_version=IR_VERSION, producer_name="onnxjob")
     run_default_pipeline(model, job.config)
     used_inputs = {v.name for v in model.graph.inputs}
-    variable_names = [n for n in builder.variables if n in used_inputs]
+    variable_inputs = {n: b.value.name for n, b in builder.variables.items()
+                       if b.value.name in used_inputs}
     has_sequences = any(b.is_tensor_list for b in blobs) or any(
         isinstance(v.type, ir.SequenceType) for v in model.graph.inputs)
-    return CompiledGraph(model, placeholder_names, variable_names, output_names, tree,
+    return CompiledGraph(model, placeholder_names, variable_inputs, output_names, tree,
                          state_outputs, watch_named, has_sequences, job.is_train)
 
 

@@ -12,18 +12,39 @@ _TABLE = {}
 
 
 class Primitive:
-    __slots__ = ("op_type", "infer", "grad", "differentiable")
+    """One table entry: an ONNX op (or a composite) with its shape and gradient rules.
 
-    def __init__(self, op_type, infer, grad, differentiable):
+    * `lower(inputs, attrs, num_outputs) -> [Blob] or None`: for inputs onnxruntime has
+      no kernel for (OneHot with int32 indices, Mod on floats, ...) it emits another
+      formulation and returns its outputs; None means "emit the op as it is".
+    * `expand(inputs, attrs, num_outputs) -> [Blob]`: set for composites, ops that are
+      not ONNX ops but a group of them (OneFlow's softmax cross entropy, ...). The group
+      is one node for autodiff, so the composite's own `grad` rule is used, not the
+      gradients of its parts.
+    """
+
+    __slots__ = ("op_type", "infer", "grad", "differentiable", "lower", "expand")
+
+    def __init__(self, op_type, infer, grad, differentiable, lower=None, expand=None):
         self.op_type = op_type
         self.infer = infer
         self.grad = grad
         self.differentiable = differentiable
+        self.lower = lower
+        self.expand = expand
 
 
-def register(op_type, infer, grad=None, differentiable=True):
+def register(op_type, infer, grad=None, differentiable=True, lower=None):
     """Add a primitive. `differentiable=False`: its outputs never carry gradients."""
-    _TABLE[op_type] = Primitive(op_type, infer, grad, differentiable)
+    _TABLE[op_type] = Primitive(op_type, infer, grad, differentiable, lower=lower)
+
+
+def register_composite(name, expand, grad=None, differentiable=True):
+    """Add a composite: `expand` emits its ONNX nodes, `grad` is its gradient rule.
+
+    Composite names are not ONNX op types; by convention they start with "onnxjob.".
+    """
+    _TABLE[name] = Primitive(name, None, grad, differentiable, expand=expand)
 
 
 def get_primitive(op_type):

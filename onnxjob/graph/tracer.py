@@ -22,13 +22,17 @@ _state = threading.local()
 
 
 class TracedNode:
-    """One traced op: the onnx_ir node plus the Blobs it reads and writes."""
+    """One traced op: the onnx_ir node plus the Blobs it reads and writes.
+
+    A composite (see registry.register_composite) is one TracedNode without an onnx_ir
+    node of its own: its parts are in the graph, but autodiff sees only the composite.
+    """
 
     __slots__ = ("ir_node", "op_type", "inputs", "outputs", "attrs", "location")
 
-    def __init__(self, ir_node, inputs, outputs, attrs, location):
+    def __init__(self, ir_node, inputs, outputs, attrs, location, op_type=None):
         self.ir_node = ir_node
-        self.op_type = ir_node.op_type
+        self.op_type = op_type or ir_node.op_type
         self.inputs = inputs
         self.outputs = outputs
         self.attrs = attrs
@@ -161,7 +165,8 @@ class GraphBuilder:
         self.location_override = None
         self._counter = itertools.count()
         self._const_cache = {}
-        self._used_names = set()
+        self._used_names = set()   # node names
+        self._value_names = set()  # graph input, initializer and node output names
 
     # -- naming -------------------------------------------------------------------------
     def fresh_name(self, hint):
@@ -176,8 +181,20 @@ class GraphBuilder:
         self._used_names.add(name)
         return name
 
+    def unique_value_name(self, name):
+        """`name`, suffixed if a graph value already has it (ONNX needs unique names: a
+        placeholder and a variable may share one in OneFlow)."""
+        if name in self._value_names:
+            stem = name
+            while name in self._value_names:
+                name = f"{stem}_{next(self._counter)}"
+        self._value_names.add(name)
+        return name
+
     # -- values -------------------------------------------------------------------------
     def add_input(self, name, shape, np_dtype, dynamic=False, tensor_list=False):
+        """A graph input named `name` (or a unique variant: read `blob.name`)."""
+        name = self.unique_value_name(name)
         ir_dtype = dtypes.from_numpy(np_dtype).ir_dtype
         if tensor_list:
             value = ir.Value(name=name, type=ir.SequenceType(ir.TensorType(ir_dtype)))
@@ -195,7 +212,7 @@ class GraphBuilder:
             key = (array.dtype.str, array.shape, array.tobytes())
             if key in self._const_cache:
                 return self._const_cache[key]
-        name = f"{name_hint}_{next(self._counter)}"
+        name = self.unique_value_name(f"{name_hint}_{next(self._counter)}")
         value = ir.Value(name=name, const_value=ir.tensor(array, name=name),
                          type=ir.TensorType(dtypes.from_numpy(array.dtype).ir_dtype),
                          shape=ir.Shape(array.shape))
@@ -216,6 +233,13 @@ class GraphBuilder:
             if x is not None and x.builder is not self:
                 raise TraceError(f"{op_type}: input {x.name} belongs to another job's graph; "
                                  "Blobs cannot be shared between job functions")
+        if prim.expand is not None:
+            return self._emit_composite(prim, inputs, attrs, num_outputs, location)
+        if prim.lower is not None:
+            with self.location(location):
+                lowered = prim.lower(list(inputs), attrs, num_outputs)
+            if lowered is not None:
+                return lowered
         try:
             out_types = prim.infer(inputs, attrs, num_outputs)
         except TraceError:
@@ -225,7 +249,8 @@ class GraphBuilder:
             raise TraceError(f"{op_type} cannot take inputs of shapes ({shapes}): {e}",
                              location=user_location()) from None
         node_name = self.unique_name(name) if name else self.fresh_name(op_type)
-        outputs = [ir.Value(name=f"{node_name}/out{i}" if i else f"{node_name}/out",
+        outputs = [ir.Value(name=self.unique_value_name(
+                                f"{node_name}/out{i}" if i else f"{node_name}/out"),
                             type=ir.TensorType(dtypes.from_numpy(dt).ir_dtype),
                             shape=ir.Shape(shape)) for i, (shape, dt) in enumerate(out_types)]
         ir_attrs = {k: ir.tensor(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
@@ -241,6 +266,22 @@ class GraphBuilder:
             b.is_dynamic = dynamic
         self.nodes.append(traced)
         return blobs
+
+    def _emit_composite(self, prim, inputs, attrs, num_outputs, location):
+        """Emit a composite's parts, then record them as one TracedNode (see TracedNode)."""
+        first = len(self.nodes)
+        with self.location(location):
+            outs = list(prim.expand(list(inputs), attrs, num_outputs))
+        del self.nodes[first:]
+        # an output that is an input (or a constant) would get a second producer
+        outs = [op("Identity", b) if b.producer is None or any(b is x for x in inputs) else b
+                for b in outs]
+        del self.nodes[first:]
+        traced = TracedNode(None, list(inputs), outs, attrs, location, op_type=prim.op_type)
+        for b in outs:
+            b.producer = traced
+        self.nodes.append(traced)
+        return outs
 
     @contextlib.contextmanager
     def location(self, location):

@@ -21,9 +21,10 @@ def job_model_proto(job_fn, with_variables=True):
     if with_variables:
         graph = proto.graph
         keep = []
+        variable_of_input = {i: v for v, i in runtime.compiled.variable_inputs.items()}
         for value_info in graph.input:
-            if value_info.name in runtime.compiled.variable_names:
-                array = np.asarray(session.variable_numpy(value_info.name))
+            if value_info.name in variable_of_input:
+                array = np.asarray(session.variable_numpy(variable_of_input[value_info.name]))
                 graph.initializer.append(onnx.numpy_helper.from_array(array, value_info.name))
             else:
                 keep.append(value_info)

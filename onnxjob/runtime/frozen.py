@@ -49,35 +49,37 @@ def freeze_threshold(config):
     return int(text)
 
 
-def frozen_model_bytes(model_bytes, variable_names, values):
-    """`model_bytes` with the graph inputs `variable_names` turned into initializers."""
+def frozen_model_bytes(model_bytes, variable_inputs, values):
+    """`model_bytes` with the graph inputs of `variable_inputs` ({variable name: input
+    name}) turned into initializers holding the variables' `values`."""
     model = onnx.load_from_string(model_bytes)
-    names = set(variable_names)
+    names = set(variable_inputs.values())
     kept = [i for i in model.graph.input if i.name not in names]
     del model.graph.input[:]
     model.graph.input.extend(kept)
     model.graph.initializer.extend(
-        numpy_helper.from_array(backend.host_array(values[name]), name) for name in variable_names)
+        numpy_helper.from_array(backend.host_array(values[var]), input_name)
+        for var, input_name in variable_inputs.items())
     return model.SerializeToString()
 
 
-def make_frozen_predictor(config, model_bytes, variable_names, store):
+def make_frozen_predictor(config, model_bytes, variable_inputs, store):
     """A FrozenPredictor for a CPU predict job without state outputs, or None when the job
     reads no variable, its threshold is 0, or its variables are too big to embed."""
     threshold = freeze_threshold(config)
-    size = sum(backend.host_array(store[name]).nbytes for name in variable_names)
-    if not variable_names or not threshold or size > MAX_FROZEN_BYTES:
+    size = sum(backend.host_array(store[name]).nbytes for name in variable_inputs)
+    if not variable_inputs or not threshold or size > MAX_FROZEN_BYTES:
         return None
-    return FrozenPredictor(model_bytes, variable_names, store, threshold)
+    return FrozenPredictor(model_bytes, variable_inputs, store, threshold)
 
 
 class FrozenPredictor:
     """Chooses, per call of one predict job on the CPU, between the fed session and a
     session with the current variable values as constants (see the module docstring)."""
 
-    def __init__(self, model_bytes, variable_names, store, threshold):
+    def __init__(self, model_bytes, variable_inputs, store, threshold):
         self._model_bytes = model_bytes
-        self._variable_names = list(variable_names)
+        self._variable_inputs = dict(variable_inputs)
         self._store = store
         self._threshold = threshold
         self._seen_version = None
@@ -96,7 +98,7 @@ class FrozenPredictor:
         self._calls_at_version += 1
         if self._calls_at_version < self._threshold:
             return None
-        frozen = frozen_model_bytes(self._model_bytes, self._variable_names, self._store)
+        frozen = frozen_model_bytes(self._model_bytes, self._variable_inputs, self._store)
         self._session = backend.create_session(frozen, "cpu", is_train=False)
         self._session_version = version
         return self._session

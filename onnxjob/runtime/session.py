@@ -42,21 +42,21 @@ class JobRuntime:
         self._n_user = len(self._user_outputs)
         # graph output order is user outputs, watches, then state: checked, not assumed
         assert order == self._user_outputs + [o for _, o in self._state_items], order
-        self._variable_names = list(compiled.variable_names)
+        self._variable_inputs = list(compiled.variable_inputs.items())
         self._state_names = [v for v, _ in self._state_items]
         self.run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
             else self._run_host
         self._frozen = None
         if self.device != "cuda" and not compiled.is_train and not self._state_items:
             self._frozen = make_frozen_predictor(job.config, self.model_bytes,
-                                                 self._variable_names, self.store)
+                                                 compiled.variable_inputs, self.store)
 
     def _run_cuda(self, feeds):
         binding = self.ort_session.io_binding()
         for name, value in feeds.items():
             binding.bind_cpu_input(name, value)
-        for name in self._variable_names:
-            binding.bind_ortvalue_input(name, self.store[name])
+        for var_name, input_name in self._variable_inputs:
+            binding.bind_ortvalue_input(input_name, self.store[var_name])
         for name in self._user_outputs:
             binding.bind_output(name, "cpu")
         for _, out_name in self._state_items:
@@ -73,8 +73,8 @@ class JobRuntime:
         if frozen is not None:
             return frozen.run(None, feeds)
         store = self.store
-        for name in self._variable_names:
-            feeds[name] = backend.host_array(store[name])
+        for var_name, input_name in self._variable_inputs:
+            feeds[input_name] = backend.host_array(store[var_name])
         outs = self.ort_session.run(None, feeds)
         n = self._n_user
         for var_name, value in zip(self._state_names, outs[n:]):

@@ -11,4 +11,5 @@ A primitive is registered once, in the module of its family, with
   small. `grad=None` means "not differentiable" (integer/boolean results, indices).
 """
 from onnxjob.graph.registry import get_primitive, register, registered_ops  # noqa: F401
-from onnxjob.graph.primitives import elementwise, shape_ops, reductions, linalg, nn  # noqa: F401  (registration)
+from onnxjob.graph.primitives import (  # noqa: F401  (registration)
+    conv, elementwise, linalg, normalization, random, reductions, shape_ops)

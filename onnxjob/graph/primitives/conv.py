@@ -1,4 +1,4 @@
-"""Convolution, pooling, dropout and batch normalization: shape and gradient rules.
+"""Convolution and pooling: shape rules and gradient rules.
 
 Pads are always explicit `[top, left, bottom, right]` here: the API layer resolves
 OneFlow's "SAME" (= SAME_LOWER) and "VALID" before emitting.
@@ -7,8 +7,8 @@ import os
 
 import numpy as np
 
+from onnxjob.graph.registry import const_value, register
 from onnxjob.graph.tracer import as_blob, int64_constant, op
-from onnxjob.graph.registry import register
 from onnxjob.graph.primitives.shape_ops import reshape_to
 
 
@@ -226,7 +226,6 @@ register("MaxPool", _pool_infer, _max_pool_grad)
 
 
 def _max_unpool_infer(inputs, attrs, num_outputs):
-    from onnxjob.graph.registry import const_value
     return [(tuple(int(d) for d in const_value(inputs[2])), inputs[0].np_dtype)]
 
 
@@ -284,36 +283,3 @@ def _global_avg_grad(n, g, need):
 
 
 register("GlobalAveragePool", _global_avg_infer, _global_avg_grad)
-
-
-def _dropout_infer(inputs, attrs, num_outputs):
-    x = inputs[0]
-    outs = [(x.shape, x.np_dtype)]
-    if num_outputs > 1:
-        outs.append((x.shape, np.dtype(bool)))
-    return outs
-
-
-def _dropout_grad(n, g, need):
-    from onnxjob.graph.registry import const_value
-    ratio = float(const_value(n.inputs[1]))
-    mask = n.outputs[1]
-    scaled = op("Mul", g[0], as_blob(1.0 / (1.0 - ratio), like=g[0]))
-    return [op("Where", mask, scaled, as_blob(0, like=g[0])), None, None]
-
-
-register("Dropout", _dropout_infer, _dropout_grad)
-
-
-def _bn_infer(inputs, attrs, num_outputs):
-    x, scale, bias, mean, var = inputs
-    c = x.shape[1]
-    for name, t in (("gamma", scale), ("beta", bias), ("moving_mean", mean),
-                    ("moving_variance", var)):
-        if t.shape != (c,):
-            raise ValueError(f"{name} has shape {t.shape}, expected ({c},)")
-    return [(x.shape, x.np_dtype)]
-
-
-# Inference form only: train jobs build batch normalization from primitives (see ops/nn).
-register("BatchNormalization", _bn_infer, None)
