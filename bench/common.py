@@ -65,6 +65,6 @@ def compiled_train_job(name):
     session = default_session()
     runtime = session.runtimes["train_job"]
     feeds = {"images": images, "labels": labels}
-    for variable in runtime.compiled.variable_names:
-        feeds[variable] = session.variable_numpy(variable)
+    for variable, input_name in runtime.compiled.variable_inputs.items():
+        feeds[input_name] = session.variable_numpy(variable)
     return runtime, feeds
