@@ -6,63 +6,63 @@
     @flow.global_function(type="predict")
     def job(x: tp.Numpy.Placeholder((8, 4))) -> tp.Numpy:
         return flow.math.relu(x)
-"""
-import types as _types
 
-from onnxjob.io import checkpoint, mnist as data  # noqa: F401
-from onnxjob.frontend import initializers, scope  # noqa: F401
-from onnxjob.train import optimizer  # noqa: F401
+This module is the `flow` namespace: it only re-exports. A OneFlow name that onnxjob
+does not provide raises UnsupportedAPIError naming it and the caller's line.
+"""
 from onnxjob import typing  # noqa: F401
-from onnxjob.frontend.config import FunctionConfig, ExecutionConfig, config, env, function_config  # noqa: F401
-from onnxjob.dtypes import (char, double, float, float16, float32, float64, int8, int32,  # noqa: F401
-                     int64, record, tensor_buffer, uint8)
+from onnxjob.dtypes import (char, double, float, float16, float32, float64, int8,  # noqa: F401
+                            int32, int64, record, tensor_buffer, uint8)
+from onnxjob.errors import missing_api as _missing_api
+from onnxjob.frontend import initializers, scope  # noqa: F401
+from onnxjob.frontend.config import (FunctionConfig, ExecutionConfig, config, env,  # noqa: F401
+                                     function_config)
+from onnxjob.frontend.helpers import (Size, convert_oneflow_dtype_to_numpy_dtype,  # noqa: F401
+                                      current_machine_id, current_resource, current_scope,
+                                      eager_execution_enabled)
 from onnxjob.frontend.initializers import (constant_initializer, glorot_normal_initializer,  # noqa: F401
-                           glorot_uniform_initializer, kaiming_initializer,
-                           ones_initializer, random_normal_initializer,
-                           random_uniform_initializer, truncated_normal,
-                           truncated_normal_initializer, variance_scaling_initializer,
-                           xavier_normal_initializer, xavier_uniform_initializer,
-                           zeros_initializer)
-from onnxjob.frontend.job_function import FixedTensorDef, MirroredTensorDef, global_function  # noqa: F401
-from onnxjob.ops import layers, math, nn  # noqa: F401
-from onnxjob.ops.array import (cast, concat, constant, constant_like, expand_dims, flatten,  # noqa: F401
-                            gather, identity, matmul, one_hot, ones_like, reshape, slice,
-                            slice_v2, split, squeeze, transpose, where, zeros_like)
-from onnxjob.runtime.session import clear_default_session, sync_default_session  # noqa: F401
-from onnxjob.frontend.variables import get_variable, regularizers  # noqa: F401
+                                           glorot_uniform_initializer, kaiming_initializer,
+                                           ones_initializer, random_normal_initializer,
+                                           random_uniform_initializer, truncated_normal,
+                                           truncated_normal_initializer,
+                                           variance_scaling_initializer,
+                                           xavier_normal_initializer, xavier_uniform_initializer,
+                                           zeros_initializer)
+from onnxjob.frontend.job_function import (FixedTensorDef, MirroredTensorDef,  # noqa: F401
+                                           global_function)
+from onnxjob.frontend.namespaces import ApiNamespace as _Namespace
+from onnxjob.frontend.variables import assign, get_variable, regularizers  # noqa: F401
 from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
+from onnxjob.io import checkpoint  # noqa: F401
 from onnxjob.io.export import export  # noqa: F401
+from onnxjob.ops import data, layers, math, nn  # noqa: F401
+from onnxjob.ops.array import *  # noqa: F401,F403
+from onnxjob.ops.math import clip_by_value  # noqa: F401
+from onnxjob.runtime.session import clear_default_session, sync_default_session  # noqa: F401
+from onnxjob.train import optimizer  # noqa: F401
 
 __version__ = "0.1.0"
+
+half = float16
+long = int64
+int = int32  # noqa: A001  (OneFlow's alias; shadows the builtin in this module only)
 
 load = checkpoint.get
 load_variables = checkpoint.load_variables
 get_all_variables = checkpoint.get_all_variables
-train = _types.SimpleNamespace(CheckPoint=checkpoint.CheckPoint)
-losses = _types.SimpleNamespace(add_loss=optimizer.add_loss)
-fixed_placement = scope.placement
+save = checkpoint.save
+clip = clamp = clip_by_scalar = clip_by_value
+fixed_placement = device_prior_placement = scope.placement
 name_scope = scope.namespace
 broadcast_add = math.add
 broadcast_mul = math.multiply
 
-
-class _Distribute:
-    """flow.distribute: placement hints (accepted; onnxjob runs each job on one device)."""
-
-    @staticmethod
-    def split(axis):
-        return ("split", axis)
-
-    @staticmethod
-    def broadcast():
-        return ("broadcast",)
-
-    @staticmethod
-    def auto():
-        return ("auto",)
-
-
-distribute = _Distribute()
+train = _Namespace("flow.train", CheckPoint=checkpoint.CheckPoint)
+losses = _Namespace("flow.losses", add_loss=optimizer.add_loss)
+distribute = _Namespace("flow.distribute",
+                        split=lambda axis: ("split", axis),
+                        broadcast=lambda: ("broadcast",),
+                        auto=lambda: ("auto",))
 
 
 def _enable_typing_check(value=True):
@@ -70,11 +70,15 @@ def _enable_typing_check(value=True):
     return None
 
 
-experimental = _types.SimpleNamespace(enable_typing_check=_enable_typing_check,
-                                      name_scope=scope.namespace)
+experimental = _Namespace("flow.experimental", enable_typing_check=_enable_typing_check,
+                          name_scope=scope.namespace)
 
 
 def enable_eager_execution(value=True):
+    """OneFlow's eager mode; onnxjob runs lazy job functions only."""
     if value:
         raise NotImplementedError("onnxjob runs lazy job functions only; eager execution "
                                   "is not supported")
+
+
+__getattr__ = _missing_api("flow")

@@ -113,7 +113,7 @@ def test_optimizer_matches_numpy(name):
 
 SCHEDULES = {
     "piecewise_constant": S.PiecewiseConstantScheduler([1, 3], [0.1, 0.05, 0.01]),
-    "piecewise_scaling": S.PiecewiseScalingScheduler(0.1, [2], [1.0, 0.1]),
+    "piecewise_scaling": S.PiecewiseScalingScheduler(0.1, [2, 4], [0.5, 0.1]),
     "cosine": S.CosineScheduler(0.1, 4, alpha=0.1),
     "linear_cosine": S.LinearCosineScheduler(0.1, 4),
     "polynomial": S.PolynomialScheduler(0.1, 3, power=2.0),

@@ -4,7 +4,9 @@ import sys
 import traceback
 import warnings
 
+from onnxjob.errors import missing_api
 from onnxjob.frontend import scope
+from onnxjob.frontend.namespaces import ApiNamespace
 from onnxjob.runtime.session import default_session
 
 # OneFlow flags that onnxjob accepts and ignores (they tune OneFlow's own runtime).
@@ -151,6 +153,26 @@ def _setter(apply):
     return setter
 
 
+# flow.config.* names of OneFlow 0.5 that tune OneFlow's own runtime: accepted, no effect.
+_IGNORED_CONFIG = (
+    "collect_act_event", "comm_net_worker_num", "compute_thread_pool_size",
+    "disable_group_boxing_by_dst_parallel", "enable_mem_chain_merge",
+    "enable_numa_aware_cuda_malloc_host", "enable_tensor_float_32_compute", "load_library_now",
+    "max_mdsave_worker_num", "nccl_use_compute_stream", "persistence_buf_byte",
+    "rdma_mem_block_mbyte", "rdma_recv_msg_buf_mbyte", "reserved_device_mem_mbyte",
+    "reserved_host_mem_mbyte", "thread_enable_local_message_queue", "use_rdma")
+_COLLECTIVE_BOXING = (
+    "enable_fusion", "nccl_enable_all_to_all", "nccl_enable_mixed_fusion",
+    "nccl_fusion_all_gather", "nccl_fusion_all_reduce", "nccl_fusion_all_reduce_use_buffer",
+    "nccl_fusion_broadcast", "nccl_fusion_max_ops", "nccl_fusion_reduce",
+    "nccl_fusion_reduce_scatter", "nccl_fusion_threshold_mb", "nccl_num_streams",
+    "num_callback_threads")
+
+
+def _ignored():
+    return _setter(lambda *a, **k: None)
+
+
 class _ConfigModule:
     """flow.config: process-wide settings; ignored (with a message) once running."""
 
@@ -166,24 +188,18 @@ class _ConfigModule:
         self.cpu_device_num = _setter(lambda n: setattr(c, "cpu_device_num", int(n)))
         self.machine_num = _setter(lambda n: setattr(c, "machine_num", int(n)))
         self.enable_legacy_model_io = _setter(lambda v=True: setattr(c, "legacy_model_io", bool(v)))
+        self.legacy_model_io_enabled = lambda: c.legacy_model_io
         self.enable_debug_mode = _setter(lambda v=True: setattr(c, "debug_mode", bool(v)))
         self.load_library = _setter(lambda path: warnings.warn(
             f"flow.config.load_library({path!r}): custom OneFlow kernels cannot run on onnxruntime"))
         self.enable_model_io_v2 = _setter(lambda v=True: setattr(c, "legacy_model_io", not v))
         self.seed = _setter(lambda s: setattr(c, "random_seed", int(s)))
-        for name in ("enable_numa_aware_cuda_malloc_host", "thread_enable_local_message_queue",
-                     "enable_debug_mode", "persistence_buf_byte", "collective_boxing",
-                     "enable_fusion", "nccl_use_compute_stream", "disable_group_boxing_by_dst_parallel",
-                     "enable_mem_chain_merge", "rdma_mem_block_mbyte", "rdma_recv_msg_buf_mbyte",
-                     "reserved_host_mem_mbyte", "reserved_device_mem_mbyte", "compute_thread_pool_size",
-                     "max_mdsave_worker_num", "enable_tensor_float_32_compute"):
-            if not hasattr(self, name):
-                setattr(self, name, _setter(lambda *a, **k: None))
+        for name in _IGNORED_CONFIG:
+            setattr(self, name, _ignored())
+        self.collective_boxing = ApiNamespace(
+            "flow.config.collective_boxing", **{n: _ignored() for n in _COLLECTIVE_BOXING})
 
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return _setter(lambda *a, **k: None)
+    __getattr__ = missing_api("flow.config")
 
 
 class _EnvModule:
@@ -191,8 +207,10 @@ class _EnvModule:
 
     def __init__(self):
         for name in ("machine", "ctrl_port", "data_port", "grpc_use_no_signal", "log_dir",
-                     "logtostderr", "logbuflevel", "init_bootstrap_confs"):
-            setattr(self, name, _setter(lambda *a, **k: None))
+                     "logtostderr", "logbuflevel", "init_bootstrap_confs", "all_device_placement"):
+            setattr(self, name, _ignored())
+
+    __getattr__ = missing_api("flow.env")
 
     @staticmethod
     def init():

@@ -77,3 +77,16 @@ def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regul
     spec = VariableSpec(full, shape, dtypes.to_numpy(dtype), initializer,
                         True if trainable is None else bool(trainable), regularizer)
     return variable_blob(spec, reuse=reuse)
+
+
+def assign(ref, value, dtype=None, name=None):
+    """Set variable `ref` to `value` after this run (a state update, as in OneFlow)."""
+    builder = current_builder("flow.assign")
+    names = [n for n, b in builder.variables.items() if b is ref]
+    if not names:
+        raise TraceError(f"flow.assign: the first argument must be a variable of this job "
+                         f"(from flow.get_variable), got {getattr(ref, 'name', ref)!r}")
+    if tuple(value.shape) != tuple(ref.shape) or value.np_dtype != ref.np_dtype:
+        raise TraceError(f"flow.assign: value {value.shape} {value.np_dtype} does not fit "
+                         f"variable {names[0]!r} {ref.shape} {ref.np_dtype}")
+    builder.state_updates[names[0]] = value

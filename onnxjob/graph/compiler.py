@@ -14,7 +14,7 @@ class CompiledGraph:
     """An emitted job graph and how its inputs/outputs map to the job's world."""
 
     def __init__(self, model, placeholder_names, variable_inputs, output_names, output_tree,
-                 state_outputs, watch_outputs, has_sequences, is_train):
+                 state_outputs, watch_outputs, has_sequences, is_train, sources=None):
         self.model = model                      # onnx_ir.Model after passes
         self.placeholder_names = placeholder_names
         self.variable_inputs = variable_inputs  # variable name -> graph input fed with it
@@ -24,6 +24,7 @@ class CompiledGraph:
         self.watch_outputs = watch_outputs      # [(output name, handler, location)]
         self.has_sequences = has_sequences
         self.is_train = is_train
+        self.sources = sources or {}            # graph input -> host-side data source
 
     @property
     def variable_names(self):
@@ -91,8 +92,9 @@ def compile_job(job, variable_registry=None):
                        if b.value.name in used_inputs}
     has_sequences = any(b.is_tensor_list for b in blobs) or any(
         isinstance(v.type, ir.SequenceType) for v in model.graph.inputs)
+    sources = {n: src for n, src in builder.sources.items() if n in used_inputs}
     return CompiledGraph(model, placeholder_names, variable_inputs, output_names, tree,
-                         state_outputs, watch_named, has_sequences, job.is_train)
+                         state_outputs, watch_named, has_sequences, job.is_train, sources)
 
 
 def _watch_outputs(builder):

@@ -158,6 +158,7 @@ class GraphBuilder:
         self.variable_specs = {}   # variable name -> VariableSpec
         self.state_updates = {}    # variable name -> Blob with its value after the step
         self.watches = []          # (Blob, handler, is_diff, location)
+        self.sources = {}          # graph input name -> host-side source feeding it
         self.losses = []
         self.optimizer = None
         self.gradients = {}        # id(Blob) -> its gradient Blob (filled by autodiff)
@@ -203,6 +204,13 @@ class GraphBuilder:
             value = ir.Value(name=name, type=ir.TensorType(ir_dtype), shape=ir.Shape(dims))
         self.graph.inputs.append(value)
         return Blob(self, value, shape, np_dtype, is_dynamic=dynamic, is_tensor_list=tensor_list)
+
+    def add_source(self, name, shape, np_dtype, source):
+        """A graph input filled before every run by `source.next_batch()` (a host-side
+        data source: decode_random, data readers), so the job needs no placeholder."""
+        blob = self.add_input(name, shape, np_dtype)
+        self.sources[blob.name] = source
+        return blob
 
     def constant(self, array, name_hint="const"):
         """A Blob holding `array` as an initializer (small constants are shared)."""

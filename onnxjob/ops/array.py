@@ -1,9 +1,18 @@
-"""Top-level array ops: flow.reshape, transpose, concat, constant, matmul, slice, ..."""
+"""Top-level array ops: flow.reshape, transpose, concat, constant, matmul, slice, ...
+
+Everything in `__all__` is re-exported as `flow.<name>`.
+"""
 import numpy as np
 
 from onnxjob import dtypes
+from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import resolve_reshape
 from onnxjob.graph.tracer import Blob, as_blob, current_builder, int64_constant, op
+
+__all__ = ["cast", "cast_to_current_logical_view", "concat", "constant", "constant_like",
+           "expand_dims", "flatten", "gather", "identity", "identity_n", "matmul", "one_hot",
+           "ones_like", "parallel_cast", "reshape", "slice", "slice_v2", "split", "squeeze",
+           "transpose", "where", "zeros_like"]
 
 
 def reshape(x, shape, name=None):
@@ -25,8 +34,16 @@ def transpose(a, perm=None, conjugate=False, batch_axis_non_change=False, name=N
     return op("Transpose", a, perm=perm, name=name)
 
 
-def concat(inputs, axis=0, max_dim_size=None, name=None):
-    inputs = list(inputs)
+def concat(inputs=None, axis=0, max_dim_size=None, name=None, values=None):
+    """Concatenate Blobs along `axis` (`values=` is OneFlow 0.5's other spelling)."""
+    if values is not None:
+        if inputs is not None:
+            raise TraceError("flow.concat takes `inputs` or `values`, not both")
+        inputs = values
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        raise TraceError(f"flow.concat takes a non-empty list of Blobs, got {inputs!r}")
+    if len(inputs) == 1:
+        return inputs[0]
     return op("Concat", *inputs, axis=int(axis), name=name)
 
 
@@ -39,6 +56,22 @@ def split(x, num_or_size_splits, axis=0, name=None):
 
 def identity(x, name=None):
     return op("Identity", x, name=name)
+
+
+def identity_n(inputs, name=None):
+    """Each of `inputs`, unchanged (a list)."""
+    return [op("Identity", x) for x in inputs]
+
+
+def parallel_cast(input, name=None, distribute=None, gradient_distribute=None):
+    """A placement hint in OneFlow (split/broadcast between devices); the identity on
+    onnxjob's one device."""
+    return input
+
+
+def cast_to_current_logical_view(x):
+    """The identity: onnxjob has one logical view per job."""
+    return x
 
 
 def squeeze(x, axis=None, name=None):
@@ -109,11 +142,40 @@ def slice_v2(x, slice_tup_list, name=None):
     return op("Slice", x, *(int64_constant(x, v) for v in (starts, ends, axes, steps)), name=name)
 
 
-def gather(params, indices, axis=0, batch_dims=0, name=None):
-    assert batch_dims == 0, "gather with batch_dims is not supported"
+def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None):
+    """Rows of `params` along `axis` (default: `batch_dims`) picked by `indices`.
+
+    With `batch_dims=b` the first b axes of `params` and `indices` are shared (OneFlow's
+    batch_gather; `axis` must then be b): out[i.., k..] = params[i.., indices[i.., k..]].
+    """
     if not isinstance(indices, Blob):
         indices = as_blob(np.asarray(indices, np.int64), like=params, dtype=np.int64)
-    return op("Gather", params, indices, axis=int(axis), name=name)
+    rank = len(params.shape)
+    axis = batch_dims if axis is None else axis
+    if not -rank <= axis < rank:
+        raise TraceError(f"gather: axis {axis} is out of range for params of rank {rank}")
+    axis %= rank
+    if batch_dims == 0:
+        return op("Gather", params, indices, axis=int(axis), name=name)
+    if axis != batch_dims:
+        raise TraceError(f"gather with batch_dims={batch_dims} gathers along axis "
+                         f"{batch_dims}, got axis={axis} (as in OneFlow)")
+    if tuple(indices.shape[:batch_dims]) != tuple(params.shape[:batch_dims]):
+        raise TraceError(f"gather: the first {batch_dims} axes of indices {indices.shape} and "
+                         f"params {params.shape} must agree")
+    return _batch_gather(params, indices, batch_dims, name)
+
+
+def _batch_gather(params, indices, b, name):
+    """Gather over the flattened batch: row i*n + index of a (batch*n, ...) table."""
+    batch = int(np.prod(params.shape[:b]))
+    n, rest = params.shape[b], params.shape[b + 1:]
+    table = reshape(params, (batch * n,) + rest)
+    offsets = (np.arange(batch) * n).reshape((batch,) + (1,) * (len(indices.shape) - b))
+    flat_idx = reshape(indices, (batch,) + indices.shape[b:]) + as_blob(
+        offsets.astype(indices.np_dtype), like=indices)
+    out = op("Gather", table, flat_idx, axis=0)
+    return reshape(out, params.shape[:b] + indices.shape[b:] + rest, name=name)
 
 
 def cast(x, dtype, name=None):

@@ -1,13 +1,17 @@
-"""flow.layers: dense, conv2d, batch_normalization (variables created by name)."""
+"""`flow.layers`: layers that create their own variables, named `<name>-weight`, ...
+
+Names, shapes, default initializers and train/predict behaviour follow OneFlow 0.5's
+`ops/layers.py`; the functional forms they call live in conv.py, normalization.py, ...
+"""
 import numpy as np
 
+from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers, scope
-from onnxjob.errors import TraceError
-from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.frontend.variables import VariableSpec, variable_blob
-from onnxjob.ops import math as math_ops
+from onnxjob.graph.tracer import as_blob, current_builder, op
+from onnxjob.ops import math
 from onnxjob.ops.array import reshape
-from onnxjob.ops.nn import _pair, resolve_padding
+from onnxjob.ops.conv import bias_add, convolution, is_channels_last, spatial_tuple
 
 
 def _variable(name, shape, dtype, initializer, regularizer=None, trainable=True, reuse=False):
@@ -15,113 +19,239 @@ def _variable(name, shape, dtype, initializer, regularizer=None, trainable=True,
     return variable_blob(spec, reuse=reuse)
 
 
-def _activate(out, activation):
-    return activation(out, name="activation") if activation is not None else out
+def _named_variable(layer_name, own_name, part, *args, **kwargs):
+    """`own_name` if given, else `<layer_name>-<part>` (inside the namespace stack)."""
+    if own_name is not None:
+        return _variable(own_name, *args, **kwargs)
+    with scope.namespace(layer_name):
+        return _variable(scope.full_name(part), *args, **kwargs)
+
+
+def _activate(out, activation, name):
+    if activation is None:
+        return out
+    with scope.namespace(name):
+        return activation(out, name="activation")
 
 
 def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None,
           bias_initializer=None, kernel_regularizer=None, bias_regularizer=None, trainable=True,
           name="Dense", model_distribute=None):
-    """Fully connected layer; weight `<name>-weight` of shape (units, in_features)."""
+    """Fully connected layer; weight `<name>-weight` of shape (units, in_features).
+
+    OneFlow's default kernel and bias initializers are zeros. Inputs of rank > 2 are
+    flattened to (-1, last) and the result reshaped back.
+    """
     if len(inputs.shape) < 2:
         raise TraceError(f"flow.layers.dense needs an input of rank >= 2, got {inputs.shape}")
     in_shape = inputs.shape
     x = reshape(inputs, (-1, in_shape[-1])) if len(in_shape) > 2 else inputs
-    with scope.namespace(name):
-        weight = _variable(scope.full_name("weight"), (units, in_shape[-1]), inputs.np_dtype,
-                           kernel_initializer or initializers.constant_initializer(0),
-                           kernel_regularizer, trainable)
-        bias = None
-        if use_bias:
-            bias = _variable(scope.full_name("bias"), (units,), inputs.np_dtype,
-                             bias_initializer or initializers.constant_initializer(0),
-                             bias_regularizer, trainable)
+    weight = _named_variable(name, None, "weight", (units, in_shape[-1]), inputs.np_dtype,
+                             kernel_initializer or initializers.constant_initializer(0),
+                             kernel_regularizer, trainable)
+    bias = None
+    if use_bias:
+        bias = _named_variable(name, None, "bias", (units,), inputs.np_dtype,
+                               bias_initializer or initializers.constant_initializer(0),
+                               bias_regularizer, trainable)
     out = op("Gemm", x, weight, bias, transB=1) if bias is not None else op("Gemm", x, weight, transB=1)
     if len(in_shape) > 2:
         out = reshape(out, in_shape[:-1] + (units,))
-    return _activate(out, activation)
+    return _activate(out, activation, name)
+
+
+def _conv_layer(ndims, inputs, filters, kernel_size, strides, padding, data_format,
+                dilation_rate, groups, activation, use_bias, kernel_initializer,
+                bias_initializer, kernel_regularizer, bias_regularizer, trainable, name,
+                weight_name, bias_name):
+    if len(inputs.shape) != ndims + 2:
+        raise TraceError(f"flow.layers.conv{ndims}d needs a {ndims + 2}-D input, got "
+                         f"{inputs.shape}")
+    kernel = tuple(spatial_tuple(kernel_size, ndims, "kernel_size"))
+    channels_last = is_channels_last(data_format)
+    in_channels = inputs.shape[-1] if channels_last else inputs.shape[1]
+    if not isinstance(groups, int) or groups < 1 or in_channels % groups or filters % groups:
+        raise TraceError(f"groups={groups!r} must divide both the {in_channels} input channels "
+                         f"and the {filters} filters")
+    if channels_last and groups != 1:
+        raise TraceError("grouped convolutions take channels-first (NC...) inputs, as in OneFlow")
+    shape = ((filters,) + kernel + (in_channels // groups,) if channels_last
+             else (filters, in_channels // groups) + kernel)
+    weight = _named_variable(name, weight_name, "weight", shape, inputs.np_dtype,
+                             kernel_initializer
+                             or initializers.xavier_uniform_initializer(data_format),
+                             kernel_regularizer, trainable)
+    out = convolution(inputs, weight, strides, padding, data_format, dilation_rate, groups,
+                      None, name, ndims)
+    if use_bias:
+        bias = _named_variable(name, bias_name, "bias", (filters,), inputs.np_dtype,
+                               bias_initializer or initializers.constant_initializer(0),
+                               bias_regularizer, trainable)
+        out = bias_add(out, bias, data_format)
+    return _activate(out, activation, name)
+
+
+def conv1d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_format="NCW",
+           dilation_rate=None, groups=1, activation=None, use_bias=True, kernel_initializer=None,
+           bias_initializer=None, kernel_regularizer=None, bias_regularizer=None, trainable=True,
+           name="Conv1d", weight_name=None, bias_name=None):
+    """1-D convolution layer; weight (filters, in/groups, k) for NCW."""
+    return _conv_layer(1, inputs, filters, kernel_size, strides, padding, data_format,
+                       dilation_rate, groups, activation, use_bias, kernel_initializer,
+                       bias_initializer, kernel_regularizer, bias_regularizer, trainable, name,
+                       weight_name, bias_name)
 
 
 def conv2d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_format="NCHW",
            dilation_rate=None, groups=1, activation=None, use_bias=True, kernel_initializer=None,
            bias_initializer=None, kernel_regularizer=None, bias_regularizer=None, trainable=True,
            name="Conv2d", weight_name=None, bias_name=None):
-    """2-D convolution layer; weight `<name>-weight` (filters, in/groups, kh, kw) for NCHW."""
-    nhwc = data_format.upper() in ("NHWC", "CHANNELS_LAST")
-    x = op("Transpose", inputs, perm=[0, 3, 1, 2]) if nhwc else inputs
-    if len(x.shape) != 4:
-        raise TraceError(f"flow.layers.conv2d needs a 4-D input, got {inputs.shape}")
-    k = _pair(kernel_size, "kernel_size")
-    s = _pair(strides, "strides")
-    d = _pair(dilation_rate or 1, "dilation_rate")
-    if x.shape[1] % groups:
-        raise TraceError(f"{x.shape[1]} input channels do not divide into {groups} groups")
-    with scope.namespace(name):
-        weight = _variable(weight_name or scope.full_name("weight"),
-                           (filters, x.shape[1] // groups, *k), inputs.np_dtype,
-                           kernel_initializer or initializers.xavier_uniform_initializer(data_format),
-                           kernel_regularizer, trainable)
-        bias = None
-        if use_bias:
-            bias = _variable(bias_name or scope.full_name("bias"), (filters,), inputs.np_dtype,
-                             bias_initializer or initializers.constant_initializer(0),
-                             bias_regularizer, trainable)
-    pads = resolve_padding(padding, x.shape[2:], k, s, d)
-    inputs_ = [x, weight] + ([bias] if bias is not None else [])
-    out = op("Conv", *inputs_, strides=s, pads=pads, dilations=d, group=int(groups),
-             kernel_shape=k)
-    if nhwc:
-        out = op("Transpose", out, perm=[0, 2, 3, 1])
-    return _activate(out, activation)
+    """2-D convolution layer; weight `<name>-weight` (filters, in/groups, kh, kw) for NCHW,
+    (filters, kh, kw, in) for NHWC."""
+    return _conv_layer(2, inputs, filters, kernel_size, strides, padding, data_format,
+                       dilation_rate, groups, activation, use_bias, kernel_initializer,
+                       bias_initializer, kernel_regularizer, bias_regularizer, trainable, name,
+                       weight_name, bias_name)
+
+
+def conv3d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_format="NCDHW",
+           dilation_rate=None, groups=1, activation=None, use_bias=True, kernel_initializer=None,
+           bias_initializer=None, kernel_regularizer=None, bias_regularizer=None, trainable=True,
+           name="Conv3d", weight_name=None, bias_name=None):
+    """3-D convolution layer; weight (filters, in/groups, kd, kh, kw) for NCDHW."""
+    return _conv_layer(3, inputs, filters, kernel_size, strides, padding, data_format,
+                       dilation_rate, groups, activation, use_bias, kernel_initializer,
+                       bias_initializer, kernel_regularizer, bias_regularizer, trainable, name,
+                       weight_name, bias_name)
+
+
+# -- batch normalization ------------------------------------------------------------------
+
+def _bn_parameters(name, c, dtype, center, scale, trainable, beta_initializer,
+                   gamma_initializer, beta_regularizer, gamma_regularizer,
+                   moving_mean_initializer, moving_variance_initializer, names):
+    gamma_name, beta_name, mean_name, var_name = names
+    gamma = beta = None
+    if scale:
+        gamma = _named_variable(name, gamma_name, "gamma", (c,), dtype,
+                                gamma_initializer or initializers.ones_initializer(),
+                                gamma_regularizer, trainable)
+    if center:
+        beta = _named_variable(name, beta_name, "beta", (c,), dtype,
+                               beta_initializer or initializers.zeros_initializer(),
+                               beta_regularizer, trainable)
+    moving_mean = _named_variable(name, mean_name, "moving_mean", (c,), dtype,
+                                  moving_mean_initializer or initializers.zeros_initializer(),
+                                  trainable=False)
+    moving_var = _named_variable(name, var_name, "moving_variance", (c,), dtype,
+                                 moving_variance_initializer or initializers.ones_initializer(),
+                                 trainable=False)
+    return gamma, beta, moving_mean, moving_var
 
 
 def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=True, scale=True,
                         beta_initializer=None, gamma_initializer=None, beta_regularizer=None,
                         gamma_regularizer=None, moving_mean_initializer=None,
                         moving_variance_initializer=None, trainable=True, training=True,
-                        name="BatchNorm"):
-    """Batch normalization over all axes but `axis`; moving statistics updated in train jobs."""
+                        name="BatchNorm", gamma_name=None, beta_name=None,
+                        moving_mean_name=None, moving_variance_name=None):
+    """Batch normalization over every axis but `axis`.
+
+    In train jobs with `training` and `trainable` it normalizes with the batch's
+    statistics and updates the moving ones as state: moving = momentum * moving +
+    (1 - momentum) * batch, the variance unbiased (n / (n - 1)), as OneFlow's cuDNN kernel
+    does. Otherwise (predict jobs, `training=False`, `trainable=False`) it uses the
+    moving statistics; gamma and beta still get gradients when trainable.
+    """
     rank = len(inputs.shape)
+    if not -rank <= axis < rank:
+        raise TraceError(f"axis {axis} is out of range for an input of rank {rank}")
     axis = axis % rank
     c = inputs.shape[axis]
-    dt = inputs.np_dtype
-    with scope.namespace(name):
-        gamma = _variable(scope.full_name("gamma"), (c,), dt,
-                          gamma_initializer or initializers.ones_initializer(),
-                          gamma_regularizer, trainable and scale) if scale else None
-        beta = _variable(scope.full_name("beta"), (c,), dt,
-                         beta_initializer or initializers.zeros_initializer(),
-                         beta_regularizer, trainable and center) if center else None
-        moving_mean = _variable(scope.full_name("moving_mean"), (c,), dt,
-                                moving_mean_initializer or initializers.zeros_initializer(),
-                                trainable=False)
-        moving_var = _variable(scope.full_name("moving_variance"), (c,), dt,
-                               moving_variance_initializer or initializers.ones_initializer(),
-                               trainable=False)
-    bshape = [1] * rank
-    bshape[axis] = c
     builder = current_builder("flow.layers.batch_normalization")
+    training = bool(training and trainable and builder.is_train)
+    gamma, beta, moving_mean, moving_var = _bn_parameters(
+        name, c, inputs.np_dtype, center, scale, trainable, beta_initializer,
+        gamma_initializer, beta_regularizer, gamma_regularizer, moving_mean_initializer,
+        moving_variance_initializer,
+        (gamma_name, beta_name, moving_mean_name, moving_variance_name))
+    if training:
+        return _batch_norm_train(builder, inputs, axis, momentum, epsilon, gamma, beta,
+                                 moving_mean, moving_var)
+    return _batch_norm_inference(inputs, axis, epsilon, gamma, beta, moving_mean, moving_var)
+
+
+def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_mean,
+                      moving_var):
+    rank, c = len(x.shape), x.shape[axis]
     reduce_axes = [i for i in range(rank) if i != axis]
-    if builder.is_train and training:
-        mean = math_ops.reduce_mean(inputs, axis=reduce_axes, keepdims=True)
-        centered = inputs - mean
-        var = math_ops.reduce_mean(centered * centered, axis=reduce_axes, keepdims=True)
-        normed = centered * op("Reciprocal", op("Sqrt", var + as_blob(epsilon, like=var)))
-        m = as_blob(momentum, like=mean)
-        one_minus = as_blob(1.0 - momentum, like=mean)
-        builder.state_updates[moving_mean.name] = moving_mean * m + reshape(mean, (c,)) * one_minus
-        builder.state_updates[moving_var.name] = moving_var * m + reshape(var, (c,)) * one_minus
-    elif axis == 1 and rank >= 3:
-        return op("BatchNormalization", inputs,
-                  gamma if gamma is not None else as_blob(np.ones(c, dt), like=inputs),
-                  beta if beta is not None else as_blob(np.zeros(c, dt), like=inputs),
-                  moving_mean, moving_var, epsilon=float(epsilon))
-    else:
-        inv = op("Reciprocal", op("Sqrt", reshape(moving_var, bshape) + as_blob(epsilon, like=inputs)))
-        normed = (inputs - reshape(moving_mean, bshape)) * inv
+    count = int(np.prod([x.shape[i] for i in reduce_axes]))
+    mean = math.reduce_mean(x, axis=reduce_axes, keepdims=True)
+    centered = x - mean
+    var = math.reduce_mean(centered * centered, axis=reduce_axes, keepdims=True)
+    normed = centered * op("Reciprocal", op("Sqrt", var + as_blob(epsilon, like=var)))
+    m = as_blob(momentum, like=mean)
+    unbias = count / max(count - 1, 1)
+    builder.state_updates[moving_mean.name] = (
+        moving_mean * m + reshape(mean, (c,)) * as_blob(1.0 - momentum, like=mean))
+    builder.state_updates[moving_var.name] = (
+        moving_var * m + reshape(var, (c,)) * as_blob((1.0 - momentum) * unbias, like=var))
+    return _affine(normed, axis, gamma, beta)
+
+
+def _affine(normed, axis, gamma, beta):
+    bshape = [1] * len(normed.shape)
+    bshape[axis] = normed.shape[axis]
     out = normed
     if gamma is not None:
         out = out * reshape(gamma, bshape)
     if beta is not None:
         out = out + reshape(beta, bshape)
     return out
+
+
+def _batch_norm_inference(x, axis, epsilon, gamma, beta, moving_mean, moving_var):
+    c, dt = x.shape[axis], x.np_dtype
+    if axis == 1 and len(x.shape) >= 3:
+        return op("BatchNormalization", x,
+                  gamma if gamma is not None else as_blob(np.ones(c, dt), like=x),
+                  beta if beta is not None else as_blob(np.zeros(c, dt), like=x),
+                  moving_mean, moving_var, epsilon=float(epsilon))
+    bshape = [1] * len(x.shape)
+    bshape[axis] = c
+    inv = op("Reciprocal", op("Sqrt", reshape(moving_var, bshape) + as_blob(epsilon, like=x)))
+    return _affine((x - reshape(moving_mean, bshape)) * inv, axis, gamma, beta)
+
+
+def batch_normalization_add_relu(inputs, addend=None, axis=-1, momentum=0.99, epsilon=0.001,
+                                 center=True, scale=True, beta_initializer=None,
+                                 gamma_initializer=None, beta_regularizer=None,
+                                 gamma_regularizer=None, moving_mean_initializer=None,
+                                 moving_variance_initializer=None, trainable=True,
+                                 training=True, name="BatchNorm", gamma_name=None,
+                                 beta_name=None, moving_mean_name=None,
+                                 moving_variance_name=None):
+    """relu(batch_normalization(inputs) + addend): OneFlow's fused form, same variables."""
+    out = batch_normalization(inputs, axis, momentum, epsilon, center, scale, beta_initializer,
+                              gamma_initializer, beta_regularizer, gamma_regularizer,
+                              moving_mean_initializer, moving_variance_initializer, trainable,
+                              training, name, gamma_name, beta_name, moving_mean_name,
+                              moving_variance_name)
+    if addend is not None:
+        out = out + addend
+    return math.relu(out)
+
+
+def batch_normalization_relu(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=True,
+                             scale=True, beta_initializer=None, gamma_initializer=None,
+                             beta_regularizer=None, gamma_regularizer=None,
+                             moving_mean_initializer=None, moving_variance_initializer=None,
+                             trainable=True, training=True, name="BatchNorm"):
+    """relu(batch_normalization(inputs)): OneFlow's fused form, same variables."""
+    return batch_normalization_add_relu(
+        inputs, None, axis, momentum, epsilon, center, scale, beta_initializer,
+        gamma_initializer, beta_regularizer, gamma_regularizer, moving_mean_initializer,
+        moving_variance_initializer, trainable, training, name)
+
+
+__getattr__ = missing_api("flow.layers")

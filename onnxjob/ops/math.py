@@ -1,4 +1,6 @@
 """flow.math: elementwise math, reductions and arg-reductions."""
+from onnxjob import dtypes
+from onnxjob.errors import missing_api
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 
 
@@ -22,7 +24,7 @@ add = broadcast_add = _binary("Add")
 subtract = broadcast_sub = _binary("Sub")
 multiply = broadcast_mul = _binary("Mul")
 divide = broadcast_div = _binary("Div")
-mod = _binary("Mod")
+floor_mod = mod = _binary("Mod")  # floor modulo (Python's %), floats included
 maximum = broadcast_maximum = _binary("Max")
 minimum = broadcast_minimum = _binary("Min")
 pow = _binary("Pow")
@@ -96,6 +98,7 @@ clip = clip_by_value
 
 
 def _axes(x, axis):
+    """OneFlow's reduction axes: None = all, an int, or a sequence (empty = none)."""
     if axis is None:
         return list(range(len(x.shape)))
     if isinstance(axis, int):
@@ -104,15 +107,22 @@ def _axes(x, axis):
 
 
 def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
-    return op("ReduceSum", input_tensor, int64_constant(input_tensor, _axes(input_tensor, axis)),
+    """Sum over `axis`; `axis=[]` reduces nothing and returns the input, as in OneFlow."""
+    axes = _axes(input_tensor, axis)
+    if not axes:
+        return input_tensor
+    return op("ReduceSum", input_tensor, int64_constant(input_tensor, axes),
               keepdims=int(keepdims), name=name)
 
 
 def _reduce_attr(op_type):
     def f(input_tensor, axis=None, keepdims=False, name=None):
-        return op(op_type, input_tensor, axes=_axes(input_tensor, axis), keepdims=int(keepdims),
-                  name=name)
+        axes = _axes(input_tensor, axis)
+        if not axes:
+            return input_tensor
+        return op(op_type, input_tensor, axes=axes, keepdims=int(keepdims), name=name)
     f.__name__ = op_type
+    f.__doc__ = f"{op_type} over `axis` (None = all axes; `[]` returns the input)."
     return f
 
 
@@ -123,15 +133,21 @@ reduce_prod = _reduce_attr("ReduceProd")
 
 
 def argmax(input, axis=-1, name=None):
-    """Index of the largest value along `axis` (int64 as ONNX; OneFlow returns int32)."""
-    from onnxjob.ops.array import cast
-    from onnxjob import dtypes
-    return cast(op("ArgMax", input, axis=axis, keepdims=0, name=name), dtypes.int32)
+    """Index of the largest value along `axis`, as int32 (OneFlow's dtype)."""
+    return op("Cast", op("ArgMax", input, axis=axis, keepdims=0, name=name),
+              to=dtypes.int32.ir_dtype.value)
 
 
 def top_k(input, k=1, sorted=True, name=None):
-    assert k == 1, "flow.math.top_k supports k=1 (argmax) only"
-    return argmax(input, axis=-1, name=name)
+    """int32 indices of the `k` largest values along the last axis (largest first)."""
+    if k == 1:
+        return argmax(input, axis=-1, name=name)
+    if not 1 <= k <= input.shape[-1]:
+        from onnxjob.errors import TraceError
+        raise TraceError(f"top_k: k={k} must be in [1, {input.shape[-1]}]")
+    _values, indices = op("TopK", input, int64_constant(input, [k]), axis=-1, largest=1,
+                          sorted=1, num_outputs=2, name=name)
+    return op("Cast", indices, to=dtypes.int32.ir_dtype.value)
 
 
 def softmax(logits, axis=None, name=None):
@@ -144,3 +160,6 @@ def log_softmax(logits, axis=None, name=None):
 
 def square_sum(x, name=None):
     return reduce_sum(square(x), name=name)
+
+
+__getattr__ = missing_api("flow.math")

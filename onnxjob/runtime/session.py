@@ -34,22 +34,36 @@ class JobRuntime:
         self.device = session.device
         proto = compiled.to_proto()
         self.model_bytes = proto.SerializeToString()
-        self.ort_session = backend.create_session(self.model_bytes, self.device, compiled.is_train,
-                                                  backend.cuda_provider_options(job.config))
         self._user_outputs = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
         self._state_items = list(compiled.state_outputs.items())
-        order = [o.name for o in self.ort_session.get_outputs()]
         self._n_user = len(self._user_outputs)
-        # graph output order is user outputs, watches, then state: checked, not assumed
-        assert order == self._user_outputs + [o for _, o in self._state_items], order
         self._variable_inputs = list(compiled.variable_inputs.items())
         self._state_names = [v for v, _ in self._state_items]
-        self.run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
-            else self._run_host
+        self._sources = list(compiled.sources.items())
         self._frozen = None
+        if not self._user_outputs and not self._state_items:
+            # a `-> None` predict job without watches: nothing to compute (and onnxruntime
+            # refuses a graph without outputs)
+            self.ort_session = None
+            self._run = _nothing_to_compute
+            return
+        self.ort_session = backend.create_session(self.model_bytes, self.device, compiled.is_train,
+                                                  backend.cuda_provider_options(job.config))
+        order = [o.name for o in self.ort_session.get_outputs()]
+        # graph output order is user outputs, watches, then state: checked, not assumed
+        assert order == self._user_outputs + [o for _, o in self._state_items], order
+        self._run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
+            else self._run_host
         if self.device != "cuda" and not compiled.is_train and not self._state_items:
             self._frozen = make_frozen_predictor(job.config, self.model_bytes,
                                                  compiled.variable_inputs, self.store)
+
+    def run(self, feeds):
+        """One run: `feeds` are the placeholders' arrays; the host-side sources add theirs;
+        returns the user outputs and watched values (variables are updated in place)."""
+        for name, source in self._sources:
+            feeds[name] = source.next_batch()
+        return self._run(feeds)
 
     def _run_cuda(self, feeds):
         binding = self.ort_session.io_binding()
@@ -80,6 +94,11 @@ class JobRuntime:
         for var_name, value in zip(self._state_names, outs[n:]):
             store[var_name] = backend.from_host(value, self.device)
         return outs[:n]
+
+
+def _nothing_to_compute(feeds):
+    """A job with no outputs, watches or state (`-> None` predict job): nothing to run."""
+    return []
 
 
 class Session(VariableRegistry):

@@ -85,8 +85,16 @@ class PiecewiseConstantScheduler(LrScheduler):
 
 
 class PiecewiseScalingScheduler(PiecewiseConstantScheduler):
+    """base_lr * [1, *scale][i] for the first i with t <= boundaries[i] (OneFlow takes one
+    scale per boundary; a single number scales every boundary alike)."""
+
     def __init__(self, base_lr, boundaries, scale, warmup=None):
-        super().__init__(boundaries, [base_lr * s for s in scale], warmup)
+        if isinstance(scale, (int, float)):
+            scale = [scale] * len(boundaries)
+        assert len(scale) == len(boundaries), (
+            "PiecewiseScalingScheduler needs one scale per boundary (len(scale) == "
+            f"len(boundaries)), got {len(scale)} and {len(boundaries)}")
+        super().__init__(boundaries, [base_lr * s for s in [1.0] + list(scale)], warmup)
         self.base_lr = base_lr
 
 

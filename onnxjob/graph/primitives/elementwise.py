@@ -52,7 +52,16 @@ def _pow_grad(n, g, need):
 
 
 register("Pow", _binary_infer(), _pow_grad)
-register("Mod", _binary_infer(), None, differentiable=False)
+def _mod_lower(inputs, attrs, num_outputs):
+    """Floor modulo of floats (fmod=0): onnxruntime runs Mod on floats only as C fmod, so
+    it is emitted as x - floor(x / y) * y, which also gives its gradient."""
+    x, y = inputs
+    if attrs.get("fmod", 0) or not np.issubdtype(x.np_dtype, np.floating):
+        return None
+    return [op("Sub", x, op("Mul", op("Floor", op("Div", x, y)), y))]
+
+
+register("Mod", _binary_infer(), None, differentiable=False, lower=_mod_lower)
 for _cmp in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"):
     register(_cmp, _binary_infer(np.dtype(bool)), None, differentiable=False)
 for _logic in ("And", "Or", "Xor"):
@@ -103,7 +112,18 @@ register("Sqrt", _unary, lambda n, g, need: [
 register("Reciprocal", _unary, lambda n, g, need: [
     op("Neg", op("Mul", g[0], op("Mul", n.outputs[0], n.outputs[0])))])
 register("Abs", _unary, lambda n, g, need: [op("Mul", g[0], op("Sign", n.inputs[0]))])
-register("Softplus", _unary, lambda n, g, need: [op("Mul", g[0], op("Sigmoid", n.inputs[0]))])
+def _softplus_lower(inputs, attrs, num_outputs):
+    """onnxruntime's CPU Softplus is float32 only: other dtypes use the overflow-free
+    log(1 + exp(-|x|)) + max(x, 0)."""
+    x = inputs[0]
+    if x.np_dtype == np.float32:
+        return None
+    tail = op("Log", op("Add", _one(x), op("Exp", op("Neg", op("Abs", x)))))
+    return [op("Add", tail, op("Max", x, as_blob(0, like=x)))]
+
+
+register("Softplus", _unary, lambda n, g, need: [op("Mul", g[0], op("Sigmoid", n.inputs[0]))],
+         lower=_softplus_lower)
 register("Erf", _unary, lambda n, g, need: [op(
     "Mul", g[0], op("Mul", as_blob(2 / np.sqrt(np.pi), like=g[0]),
                     op("Exp", op("Neg", op("Mul", n.inputs[0], n.inputs[0])))))])

@@ -104,33 +104,22 @@ register("Softmax", _same, _softmax_grad)
 register("LogSoftmax", _same, _log_softmax_grad)
 
 
-def _sce_infer(inputs, attrs, num_outputs):
-    logits, labels = inputs[:2]
-    if labels.shape != logits.shape[:1] + logits.shape[2:]:
-        raise ValueError(f"labels of shape {labels.shape} do not fit logits of shape "
-                         f"{logits.shape} (expected {logits.shape[:1] + logits.shape[2:]})")
-    if labels.np_dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
-        raise ValueError(f"labels must be int32 or int64, got {labels.np_dtype}")
-    outs = [(labels.shape, logits.np_dtype)]
-    if num_outputs > 1:
-        outs.append((logits.shape, logits.np_dtype))
-    return outs
+def _top_k_infer(inputs, attrs, num_outputs):
+    x, k = inputs
+    axis = normalize_axis(attrs.get("axis", -1), len(x.shape))
+    k = int(const_value(k).reshape(-1)[0])
+    if not 1 <= k <= x.shape[axis]:
+        raise ValueError(f"k={k} must be in [1, {x.shape[axis]}]")
+    shape = tuple(k if i == axis else d for i, d in enumerate(x.shape))
+    return [(shape, x.np_dtype), (shape, np.dtype(np.int64))][:num_outputs]
 
 
-def _sce_grad(n, g, need):
-    """d loss_i / d logits_ij = softmax_ij - onehot_ij (the log-prob output gives softmax)."""
-    if len(n.outputs) < 2:
-        raise NotImplementedError("SoftmaxCrossEntropyLoss needs its log_prob output for a gradient")
-    logits, labels = n.inputs[:2]
-    if g[1] is not None:
-        raise NotImplementedError("gradient through SoftmaxCrossEntropyLoss's log_prob output")
-    depth = logits.shape[1]
-    if labels.np_dtype != np.int64:  # onnxruntime's OneHot kernels take int64 indices
-        labels = op("Cast", labels, to=7)
-    onehot = op("OneHot", labels, int64_constant(labels, [depth]),
-                as_blob(np.array([0, 1], dtype=logits.np_dtype), like=logits), axis=1)
-    gy = op("Unsqueeze", g[0], int64_constant(g[0], [1]))
-    return [op("Mul", op("Sub", op("Exp", n.outputs[1]), onehot), gy), None]
+def _top_k_grad(n, g, need):
+    """The values' cotangent goes back to the positions they were taken from."""
+    x = n.inputs[0]
+    zeros = op("ConstantOfShape", int64_constant(g[0], x.shape), value=np.zeros(1, x.np_dtype))
+    return [op("ScatterElements", zeros, n.outputs[1], g[0], axis=n.attrs.get("axis", -1),
+               reduction="add"), None]
 
 
-register("SoftmaxCrossEntropyLoss", _sce_infer, _sce_grad)
+register("TopK", _top_k_infer, _top_k_grad)

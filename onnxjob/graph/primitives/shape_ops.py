@@ -270,7 +270,22 @@ def _one_hot_infer(inputs, attrs, num_outputs):
     return [(tuple(shape), values.np_dtype)]
 
 
-register("OneHot", _one_hot_infer, None, differentiable=False)
+def _one_hot_lower(inputs, attrs, num_outputs):
+    """onnxruntime's CPU OneHot takes int64 indices and float32 or int64 values only: other
+    indices are cast to int64, other values are picked with Where from an int64 one-hot."""
+    idx, depth, values = inputs
+    if idx.np_dtype == np.int64 and values.np_dtype in (np.float32, np.int64):
+        return None
+    idx = idx if idx.np_dtype == np.int64 else op("Cast", idx, to=7)
+    if values.np_dtype in (np.float32, np.int64):
+        return [op("OneHot", idx, depth, values, **attrs)]
+    hot = op("OneHot", idx, depth, int64_constant(idx, [0, 1]), **attrs)
+    pick = op("Cast", hot, to=9)  # bool
+    split = op("Split", values, int64_constant(values, [1, 1]), axis=0, num_outputs=2)
+    return [op("Where", pick, reshape_to(split[1], ()), reshape_to(split[0], ()))]
+
+
+register("OneHot", _one_hot_infer, None, differentiable=False, lower=_one_hot_lower)
 
 
 def _tile_infer(inputs, attrs, num_outputs):

@@ -1,0 +1,47 @@
+"""Helpers that OneFlow model and test code calls around ops (flow.current_scope(),
+flow.convert_oneflow_dtype_to_numpy_dtype, flow.Size, ...)."""
+import types
+
+from onnxjob import dtypes
+from onnxjob.frontend.config import process_config
+from onnxjob.runtime.session import default_session
+
+
+class Size(tuple):
+    """flow.Size: a tuple of dimensions."""
+
+    def numel(self):
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+
+def convert_oneflow_dtype_to_numpy_dtype(oneflow_dtype):
+    """The NumPy dtype of a flow dtype (flow.float32 -> numpy.float32)."""
+    return dtypes.to_numpy(oneflow_dtype).type
+
+
+def eager_execution_enabled():
+    """False: onnxjob runs lazy job functions only."""
+    return False
+
+
+def current_machine_id():
+    return 0
+
+
+def current_resource():
+    """The configured devices, as OneFlow's resource proto would list them."""
+    return types.SimpleNamespace(gpu_device_num=process_config.gpu_device_num,
+                                 cpu_device_num=process_config.cpu_device_num,
+                                 machine_num=process_config.machine_num)
+
+
+def current_scope():
+    """The scope of the op being traced: its device tag ("gpu" when the CUDA execution
+    provider runs the session, else "cpu") and parallel size."""
+    session = default_session()
+    tag = "gpu" if session.device == "cuda" else "cpu"
+    desc = types.SimpleNamespace(device_tag=tag, parallel_num=process_config.gpu_device_num)
+    return types.SimpleNamespace(device_parallel_desc_symbol=desc)
