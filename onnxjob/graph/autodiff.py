@@ -55,7 +55,11 @@ def backward(builder, losses):
     builder.loss_elem_count = elem_cnt
     trainable = [b for n, b in builder.variables.items()
                  if builder.variable_specs[n].trainable and dtypes.is_floating(b.np_dtype)]
-    requires = _requires_grad(builder, trainable)
+    # watch_diff may watch any floating Blob the loss depends on (a cast placeholder, say),
+    # not only those downstream of a trainable variable
+    watched = [blob for blob, _, is_diff, _ in builder.watches
+               if is_diff and dtypes.is_floating(blob.np_dtype)]
+    requires = _requires_grad(builder, trainable + watched)
     for loss in losses:
         if not dtypes.is_floating(loss.np_dtype):
             raise TraceError(f"the loss {loss.name} has dtype {loss.np_dtype}; it must be floating")
