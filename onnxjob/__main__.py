@@ -1,8 +1,15 @@
-"""Command line: `python -m onnxjob export script.py:job -o model.onnx`.
+"""Command line.
 
-The script is imported (not run as __main__, so its training loop does not start); the
-named job is compiled and written with the variables' initial values, or with the
-values of `--checkpoint DIR` when given.
+    python -m onnxjob run script.py [ARGS...]           run a script written for OneFlow
+    python -m onnxjob export script.py:job -o m.onnx    write a job function as an .onnx file
+
+`run` executes the script as `__main__` with `import oneflow` (and
+`oneflow.compatible.single_client`) resolving to onnxjob in this process only, the
+script's directory first on `sys.path` and `sys.argv` = [script, ARGS...].
+
+`export` imports the script (not as __main__, so its training loop does not start),
+compiles the named job and writes it with the variables' initial values, or with the
+values of `--checkpoint DIR` when given. Scripts written for OneFlow work here too.
 """
 import argparse
 import os
@@ -10,31 +17,55 @@ import runpy
 import sys
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m onnxjob")
-    sub = parser.add_subparsers(dest="command", required=True)
-    exp = sub.add_parser("export", help="write a job function as an .onnx file")
-    exp.add_argument("target", help="path/to/script.py:job_name")
-    exp.add_argument("-o", "--output", required=True, help="the .onnx file to write")
-    exp.add_argument("--checkpoint", help="load variables from this checkpoint directory first")
-    args = parser.parse_args(argv)
-
-    script, sep, job_name = args.target.rpartition(":")
-    if not sep or not script:
-        parser.error("target must look like script.py:job_name")
+def _script_path(parser, script):
     if not os.path.isfile(script):
         parser.error(f"no such script: {script}")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    return os.path.abspath(script)
+
+
+def run_script(script, args):
+    """Run `script` as __main__ with the oneflow alias installed (see the module doc)."""
+    from onnxjob.compat import install_oneflow_alias
+    install_oneflow_alias()
+    sys.argv = [script] + list(args)
+    sys.path.insert(0, os.path.dirname(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+def export_job(parser, target, output, checkpoint):
+    script, sep, job_name = target.rpartition(":")
+    if not sep or not script:
+        parser.error("target must look like script.py:job_name")
+    script = _script_path(parser, script)
+    from onnxjob.compat import install_oneflow_alias
+    install_oneflow_alias()
+    sys.path.insert(0, os.path.dirname(script))
     namespace = runpy.run_path(script, run_name="__onnxjob_export__")
     job = namespace.get(job_name)
     if job is None or not hasattr(job, "job"):
         parser.error(f"{script} defines no job function named {job_name!r}")
     import onnxjob as flow
-    from onnxjob.io.export import export
-    if args.checkpoint:
-        flow.load_variables(flow.checkpoint.get(args.checkpoint))
-    export(job, args.output)
-    print(f"wrote {args.output}")
+    if checkpoint:
+        flow.load_variables(flow.checkpoint.get(checkpoint))
+    flow.export(job, output)
+    print(f"wrote {output}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m onnxjob")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a script written for OneFlow with onnxjob")
+    run.add_argument("script", help="the script (its `import oneflow` gets onnxjob)")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    exp = sub.add_parser("export", help="write a job function as an .onnx file")
+    exp.add_argument("target", help="path/to/script.py:job_name")
+    exp.add_argument("-o", "--output", required=True, help="the .onnx file to write")
+    exp.add_argument("--checkpoint", help="load variables from this checkpoint directory first")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        run_script(_script_path(parser, args.script), args.args)
+    else:
+        export_job(parser, args.target, args.output, args.checkpoint)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ _SKIP_PREFIXES = (_PACKAGE_DIR + os.sep,)
 
 
 def _is_internal(filename):
-    filename = os.path.abspath(filename)
-    return filename.startswith(_SKIP_PREFIXES) or filename.startswith("<frozen")
+    if filename.startswith("<frozen"):  # importlib, runpy: never the user's line
+        return True
+    return os.path.abspath(filename).startswith(_SKIP_PREFIXES)
 
 
 def user_frame():

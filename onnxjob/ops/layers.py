@@ -183,20 +183,19 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
 
 def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_mean,
                       moving_var):
-    rank, c = len(x.shape), x.shape[axis]
-    reduce_axes = [i for i in range(rank) if i != axis]
-    count = int(np.prod([x.shape[i] for i in reduce_axes]))
-    mean = math.reduce_mean(x, axis=reduce_axes, keepdims=True)
-    centered = x - mean
-    var = math.reduce_mean(centered * centered, axis=reduce_axes, keepdims=True)
-    normed = centered * op("Reciprocal", op("Sqrt", var + as_blob(epsilon, like=var)))
+    c, dt = x.shape[axis], x.np_dtype
+    gamma = gamma if gamma is not None else as_blob(np.ones(c, dt), like=x)
+    beta = beta if beta is not None else as_blob(np.zeros(c, dt), like=x)
+    y, mean, var = op("onnxjob.BatchNormTrain", x, gamma, beta, axis=axis,
+                      epsilon=float(epsilon), num_outputs=3)
+    count = int(np.prod(x.shape)) // c
     m = as_blob(momentum, like=mean)
     unbias = count / max(count - 1, 1)
     builder.state_updates[moving_mean.name] = (
-        moving_mean * m + reshape(mean, (c,)) * as_blob(1.0 - momentum, like=mean))
+        moving_mean * m + mean * as_blob(1.0 - momentum, like=mean))
     builder.state_updates[moving_var.name] = (
-        moving_var * m + reshape(var, (c,)) * as_blob((1.0 - momentum) * unbias, like=var))
-    return _affine(normed, axis, gamma, beta)
+        moving_var * m + var * as_blob((1.0 - momentum) * unbias, like=var))
+    return y
 
 
 def _affine(normed, axis, gamma, beta):

@@ -1,0 +1,104 @@
+"""Code written for OneFlow runs unchanged: `python -m onnxjob run` and the import alias."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from onnxjob.errors import UnsupportedAPIError
+from zoo import cnns_dir
+
+
+def run_onnxjob(*args, cwd=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "onnxjob", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def write(path, text):
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_run_resolves_every_oneflow_import_spelling(tmp_path):
+    script = write(tmp_path / "script.py", """
+        import sys
+        import oneflow as flow
+        import oneflow.typing as tp
+        import oneflow.compatible.single_client as flow5
+        import oneflow.compatible.single_client.typing as tp5
+        from oneflow.compatible.single_client import typing as tp5b
+        import oneflow.core.operator.op_conf_pb2 as op_conf_util
+        import oneflow.core.common.data_type_pb2 as data_type
+        import oneflow.math
+        import onnxjob
+        assert flow5 is onnxjob and flow.nn is onnxjob.nn and flow.math is oneflow.math
+        assert tp is tp5 is tp5b is onnxjob.typing
+        assert op_conf_util.kNone == 0 and op_conf_util.kRelu == 3 and data_type.kFloat == 2
+        print("argv", sys.argv[1:], "main", __name__, "path0", sys.path[0])
+    """)
+    done = run_onnxjob("run", script, "--flag", "x", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"argv ['--flag', 'x'] main __main__ path0 {tmp_path}" in done.stdout
+
+
+def test_an_unknown_oneflow_name_names_it_and_the_users_line(tmp_path):
+    script = write(tmp_path / "uses_missing.py", """
+        import oneflow.compatible.single_client as flow
+
+        flow.nn.not_an_op
+    """)
+    done = run_onnxjob("run", script, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "UnsupportedAPIError" in done.stderr
+    assert "uses_missing.py:4: flow.nn.not_an_op is not provided by onnxjob" in done.stderr
+
+
+def test_an_unknown_oneflow_module_names_it_and_the_importing_line(tmp_path):
+    script = write(tmp_path / "imports_missing.py", """
+        import oneflow.compatible.single_client.framework.session_util
+    """)
+    done = run_onnxjob("run", script, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "ModuleNotFoundError" in done.stderr
+    assert "imports_missing.py:2: `import oneflow.compatible.single_client.framework" in done.stderr
+
+
+def test_without_the_hook_there_is_no_oneflow(tmp_path):
+    done = subprocess.run([sys.executable, "-c", "import importlib.util, onnxjob; "
+                           "print(importlib.util.find_spec('oneflow'))"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.stdout.strip() == "None", done.stdout + done.stderr
+
+
+def test_library_alias_installs_and_uninstalls():
+    import importlib
+    import onnxjob
+    from onnxjob.compat import install_oneflow_alias, uninstall_oneflow_alias
+    install_oneflow_alias()
+    try:
+        flow = importlib.import_module("oneflow.compatible.single_client")
+        assert flow is onnxjob
+        with pytest.raises(UnsupportedAPIError, match="test_compat.py:.*flow.no_such_name"):
+            flow.no_such_name  # noqa: B018
+    finally:
+        uninstall_oneflow_alias()
+    assert "oneflow" not in sys.modules
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("oneflow")
+
+
+def test_of_cnn_train_val_trains_resnet50_on_synthetic_data(tmp_path):
+    """The unchanged upstream training script, synthetic-data path, 2 iterations."""
+    script = os.path.join(cnns_dir(), "of_cnn_train_val.py")
+    done = run_onnxjob("run", script, "--model=resnet50", "--batch_size_per_device=2",
+                       "--num_examples=4", "--num_epochs=1", "--loss_print_every_n_iter=1",
+                       "--model_save_dir=snapshots", "--save_last", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("train: epoch 1")]
+    assert len(lines) == 2, done.stdout[-2000:]
+    loss = float(lines[-1].split("loss: ")[1].split(",")[0])
+    assert 0 < loss < 20
+    snapshot = tmp_path / "snapshots" / "snapshot_epoch_last"
+    assert (snapshot / "snapshot_done").is_file()
+    assert (snapshot / "Resnet-conv1-weight" / "out").stat().st_size == 64 * 3 * 7 * 7 * 4

@@ -1,0 +1,261 @@
+"""Defects found running OneFlow-Benchmark's programs, one regression test each."""
+from typing import Tuple
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+from gradcheck import vjp
+
+
+def _predict(fn, *arrays):
+    """Run `fn` on placeholders of `arrays` in a fresh session's predict job."""
+    flow.clear_default_session()
+    specs = [tp.Numpy.Placeholder(a.shape, dtype=_flow_dtype(a)) for a in arrays]
+    if len(arrays) == 1:
+        @flow.global_function()
+        def job(a: specs[0]) -> tp.Numpy:
+            return fn(a)
+    else:
+        @flow.global_function()
+        def job(a: specs[0], b: specs[1]) -> tp.Numpy:
+            return fn(a, b)
+    return job(*arrays)
+
+
+def _flow_dtype(array):
+    from onnxjob import dtypes
+    return dtypes.from_numpy(array.dtype)
+
+
+# -- flow.nn.conv2d: OneFlow 0.5's fifth argument is the bias --------------------------------
+
+def _conv_inputs():
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((2, 3, 6, 6)).astype(np.float32),
+            rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
+
+
+def test_conv2d_takes_onefow_05_positional_bias():
+    torch = pytest.importorskip("torch")
+    x, w = _conv_inputs()
+    bias = np.arange(4, dtype=np.float32)
+
+    @flow.global_function()
+    def job(a: tp.Numpy.Placeholder(x.shape), k: tp.Numpy.Placeholder(w.shape)) -> Tuple[tp.Numpy, tp.Numpy]:
+        b = flow.constant(bias)
+        # resnet_model.py:62 spells it nn.conv2d(input, weight, strides, padding, None, fmt, dil)
+        plain = flow.nn.conv2d(a, k, 1, "SAME", None, "NCHW", 1, name="plain")
+        biased = flow.nn.conv2d(a, k, 1, "SAME", b, "NCHW", 1)
+        return plain, biased
+
+    plain, biased = job(x, w)
+    expected = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
+    np.testing.assert_allclose(plain, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(biased, expected + bias.reshape(1, 4, 1, 1), rtol=1e-5, atol=1e-5)
+
+
+def test_conv2d_still_takes_the_older_data_format_fifth():
+    x, w = _conv_inputs()
+    nchw = _predict(lambda a, k: flow.nn.conv2d(a, k, 1, "SAME", "NCHW", 1), x, w)
+    nhwc = _predict(lambda a, k: flow.nn.conv2d(a, k, 1, "SAME", "NHWC"),
+                    x.transpose(0, 2, 3, 1).copy(), w.transpose(0, 2, 3, 1).copy())
+    np.testing.assert_allclose(nhwc.transpose(0, 3, 1, 2), nchw, rtol=1e-5, atol=1e-5)
+
+
+# -- ops onnxruntime has no kernel for in the given dtype are lowered ----------------------
+
+def test_one_hot_of_int32_indices():
+    labels = np.array([3, 0, 9], np.int32)
+    out = _predict(lambda a: flow.one_hot(a, depth=10, on_value=0.9, off_value=0.01), labels)
+    expected = np.full((3, 10), 0.01, np.float32)
+    expected[np.arange(3), labels] = 0.9
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.int64])
+def test_one_hot_values_of_other_dtypes(dtype):
+    labels = np.array([1, 2], np.int64)
+    out = _predict(lambda a: flow.one_hot(a, depth=3, dtype=_flow_dtype(np.zeros(1, dtype)),
+                                          on_value=5, off_value=-1), labels)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(out, [[-1, 5, -1], [-1, -1, 5]])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_floor_mod_of_floats(dtype):
+    a = np.array([5.5, -5.5, 7.0, -7.0], dtype)
+    b = np.array([2.0, 2.0, -3.0, -3.0], dtype)
+    np.testing.assert_allclose(_predict(flow.math.mod, a, b), np.mod(a, b), rtol=1e-6)
+    np.testing.assert_allclose(_predict(lambda x, y: x % y, a, b), np.mod(a, b), rtol=1e-6)
+
+
+def test_softplus_in_float64():
+    x = np.array([-30.0, -1.0, 0.0, 2.0, 40.0])
+    np.testing.assert_allclose(_predict(flow.math.softplus, x), np.logaddexp(0, x), rtol=1e-12)
+
+
+# -- silent wrong results ------------------------------------------------------------------
+
+def test_softmax_cross_entropy_gradient_is_onefows_rule_for_unnormalized_labels():
+    """OneFlow's (and TensorFlow's) gradient is (softmax(logits) - labels) * dy, also when
+    the label rows do not sum to 1 (here 3-D logits with arbitrary positive labels)."""
+    rng = np.random.default_rng(0)
+    labels = rng.uniform(0, 1, (2, 3, 5)).astype(np.float32)
+    logits = rng.standard_normal((2, 3, 5)).astype(np.float32)
+    run, shape = vjp(flow.nn.softmax_cross_entropy_with_logits, [labels, logits], [0, 1])
+    ct = rng.standard_normal(shape).astype(np.float32)
+    loss, (d_logits,) = run([labels, logits], ct)
+    softmax = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(loss, -(labels * np.log(softmax)).sum(-1), rtol=1e-5)
+    np.testing.assert_allclose(d_logits, (softmax - labels) * ct[..., None], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduce", ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
+                                    "reduce_prod"])
+def test_reduction_over_no_axes_returns_the_input(reduce):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = _predict(lambda a: getattr(flow.math, reduce)(a, axis=[]), x)
+    np.testing.assert_array_equal(out, x)
+
+
+# -- graphs that failed at session creation ------------------------------------------------
+
+def test_placeholder_and_variable_may_share_a_name():
+    @flow.global_function()
+    def job(w: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        variable = flow.get_variable("w", (3,), initializer=flow.constant_initializer(2.0))
+        return w * variable
+
+    np.testing.assert_array_equal(job(np.ones(3, np.float32)), [2, 2, 2])
+
+
+def test_job_returning_nothing_runs():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,))) -> None:
+        flow.math.relu(x)
+
+    assert job(np.ones(3, np.float32)) is None
+    flow.sync_default_session()
+
+
+def test_watch_diff_of_a_cast_placeholder():
+    seen = []
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        h = flow.cast(x, flow.float)
+        flow.watch_diff(h, lambda g: seen.append(g))
+        w = flow.get_variable("w", (2, 3), initializer=flow.constant_initializer(3.0))
+        loss = flow.math.reduce_sum(h * w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    job(np.ones((2, 3), np.float32))
+    flow.sync_default_session()
+    np.testing.assert_allclose(seen[0], np.full((2, 3), 3.0))
+
+
+# -- missing pieces ------------------------------------------------------------------------
+
+def test_clip_by_value_and_concat_values_at_the_top_level():
+    x = np.array([-2.0, 0.5, 9.0], np.float32)
+    np.testing.assert_array_equal(_predict(lambda a: flow.clip_by_value(a, 0, 6), x), [0, 0.5, 6])
+    out = _predict(lambda a: flow.concat(values=[a, a], axis=0), x)
+    np.testing.assert_array_equal(out, np.concatenate([x, x]))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_fused_batch_norm_layers_equal_their_unfused_forms(training):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    addend = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    kind = "train" if training else "predict"
+
+    @flow.global_function(type=kind)
+    def job(a: tp.Numpy.Placeholder(x.shape), b: tp.Numpy.Placeholder(x.shape)) -> Tuple[
+            tp.Numpy, tp.Numpy, tp.Numpy, tp.Numpy]:
+        kw = dict(axis=1, momentum=0.9, epsilon=1e-5)
+        fused = flow.layers.batch_normalization_relu(a, name="r", **kw)
+        plain = flow.nn.relu(flow.layers.batch_normalization(a, name="p", **kw))
+        fused_add = flow.layers.batch_normalization_add_relu(a, b, name="ra", **kw)
+        plain_add = flow.nn.relu(flow.layers.batch_normalization(a, name="pa", **kw) + b)
+        if training:
+            loss = flow.math.reduce_sum(fused + plain + fused_add + plain_add)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                               momentum=0).minimize(loss)
+        return fused, plain, fused_add, plain_add
+
+    fused, plain, fused_add, plain_add = job(x, addend)
+    np.testing.assert_allclose(fused, plain, rtol=1e-6)
+    np.testing.assert_allclose(fused_add, plain_add, rtol=1e-6)
+    names = flow.get_all_variables()
+    assert {"r-gamma", "r-beta", "r-moving_mean", "r-moving_variance", "ra-gamma"} <= set(names)
+
+
+def test_batch_norm_with_moving_statistics_in_a_train_job_updates_gamma_and_beta():
+    """A trainable batch norm with training=False normalizes with the moving statistics
+    and its scale and offset still learn."""
+    x = np.random.default_rng(0).standard_normal((4, 2, 3, 3)).astype(np.float32)
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder(x.shape)) -> tp.Numpy:
+        y = flow.layers.batch_normalization(a, axis=1, training=False, epsilon=0.0, name="bn")
+        loss = flow.math.reduce_sum(y * y) * 0.5
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return y
+
+    y = job(x)
+    np.testing.assert_allclose(y, x, rtol=1e-6)  # moving mean 0, variance 1
+    values = flow.get_all_variables()
+    # loss = 0.5 * sum(y^2), y = x * gamma + beta: d gamma = sum(y * x), d beta = sum(y)
+    np.testing.assert_allclose(values["bn-gamma"].numpy(),
+                               1 - 0.1 * (x * x).sum(axis=(0, 2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(values["bn-beta"].numpy(), -0.1 * x.sum(axis=(0, 2, 3)),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(values["bn-moving_mean"].numpy(), [0, 0])
+
+
+@pytest.mark.parametrize("batch_dims", [1, 2])
+def test_gather_with_batch_dims(batch_dims):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    params = rng.standard_normal((2, 3, 5, 4))
+    index_shape = (2, 3, 2)[:batch_dims] + (2,)
+    indices = rng.integers(0, params.shape[batch_dims], index_shape).astype(np.int32)
+
+    def ours(p):
+        return flow.gather(p, flow.constant(indices, dtype=flow.int32), axis=batch_dims,
+                           batch_dims=batch_dims)
+
+    def reference(p):
+        lead = p.shape[:batch_dims]
+        flat = p.reshape((-1,) + p.shape[batch_dims:])
+        idx = torch.tensor(indices.reshape(flat.shape[0], -1), dtype=torch.long)
+        rows = torch.stack([flat[i][idx[i]] for i in range(flat.shape[0])])
+        return rows.reshape(lead + indices.shape[batch_dims:] + p.shape[batch_dims + 1:])
+
+    from gradcheck import check_case_against_pytorch, check_case_finite_differences, normal
+    case = ("gather_batch_dims", ours, reference, [normal(params.shape)], [1], True)
+    check_case_finite_differences(case)
+    check_case_against_pytorch(case)
+
+
+def test_top_k_with_k_above_one():
+    x = np.array([[0.1, 0.9, 0.4, 0.7], [3.0, 1.0, 2.0, 0.0]], np.float32)
+    out = _predict(lambda a: flow.math.top_k(a, k=3), x)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, [[1, 3, 2], [0, 2, 1]])
+
+
+def test_piecewise_scaling_scheduler_takes_one_scale_per_boundary():
+    # optimizer_util.py:94: boundaries=[30, 60, 80], scale=[0.1, 0.01, 0.001]
+    from onnxjob.train.lr_schedules import PiecewiseScalingScheduler
+    schedule = PiecewiseScalingScheduler(0.256, [30, 60, 80], [0.1, 0.01, 0.001])
+    rates = [schedule.numpy_lr(t) for t in (0, 30, 31, 60, 61, 80, 81)]
+    np.testing.assert_allclose(rates, [0.256, 0.256, 0.0256, 0.0256, 0.00256, 0.00256, 0.000256])
+    scalar = PiecewiseScalingScheduler(1.0, [10, 20], 0.5)
+    assert [scalar.numpy_lr(t) for t in (5, 15, 25)] == [1.0, 0.5, 0.5]

@@ -1,0 +1,48 @@
+"""OneFlow-Benchmark's CNN model files, imported unchanged through the `oneflow` alias.
+
+They live in ../shared/clients/oneflow-benchmark/Classification/cnns (beside the
+repository); `cnn_models()` skips the calling test with the reason when they are absent.
+"""
+import argparse
+import importlib
+import os
+import sys
+
+import pytest
+
+CNNS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "clients",
+                                    "oneflow-benchmark", "Classification", "cnns"))
+
+# model -> (module, builder function, input size, learning rate for the 5-step check)
+MODELS = {
+    "resnet50": ("resnet_model", "resnet50", 224, 0.01),
+    "vgg16bn": ("vgg_model", "vgg16bn", 224, 0.0005),
+    "alexnet": ("alexnet_model", "alexnet", 224, 0.01),
+    "inceptionv3": ("inception_model", "inceptionv3", 299, 0.01),
+    "mobilenetv2": ("mobilenet_v2_model", "Mobilenet", 224, 0.01),
+    "resnext50": ("resnext_model", "resnext50", 224, 0.01),
+}
+
+
+def cnns_dir():
+    if not os.path.isfile(os.path.join(CNNS, "resnet_model.py")):
+        pytest.skip(f"OneFlow-Benchmark's model files are not at {CNNS} (the shared folder "
+                    "must sit beside the repository)")
+    return CNNS
+
+
+def model_builder(name):
+    """The unchanged upstream builder function of `name` (see MODELS)."""
+    from onnxjob.compat import install_oneflow_alias
+    directory = cnns_dir()
+    install_oneflow_alias()
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    module, function, _, _ = MODELS[name]
+    return getattr(importlib.import_module(module), function)
+
+
+def model_args(fused=False):
+    """The `args` namespace the builders read (of_cnn_train_val.py's defaults)."""
+    return argparse.Namespace(wd=1.0 / 32768, channel_last=False, fuse_bn_relu=fused,
+                              fuse_bn_add_relu=fused, pad_output=False)
