@@ -9,38 +9,11 @@ import onnxruntime as ort
 import pytest
 
 import onnxjob as flow
-import onnxjob.typing as tp
-from zoo import MODELS, model_args, model_builder
+from zoo import MODELS, define_jobs, model_args, model_builder
 
 BATCH = 2
 CASES = [("resnet50", False), ("resnet50", True), ("vgg16bn", False), ("alexnet", False),
          ("inceptionv3", False), ("mobilenetv2", False), ("resnext50", False)]
-
-
-def smoothed_labels(labels, logits, classes=1000, eta=0.1):
-    """of_cnn_train_val.py's label smoothing: a one-hot of (1 - eta + eta/C, eta/C)."""
-    return flow.one_hot(labels, depth=classes, dtype=logits.dtype,
-                        on_value=1 - eta + eta / classes, off_value=eta / classes)
-
-
-def define_jobs(build, args, size, lr):
-    images_def = tp.Numpy.Placeholder((BATCH, 3, size, size), dtype=flow.float)
-
-    @flow.global_function(type="train")
-    def train_job(images: images_def,
-                  labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
-        logits = build(images, args)
-        loss = flow.nn.softmax_cross_entropy_with_logits(smoothed_labels(labels, logits), logits)
-        loss = flow.math.reduce_mean(loss)
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]),
-                           momentum=0.875).minimize(loss)
-        return loss
-
-    @flow.global_function(type="predict")
-    def predict_job(images: images_def) -> tp.Numpy:
-        return build(images, args)
-
-    return train_job, predict_job
 
 
 def fixed_batch(size, seed=0):
@@ -53,7 +26,7 @@ def fixed_batch(size, seed=0):
 def test_model_predicts_trains_and_exports(name, fused, tmp_path):
     build = model_builder(name)
     size, lr = MODELS[name][2:]
-    train_job, predict_job = define_jobs(build, model_args(fused), size, lr)
+    train_job, predict_job = define_jobs(build, model_args(fused), size, lr, BATCH)
     x, y = fixed_batch(size)
     logits = predict_job(x)
     assert logits.shape == (BATCH, 1000) and np.isfinite(logits).all()
@@ -74,7 +47,7 @@ TRAINABLE_PARTS = ("weight", "bias", "gamma", "beta")
 
 
 def _resnet_jobs(lr, fused=False):
-    return define_jobs(model_builder("resnet50"), model_args(fused), 224, lr)
+    return define_jobs(model_builder("resnet50"), model_args(fused), 224, lr, BATCH)
 
 
 def _twin_weights(values, torch, dtype):

@@ -10,6 +10,9 @@ import sys
 
 import pytest
 
+import onnxjob as flow
+import onnxjob.typing as tp
+
 CNNS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "clients",
                                     "oneflow-benchmark", "Classification", "cnns"))
 
@@ -46,3 +49,30 @@ def model_args(fused=False):
     """The `args` namespace the builders read (of_cnn_train_val.py's defaults)."""
     return argparse.Namespace(wd=1.0 / 32768, channel_last=False, fuse_bn_relu=fused,
                               fuse_bn_add_relu=fused, pad_output=False)
+
+
+def smoothed_labels(labels, logits, classes=1000, eta=0.1):
+    """of_cnn_train_val.py's label smoothing: a one-hot of (1 - eta + eta/C, eta/C)."""
+    return flow.one_hot(labels, depth=classes, dtype=logits.dtype,
+                        on_value=1 - eta + eta / classes, off_value=eta / classes)
+
+
+def define_jobs(build, args, size, lr, batch):
+    """A train job (upstream loss, SGD momentum 0.875) and a predict job of `build`."""
+    images_def = tp.Numpy.Placeholder((batch, 3, size, size), dtype=flow.float)
+
+    @flow.global_function(type="train")
+    def train_job(images: images_def,
+                  labels: tp.Numpy.Placeholder((batch,), dtype=flow.int32)) -> tp.Numpy:
+        logits = build(images, args)
+        loss = flow.nn.softmax_cross_entropy_with_logits(smoothed_labels(labels, logits), logits)
+        loss = flow.math.reduce_mean(loss)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]),
+                           momentum=0.875).minimize(loss)
+        return loss
+
+    @flow.global_function(type="predict")
+    def predict_job(images: images_def) -> tp.Numpy:
+        return build(images, args)
+
+    return train_job, predict_job

@@ -1,0 +1,95 @@
+"""onnxjob vs PyTorch eager on OneFlow-Benchmark's ResNet50 (upstream model file, unchanged).
+
+    python bench/bench_resnet.py [--batch 8] [--threads 2] [--rounds 3] [--fused]
+
+The train step is the upstream recipe (label smoothing, softmax cross entropy, SGD momentum
+0.875 with L2 1/32768); PyTorch runs tests/resnet_twin.py with the same weights and
+torch.optim.SGD (momentum, weight decay). Both in this process, same thread count,
+interleaved; medians and the ratio onnxjob/PyTorch (< 1: onnxjob faster). Also printed:
+the first call of the train job (trace, autodiff, passes, onnxruntime session, first step)
+and the predict step (fed variables, and frozen: variables baked in as constants).
+Needs ../shared/clients/oneflow-benchmark beside the repository.
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, HERE)
+
+
+def parse():
+    from common import add_timing_args
+    p = add_timing_args(argparse.ArgumentParser(), rounds=3, calls=1)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--fused", action="store_true", help="fused BN+ReLU layers (fuse_bn_relu)")
+    return p.parse_args()
+
+
+def torch_side(torch, values, x, y):
+    from resnet_twin import ResNet50Twin, smoothed_softmax_ce
+    weights = {k: torch.tensor(v, requires_grad=k.rsplit("-", 1)[1] in
+                               ("weight", "bias", "gamma", "beta"))
+               for k, v in values.items() if k.startswith("Resnet-")}
+    twin = ResNet50Twin(weights)
+    trainable = [w for w in weights.values() if w.requires_grad]
+    opt = torch.optim.SGD(trainable, lr=0.01, momentum=0.875, weight_decay=1.0 / 32768)
+    tx, ty = torch.tensor(x), torch.tensor(y)
+
+    def train_step():
+        opt.zero_grad(set_to_none=True)
+        loss = smoothed_softmax_ce(twin.forward(tx, training=True), ty)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    def predict():
+        with torch.no_grad():
+            return twin.forward(tx, training=False).numpy()
+    return train_step, predict
+
+
+def main():
+    args = parse()
+    os.environ["ONNXJOB_NUM_THREADS"] = str(args.threads)
+    import torch
+    torch.set_num_threads(args.threads)
+    import onnxjob as flow
+    from common import interleaved, print_table
+    from zoo import define_jobs, model_args, model_builder
+
+    batch = args.batch
+    train_job, predict_job = define_jobs(model_builder("resnet50"), model_args(args.fused),
+                                         224, 0.01, batch)
+    rng = np.random.default_rng(0)
+    x = rng.random((batch, 3, 224, 224), dtype=np.float32)
+    y = rng.integers(0, 1000, batch).astype(np.int32)
+
+    start = time.perf_counter()
+    train_job(x, y)
+    first_call = time.perf_counter() - start
+    values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    torch_train, torch_predict = torch_side(torch, values, x, y)
+
+    train = interleaved({"onnxjob": lambda: train_job(x, y), "torch": torch_train},
+                        args.rounds, args.calls, warmup=1)
+    fed = interleaved({"onnxjob": lambda: predict_job(x), "torch": torch_predict},
+                      args.rounds, max(args.calls, 3), warmup=1)
+    for _ in range(8):  # the default freeze threshold: later calls use the frozen session
+        predict_job(x)
+    frozen = interleaved({"onnxjob": lambda: predict_job(x), "torch": torch_predict},
+                         args.rounds, max(args.calls, 3), warmup=1)
+    label = f"ResNet50{' fused' if args.fused else ''} batch {batch}"
+    print_table([(f"{label} train step", train["onnxjob"], train["torch"]),
+                 (f"{label} predict (fed)", fed["onnxjob"], fed["torch"]),
+                 (f"{label} predict (frozen)", frozen["onnxjob"], frozen["torch"])],
+                f"onnxjob vs PyTorch {torch.__version__} eager, {args.threads} threads")
+    print(f"first train call (trace + autodiff + passes + session + step): {first_call:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
