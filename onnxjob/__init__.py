@@ -37,6 +37,7 @@ from onnxjob.io import checkpoint  # noqa: F401
 from onnxjob.io.export import export  # noqa: F401
 from onnxjob.ops import data, layers, math, nn, random  # noqa: F401
 from onnxjob.ops.array import *  # noqa: F401,F403
+from onnxjob.ops.losses import ctc_loss, smooth_l1_loss  # noqa: F401
 from onnxjob.ops.math import clip_by_value  # noqa: F401
 from onnxjob.runtime.session import clear_default_session, sync_default_session  # noqa: F401
 from onnxjob.train import optimizer  # noqa: F401

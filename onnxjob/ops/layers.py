@@ -253,4 +253,54 @@ def batch_normalization_relu(inputs, axis=-1, momentum=0.99, epsilon=0.001, cent
         moving_variance_initializer, trainable, training, name)
 
 
+# -- layer normalization and PReLU ---------------------------------------------------------
+
+def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=1,
+               begin_params_axis=-1, epsilon=1e-05, name="LayerNorm"):
+    """Layer normalization over the axes from `begin_norm_axis` on, with variables
+    `<name>-beta` (zeros) and `<name>-gamma` (ones) of shape inputs.shape[begin_params_axis:].
+    """
+    # NOTE: a local import only to keep this addition in one place; there is no cycle.
+    from onnxjob.ops.normalization import layer_norm as functional_layer_norm
+    if inputs.np_dtype not in (np.float32, np.float64):
+        raise TraceError(f"flow.layers.layer_norm takes a float32 or float64 input, got "
+                         f"{inputs.np_dtype}")
+    rank = len(inputs.shape)
+    if not -rank <= begin_params_axis < rank:
+        raise TraceError(f"flow.layers.layer_norm: begin_params_axis {begin_params_axis} is "
+                         f"out of range for an input of rank {rank}")
+    if not center and not scale:
+        trainable = False
+    param_shape = inputs.shape[begin_params_axis:]
+    beta = gamma = None
+    if center:
+        beta = _named_variable(name, None, "beta", param_shape, inputs.np_dtype,
+                               initializers.constant_initializer(0.0), None, trainable)
+    if scale:
+        gamma = _named_variable(name, None, "gamma", param_shape, inputs.np_dtype,
+                                initializers.constant_initializer(1.0), None, trainable)
+    return functional_layer_norm(inputs, gamma, beta, begin_norm_axis, begin_params_axis,
+                                 epsilon, name)
+
+
+def prelu(inputs, alpha_initializer=None, alpha_regularizer=None, shared_axes=None,
+          trainable=True, name="PRelu", model_distribute=None):
+    """x where x > 0, alpha * x elsewhere; variable `<name>-alpha` of shape inputs.shape[1:]
+    with the `shared_axes` set to 1 (zeros by default)."""
+    if inputs.np_dtype not in (np.float32, np.float64):
+        raise TraceError(f"flow.layers.prelu takes a float32 or float64 input, got "
+                         f"{inputs.np_dtype}")
+    rank = len(inputs.shape)
+    alpha_shape = list(inputs.shape[1:])
+    for axis in shared_axes or []:
+        if not 1 <= axis < rank:
+            raise TraceError(f"flow.layers.prelu: shared axis {axis} must be in [1, {rank})")
+        alpha_shape[axis - 1] = 1
+    alpha = _named_variable(name, None, "alpha", alpha_shape, inputs.np_dtype,
+                            alpha_initializer or initializers.constant_initializer(0),
+                            alpha_regularizer, trainable)
+    positive = op("Greater", inputs, as_blob(0, like=inputs))
+    return op("Where", positive, inputs, inputs * alpha, name=name)
+
+
 __getattr__ = missing_api("flow.layers")

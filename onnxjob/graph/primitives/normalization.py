@@ -1,6 +1,8 @@
 """Normalization ops: shape rules and gradient rules."""
+import numpy as np
+
 from onnxjob.graph.primitives.shape_ops import reshape_to
-from onnxjob.graph.registry import register
+from onnxjob.graph.registry import normalize_axis, register
 from onnxjob.graph.tracer import as_blob, int64_constant, op
 
 
@@ -36,3 +38,123 @@ def _bn_grad(n, g, need):
 # The inference form (moving statistics); train jobs normalize with batch statistics
 # built from primitives (ops/layers.py).
 register("BatchNormalization", _bn_infer, _bn_grad)
+
+
+# -- layer and instance normalization ------------------------------------------------------
+
+def _centered_and_rstd(x, axes, epsilon):
+    """(x - mean, 1 / sqrt(var + epsilon)) over `axes` (kept), the variance divided by the
+    count, as OneFlow's moments."""
+    mean = op("ReduceMean", x, axes=list(axes), keepdims=1)
+    centered = op("Sub", x, mean)
+    var = op("ReduceMean", op("Mul", centered, centered), axes=list(axes), keepdims=1)
+    rstd = op("Reciprocal", op("Sqrt", op("Add", var, as_blob(epsilon, like=var))))
+    return centered, rstd
+
+
+def _normalized_input_grad(g_xhat, xhat, rstd, axes):
+    """d x of xhat = (x - mean(x)) * rstd over `axes`, given d xhat."""
+    m1 = op("ReduceMean", g_xhat, axes=list(axes), keepdims=1)
+    m2 = op("ReduceMean", op("Mul", g_xhat, xhat), axes=list(axes), keepdims=1)
+    return op("Mul", op("Sub", op("Sub", g_xhat, m1), op("Mul", xhat, m2)), rstd)
+
+
+def _sum_over(blob, axes):
+    return op("ReduceSum", blob, int64_constant(blob, axes), keepdims=0) if axes else blob
+
+
+def _layer_norm_infer(inputs, attrs, num_outputs):
+    x, scale = inputs[:2]
+    if not np.issubdtype(x.np_dtype, np.floating):
+        raise ValueError(f"LayerNormalization takes a floating input, got {x.np_dtype}")
+    axis = normalize_axis(attrs.get("axis", -1), len(x.shape))
+    norm_shape = x.shape[axis:]
+    for what, t in (("scale", scale), ("bias", inputs[2] if len(inputs) > 2 else None)):
+        if t is not None and (t.shape != norm_shape or t.np_dtype != x.np_dtype):
+            raise ValueError(f"{what} is {t.shape} {t.np_dtype}, expected {norm_shape} "
+                             f"{x.np_dtype}")
+    stats_shape = x.shape[:axis] + (1,) * len(norm_shape)
+    # stash_type 1 (the default): onnxruntime keeps Mean and InvStdDev in float32
+    outs = [(x.shape, x.np_dtype)] + [(stats_shape, np.dtype(np.float32))] * 2
+    return outs[:num_outputs]
+
+
+def _layer_norm_grad(n, g, need):
+    """The usual layer-norm backward over the axes from `axis` on; float32 reuses the
+    Mean / InvStdDev outputs, other dtypes recompute them in their own precision (the
+    outputs are float32)."""
+    if any(gy is not None for gy in g[1:]):
+        raise NotImplementedError("gradient through LayerNormalization's Mean/InvStdDev")
+    x, scale = n.inputs[:2]
+    rank = len(x.shape)
+    axis = normalize_axis(n.attrs.get("axis", -1), rank)
+    axes, lead = list(range(axis, rank)), list(range(axis))
+    if x.np_dtype == np.float32 and len(n.outputs) == 3:
+        rstd = n.outputs[2]
+        xhat = op("Mul", op("Sub", x, n.outputs[1]), rstd)
+    else:
+        centered, rstd = _centered_and_rstd(x, axes, n.attrs.get("epsilon", 1e-5))
+        xhat = op("Mul", centered, rstd)
+    gy = g[0]
+    dx = _normalized_input_grad(op("Mul", gy, scale), xhat, rstd, axes) if need[0] else None
+    dscale = _sum_over(op("Mul", gy, xhat), lead) if need[1] else None
+    grads = [dx, dscale]
+    if len(n.inputs) > 2:
+        grads.append(_sum_over(gy, lead) if need[2] else None)
+    return grads
+
+
+register("LayerNormalization", _layer_norm_infer, _layer_norm_grad)
+
+
+def _instance_norm_check(x, scale, bias):
+    if len(x.shape) < 3:
+        raise ValueError(f"InstanceNormalization needs an (N, C, ...) input, got {x.shape}")
+    c = x.shape[1]
+    for what, t in (("scale", scale), ("bias", bias)):
+        if t.shape != (c,) or t.np_dtype != x.np_dtype:
+            raise ValueError(f"{what} is {t.shape} {t.np_dtype}, expected ({c},) {x.np_dtype}")
+
+
+def _instance_norm_infer(inputs, attrs, num_outputs):
+    x, scale, bias = inputs
+    _instance_norm_check(x, scale, bias)
+    return [(x.shape, x.np_dtype)]
+
+
+def _channel_shape(x):
+    return [1, x.shape[1]] + [1] * (len(x.shape) - 2)
+
+
+def _instance_norm_lower(inputs, attrs, num_outputs):
+    """onnxruntime's CPU InstanceNormalization is float32 (and float16) only: float64 is
+    emitted as its formula, whose parts autodiff differentiates."""
+    x, scale, bias = inputs
+    if x.np_dtype != np.float64:
+        return None
+    _instance_norm_check(x, scale, bias)
+    centered, rstd = _centered_and_rstd(x, range(2, len(x.shape)), attrs.get("epsilon", 1e-5))
+    shape = _channel_shape(x)
+    y = op("Mul", op("Mul", centered, rstd), reshape_to(scale, shape))
+    return [op("Add", y, reshape_to(bias, shape))]
+
+
+def _instance_norm_grad(n, g, need):
+    """Statistics per (sample, channel) over the spatial axes, recomputed."""
+    x, scale, _bias = n.inputs
+    axes = list(range(2, len(x.shape)))
+    centered, rstd = _centered_and_rstd(x, axes, n.attrs.get("epsilon", 1e-5))
+    xhat = op("Mul", centered, rstd)
+    gy = g[0]
+    shape = _channel_shape(x)
+    dx = None
+    if need[0]:
+        dx = _normalized_input_grad(op("Mul", gy, reshape_to(scale, shape)), xhat, rstd, axes)
+    per_channel = [0] + axes
+    dscale = _sum_over(op("Mul", gy, xhat), per_channel) if need[1] else None
+    dbias = _sum_over(gy, per_channel) if need[2] else None
+    return [dx, dscale, dbias]
+
+
+register("InstanceNormalization", _instance_norm_infer, _instance_norm_grad,
+         lower=_instance_norm_lower)
