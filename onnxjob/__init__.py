@@ -37,8 +37,11 @@ from onnxjob.io import checkpoint  # noqa: F401
 from onnxjob.io.export import export  # noqa: F401
 from onnxjob.ops import data, layers, math, nn, random  # noqa: F401
 from onnxjob.ops.array import *  # noqa: F401,F403
+from onnxjob.ops.array import unique_with_counts as _unique_with_counts
 from onnxjob.ops.losses import ctc_loss, smooth_l1_loss  # noqa: F401
-from onnxjob.ops.math import clip_by_value  # noqa: F401
+from onnxjob.ops.math import (argsort, broadcast_to_compatible_with, clip_by_value,  # noqa: F401
+                              in_top_k, sort, unsorted_batch_segment_sum, unsorted_segment_sum,
+                              unsorted_segment_sum_like)
 from onnxjob.runtime.session import clear_default_session, sync_default_session  # noqa: F401
 from onnxjob.train import optimizer  # noqa: F401
 
@@ -72,7 +75,7 @@ def _enable_typing_check(value=True):
 
 
 experimental = _Namespace("flow.experimental", enable_typing_check=_enable_typing_check,
-                          name_scope=scope.namespace)
+                          name_scope=scope.namespace, unique_with_counts=_unique_with_counts)
 
 
 def enable_eager_execution(value=True):

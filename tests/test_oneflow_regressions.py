@@ -259,3 +259,18 @@ def test_piecewise_scaling_scheduler_takes_one_scale_per_boundary():
     np.testing.assert_allclose(rates, [0.256, 0.256, 0.0256, 0.0256, 0.00256, 0.00256, 0.000256])
     scalar = PiecewiseScalingScheduler(1.0, [10, 20], 0.5)
     assert [scalar.numpy_lr(t) for t in (5, 15, 25)] == [1.0, 0.5, 0.5]
+
+
+def test_two_dropouts_of_one_blob_draw_different_masks():
+    """Two equal Dropout nodes must not be merged by common-subexpression elimination."""
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((1000,))) -> tp.Numpy:
+        w = flow.get_variable("w", (1000,), initializer=flow.ones_initializer())
+        a = flow.nn.dropout(x * w, 0.5)
+        b = flow.nn.dropout(x * w, 0.5)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                           momentum=0).minimize(flow.math.reduce_sum(a + b))
+        return a - b
+
+    differ = (job(np.ones(1000, np.float32)) != 0).mean()
+    assert 0.4 < differ < 0.6  # independent masks with keep probability 0.5

@@ -11,6 +11,8 @@ from onnxjob.ops.activations import *  # noqa: F401,F403
 from onnxjob.ops.conv import *  # noqa: F401,F403
 from onnxjob.ops.losses import *  # noqa: F401,F403
 from onnxjob.ops.normalization import *  # noqa: F401,F403
+from onnxjob.ops.math import fused_scale_tril, tril  # noqa: F401
+from onnxjob.ops.random import op_seed, random_mask_like  # noqa: F401
 
 
 def dropout(x, rate, noise_shape=None, seed=None, name=None):
@@ -21,8 +23,7 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None):
         return x
     ratio = as_blob(np.array(rate, dtype=x.np_dtype), like=x)
     training = as_blob(np.array(True), like=x, dtype=bool)
-    y, _mask = op("Dropout", x, ratio, training, num_outputs=2, name=name,
-                  seed=int(seed) if seed is not None else None)
+    y, _mask = op("Dropout", x, ratio, training, num_outputs=2, name=name, seed=op_seed(seed))
     return y
 
 

@@ -1,9 +1,10 @@
-"""Random ops (Dropout, ...): shape rules and gradient rules.
+"""Random ops (Dropout, RandomUniform, ...): shape rules and gradient rules.
 
 Random ops stay random in train graphs: sessions of train jobs disable onnxruntime's
 EliminateDropout (see runtime/backend.py).
 """
 import numpy as np
+from onnx_ir import DataType
 
 from onnxjob.graph.registry import const_value, register
 from onnxjob.graph.tracer import as_blob, op
@@ -25,3 +26,23 @@ def _dropout_grad(n, g, need):
 
 
 register("Dropout", _dropout_infer, _dropout_grad)
+
+
+def _random_infer(inputs, attrs, num_outputs):
+    """RandomUniform / RandomNormal: shape and dtype from the attributes."""
+    return [(tuple(int(d) for d in attrs["shape"]), DataType(attrs.get("dtype", 1)).numpy())]
+
+
+def _random_like_infer(inputs, attrs, num_outputs):
+    x = inputs[0]
+    dtype = DataType(attrs["dtype"]).numpy() if "dtype" in attrs else x.np_dtype
+    return [(x.shape, dtype)]
+
+
+# NOTE: onnxruntime does not constant-fold these four and onnx_ir's CSE does not merge
+# them, so they draw fresh values on every run (tests/test_ops_array.py checks it).
+# ONNX Bernoulli is on neither list (onnxruntime tries to fold it): it is not used.
+for _op_type in ("RandomUniform", "RandomNormal"):
+    register(_op_type, _random_infer, None, differentiable=False)
+for _op_type in ("RandomUniformLike", "RandomNormalLike"):
+    register(_op_type, _random_like_infer, None, differentiable=False)

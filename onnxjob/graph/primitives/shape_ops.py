@@ -5,8 +5,11 @@ shape is known while tracing.
 """
 import numpy as np
 
+from onnxjob import dtypes
 from onnxjob.graph.tracer import int64_constant, op
-from onnxjob.graph.registry import const_value, normalize_axis, register
+from onnxjob.graph.registry import broadcast_shape, const_value, normalize_axis, register
+
+_INT64_MIN = np.iinfo(np.int64).min
 
 
 def resolve_reshape(in_shape, shape):
@@ -57,7 +60,10 @@ def _unsqueeze_infer(inputs, attrs, num_outputs):
     return [(tuple(shape), x.np_dtype)]
 
 
-_back_to_input = lambda n, g, need: [reshape_to(g[0], n.inputs[0].shape)] + [None] * (len(n.inputs) - 1)  # noqa: E731
+def _back_to_input(n, g, need):
+    return [reshape_to(g[0], n.inputs[0].shape)] + [None] * (len(n.inputs) - 1)
+
+
 register("Squeeze", _squeeze_infer, _back_to_input)
 register("Unsqueeze", _unsqueeze_infer, _back_to_input)
 
@@ -150,9 +156,9 @@ def slice_bounds(shape, starts, ends, axes, steps):
 
 def _slice_args(n_inputs):
     x, starts, ends = n_inputs[:3]
-    rank = len(x.shape)
-    axes = const_value(n_inputs[3]) if len(n_inputs) > 3 and n_inputs[3] is not None else range(rank)
-    steps = const_value(n_inputs[4]) if len(n_inputs) > 4 and n_inputs[4] is not None else [1] * len(const_value(starts))
+    axes, steps = (n_inputs[i] if len(n_inputs) > i else None for i in (3, 4))
+    axes = range(len(x.shape)) if axes is None else const_value(axes)
+    steps = [1] * len(const_value(starts)) if steps is None else const_value(steps)
     return slice_bounds(x.shape, const_value(starts), const_value(ends), axes, steps)
 
 
@@ -162,13 +168,52 @@ def _slice_infer(inputs, attrs, num_outputs):
     return [(shape, inputs[0].np_dtype)]
 
 
+def zeros_of(like_blob, shape, np_dtype):
+    """A ConstantOfShape of zeros in the graph of `like_blob`."""
+    return op("ConstantOfShape", int64_constant(like_blob, shape), value=np.zeros(1, np_dtype))
+
+
+def reverse_axis(x, axis):
+    """`x` with the order of `axis` reversed (a Slice of step -1)."""
+    return op("Slice", x, *(int64_constant(x, [v]) for v in (-1, _INT64_MIN, axis, -1)))
+
+
+def _spread_axis(gy, axis, step):
+    """Put `step - 1` zeros between the entries of `gy` along `axis` (none after the last)."""
+    count = gy.shape[axis]
+    pad_widths = [0] * (2 * (len(gy.shape) + 1))
+    pad_widths[len(gy.shape) + 1 + axis + 1] = step - 1
+    spread = op("Pad", op("Unsqueeze", gy, int64_constant(gy, [axis + 1])),
+                int64_constant(gy, pad_widths))
+    shape = list(gy.shape)
+    shape[axis] = count * step
+    spread = reshape_to(spread, shape)
+    return op("Slice", spread, *(int64_constant(gy, [v]) for v in
+                                 (0, (count - 1) * step + 1, axis)))
+
+
 def _slice_grad(n, g, need):
-    bounds = _slice_args(n.inputs)
-    if any(step != 1 for _, _, step in bounds):
-        raise NotImplementedError("gradient of a strided Slice")
+    """Scatter gy back to the sliced positions: reverse negative steps, spread strides with
+    zeros, then pad to the input's shape."""
     x = n.inputs[0]
-    pads = [b[0] for b in bounds] + [d - b[1] for d, b in zip(x.shape, bounds)]
-    return [op("Pad", g[0], int64_constant(g[0], pads))] + [None] * (len(n.inputs) - 1)
+    bounds = _slice_args(n.inputs)
+    rest = [None] * (len(n.inputs) - 1)
+    if any(len(range(*b)) == 0 for b in bounds):
+        return [zeros_of(g[0], x.shape, g[0].np_dtype)] + rest
+    gy = g[0]
+    before, after = [], []
+    for axis, ((start, stop, step), dim) in enumerate(zip(bounds, x.shape)):
+        count = len(range(start, stop, step))
+        if step < 0:
+            gy = reverse_axis(gy, axis)
+            start, step = start + (count - 1) * step, -step
+        if step > 1:
+            gy = _spread_axis(gy, axis, step)
+        before.append(start)
+        after.append(dim - start - (count - 1) * step - 1)
+    if any(before) or any(after):
+        gy = op("Pad", gy, int64_constant(gy, before + after))
+    return [gy] + rest
 
 
 register("Slice", _slice_infer, _slice_grad)
@@ -178,24 +223,45 @@ def _pad_infer(inputs, attrs, num_outputs):
     x = inputs[0]
     pads = const_value(inputs[1])
     r = len(x.shape)
+    if attr_text(attrs, "mode", "constant") == "reflect" and any(
+            max(pads[i], pads[i + r]) >= d for i, d in enumerate(x.shape)):
+        raise ValueError(f"reflect pads {list(pads)} must be smaller than the padded axes")
     return [(tuple(int(d + pads[i] + pads[i + r]) for i, d in enumerate(x.shape)), x.np_dtype)]
+
+
+def pad_source_index(dim, before, after, mode):
+    """For each output position of one padded axis, the input position it copies."""
+    src = np.arange(-before, dim + after)
+    if mode == "edge":
+        return np.clip(src, 0, dim - 1)
+    src = np.abs(src)  # reflect: mirror around the first and the last entry
+    return np.where(src >= dim, 2 * (dim - 1) - src, src)
 
 
 def _pad_grad(n, g, need):
     x = n.inputs[0]
-    pads = const_value(n.inputs[1])
+    pads = [int(p) for p in const_value(n.inputs[1])]
     r = len(x.shape)
-    if attr_mode(n) != "constant":
-        raise NotImplementedError("gradient of a non-constant Pad")
-    starts = [int(p) for p in pads[:r]]
-    ends = [int(s + d) for s, d in zip(starts, x.shape)]
-    sliced = op("Slice", g[0], int64_constant(g[0], starts), int64_constant(g[0], ends))
-    return [sliced] + [None] * (len(n.inputs) - 1)
+    mode = attr_text(n.attrs, "mode", "constant")
+    rest = [None] * (len(n.inputs) - 1)
+    if mode == "constant":
+        starts = pads[:r]
+        ends = [s + d for s, d in zip(starts, x.shape)]
+        return [op("Slice", g[0], int64_constant(g[0], starts), int64_constant(g[0], ends))] + rest
+    # NOTE: reflect / edge pads are a gather along each padded axis; their gradient
+    # scatter-adds gy back along those axes, one axis at a time.
+    gy = g[0]
+    for axis, dim in enumerate(x.shape):
+        if pads[axis] or pads[axis + r]:
+            src = pad_source_index(dim, pads[axis], pads[axis + r], mode)
+            gy = scatter_add_axis(gy, int64_constant(gy, src), axis, dim)
+    return [gy] + rest
 
 
-def attr_mode(n):
-    mode = n.attrs.get("mode", "constant")
-    return mode.decode() if isinstance(mode, bytes) else mode
+def attr_text(attrs, name, default):
+    """A string attribute (ONNX may hold it as bytes)."""
+    value = attrs.get(name, default)
+    return value.decode() if isinstance(value, bytes) else value
 
 
 register("Pad", _pad_infer, _pad_grad)
@@ -207,43 +273,107 @@ def _gather_infer(inputs, attrs, num_outputs):
     return [(data.shape[:axis] + idx.shape + data.shape[axis + 1:], data.np_dtype)]
 
 
-def _gather_grad(n, g, need):
-    data, idx = n.inputs
-    axis = normalize_axis(n.attrs.get("axis", 0), len(data.shape))
-    perm = [axis] + [i for i in range(len(data.shape)) if i != axis]
-    moved_shape = tuple(data.shape[p] for p in perm)
-    gy = g[0]
+def scatter_add_axis(gy, idx, axis, size):
+    """The transpose of Gather(data, idx, axis) for a data axis of `size`: gy's entries
+    added into the rows of a zero tensor that idx picked."""
+    r_idx = len(idx.shape)
+    rank = len(gy.shape) - r_idx + 1
     if axis:  # move the gathered axes to the front so ScatterND can add rows
-        r_idx = len(idx.shape)
         gperm = list(range(axis, axis + r_idx)) + list(range(axis)) + list(
             range(axis + r_idx, len(gy.shape)))
         gy = op("Transpose", gy, perm=gperm)
-    zeros = op("ConstantOfShape", int64_constant(gy, moved_shape), value=np.zeros(1, data.np_dtype))
-    idx64 = idx if idx.np_dtype == np.int64 else op("Cast", idx, to=7)
+    rest = gy.shape[r_idx:]
+    zeros = zeros_of(gy, (size,) + rest, gy.np_dtype)
+    idx64 = idx if idx.np_dtype == np.int64 else op("Cast", idx, to=dtypes.int64.ir_dtype.value)
     idx64 = op("Unsqueeze", idx64, int64_constant(idx64, [-1]))
     scattered = op("ScatterND", zeros, idx64, gy, reduction="add")
     if axis:
+        perm = [axis] + [i for i in range(rank) if i != axis]
         scattered = op("Transpose", scattered, perm=[int(i) for i in np.argsort(perm)])
-    return [scattered, None]
+    return scattered
+
+
+def _gather_grad(n, g, need):
+    data, idx = n.inputs
+    axis = normalize_axis(n.attrs.get("axis", 0), len(data.shape))
+    return [scatter_add_axis(g[0], idx, axis, data.shape[axis]), None]
 
 
 register("Gather", _gather_infer, _gather_grad)
 
 
+def _gather_elements_infer(inputs, attrs, num_outputs):
+    data, idx = inputs
+    axis = normalize_axis(attrs.get("axis", 0), len(data.shape))
+    if len(idx.shape) != len(data.shape) or any(
+            i != axis and k > d for i, (k, d) in enumerate(zip(idx.shape, data.shape))):
+        raise ValueError(f"indices {idx.shape} must have the rank of data {data.shape} and "
+                         f"no larger axes except axis {axis}")
+    return [(idx.shape, data.np_dtype)]
+
+
 def _gather_elements_grad(n, g, need):
     data, idx = n.inputs
-    zeros = op("ConstantOfShape", int64_constant(g[0], data.shape), value=np.zeros(1, data.np_dtype))
+    zeros = zeros_of(g[0], data.shape, g[0].np_dtype)
     return [op("ScatterElements", zeros, idx, g[0], axis=n.attrs.get("axis", 0),
                reduction="add"), None]
 
 
-register("GatherElements", lambda i, a, k: [(i[1].shape, i[0].np_dtype)], _gather_elements_grad)
+register("GatherElements", _gather_elements_infer, _gather_elements_grad)
 register("ScatterElements", lambda i, a, k: [(i[0].shape, i[0].np_dtype)], None)
-register("ScatterND", lambda i, a, k: [(i[0].shape, i[0].np_dtype)], None)
+
+
+def nd_index_shape(data_shape, idx_shape):
+    """Shape of GatherND(data, idx) (batch_dims 0): idx's batch axes, then the slice."""
+    if not idx_shape or not 1 <= idx_shape[-1] <= len(data_shape):
+        raise ValueError(f"the last axis of indices {idx_shape} must be in [1, rank of "
+                         f"{data_shape}]")
+    return tuple(idx_shape[:-1]) + tuple(data_shape[idx_shape[-1]:])
+
+
+def _gather_nd_infer(inputs, attrs, num_outputs):
+    data, idx = inputs
+    if attrs.get("batch_dims", 0):
+        raise ValueError("GatherND with batch_dims is not supported")
+    return [(nd_index_shape(data.shape, idx.shape), data.np_dtype)]
+
+
+def _gather_nd_grad(n, g, need):
+    data, idx = n.inputs
+    zeros = zeros_of(g[0], data.shape, g[0].np_dtype)
+    return [op("ScatterND", zeros, idx, g[0], reduction="add"), None]
+
+
+register("GatherND", _gather_nd_infer, _gather_nd_grad)
+
+
+def _scatter_nd_infer(inputs, attrs, num_outputs):
+    data, idx, updates = inputs
+    expected = nd_index_shape(data.shape, idx.shape)
+    if updates.shape != expected or updates.np_dtype != data.np_dtype:
+        raise ValueError(f"updates must have shape {expected} and dtype {data.np_dtype}, got "
+                         f"{updates.shape} {updates.np_dtype}")
+    return [(data.shape, data.np_dtype)]
+
+
+def _scatter_nd_grad(n, g, need):
+    """Overwritten positions pass no gradient to data (added ones do); updates get
+    their positions' gy."""
+    data, idx, updates = n.inputs
+    g_data = g_updates = None
+    if need[0]:
+        g_data = g[0]
+        if attr_text(n.attrs, "reduction", "none") == "none":
+            g_data = op("ScatterND", g[0], idx, zeros_of(g[0], updates.shape, g[0].np_dtype))
+    if need[2]:
+        g_updates = op("GatherND", g[0], idx)
+    return [g_data, None, g_updates]
+
+
+register("ScatterND", _scatter_nd_infer, _scatter_nd_grad)
 
 
 def _expand_infer(inputs, attrs, num_outputs):
-    from onnxjob.graph.registry import broadcast_shape
     return [(broadcast_shape(inputs[0].shape, tuple(int(d) for d in const_value(inputs[1]))),
              inputs[0].np_dtype)]
 
@@ -251,6 +381,7 @@ def _expand_infer(inputs, attrs, num_outputs):
 register("Expand", _expand_infer, lambda n, g, need: [g[0], None])  # engine reduces
 register("Shape", lambda i, a, k: [((len(i[0].shape),), np.dtype(np.int64))], None,
          differentiable=False)
+register("Size", lambda i, a, k: [((), np.dtype(np.int64))], None, differentiable=False)
 
 
 def _const_of_shape_infer(inputs, attrs, num_outputs):
@@ -276,11 +407,11 @@ def _one_hot_lower(inputs, attrs, num_outputs):
     idx, depth, values = inputs
     if idx.np_dtype == np.int64 and values.np_dtype in (np.float32, np.int64):
         return None
-    idx = idx if idx.np_dtype == np.int64 else op("Cast", idx, to=7)
+    idx = idx if idx.np_dtype == np.int64 else op("Cast", idx, to=dtypes.int64.ir_dtype.value)
     if values.np_dtype in (np.float32, np.int64):
         return [op("OneHot", idx, depth, values, **attrs)]
     hot = op("OneHot", idx, depth, int64_constant(idx, [0, 1]), **attrs)
-    pick = op("Cast", hot, to=9)  # bool
+    pick = op("Cast", hot, to=dtypes.bool_.ir_dtype.value)
     split = op("Split", values, int64_constant(values, [1, 1]), axis=0, num_outputs=2)
     return [op("Where", pick, reshape_to(split[1], ()), reshape_to(split[0], ()))]
 
@@ -305,4 +436,23 @@ def _tile_grad(n, g, need):
 
 
 register("Tile", _tile_infer, _tile_grad)
-register("Range", lambda i, a, k: [((int(np.ceil((const_value(i[1]) - const_value(i[0])) / const_value(i[2]))),), i[0].np_dtype)], None, differentiable=False)
+
+
+def _range_infer(inputs, attrs, num_outputs):
+    start, limit, delta = (np.float64(const_value(x)) for x in inputs)
+    if delta == 0:
+        raise ValueError("Range's delta must not be 0")
+    return [((max(int(np.ceil((limit - start) / delta)), 0),), inputs[0].np_dtype)]
+
+
+def _range_lower(inputs, attrs, num_outputs):
+    """onnxruntime's Range takes float, double, int16, int32 and int64: int8 and uint8
+    ranges are computed in int32 and cast."""
+    dtype = inputs[0].np_dtype
+    if dtype not in (np.int8, np.uint8):
+        return None
+    wide = [x.builder.constant(np.asarray(const_value(x), np.int32)) for x in inputs]
+    return [op("Cast", op("Range", *wide), to=dtypes.from_numpy(dtype).ir_dtype.value)]
+
+
+register("Range", _range_infer, None, differentiable=False, lower=_range_lower)
