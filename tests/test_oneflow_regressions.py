@@ -274,3 +274,20 @@ def test_two_dropouts_of_one_blob_draw_different_masks():
 
     differ = (job(np.ones(1000, np.float32)) != 0).mean()
     assert 0.4 < differ < 0.6  # independent masks with keep probability 0.5
+
+
+def test_blob_comparisons_give_onefows_int8_like_flow_math():
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+    b = np.array([2.0, 2.0, 2.0], np.float32)
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,)), y: tp.Numpy.Placeholder((3,))) -> Tuple[
+            tp.Numpy, tp.Numpy, tp.Numpy, tp.Numpy]:
+        return x > y, flow.math.greater(x, y), x != y, x == 2.0
+
+    ours, math_greater, not_equal, equal = job(a, b)
+    assert ours.dtype == math_greater.dtype == not_equal.dtype == np.int8
+    np.testing.assert_array_equal(ours, [0, 0, 1])
+    np.testing.assert_array_equal(ours, math_greater)
+    np.testing.assert_array_equal(not_equal, [1, 0, 1])
+    np.testing.assert_array_equal(equal, [0, 1, 0])

@@ -115,12 +115,19 @@ class Blob:
     def __mod__(self, o): return self._binary("Mod", o)
     def __rmod__(self, o): return self._binary("Mod", o, True)
     def __neg__(self): return op("Neg", self)
-    def __eq__(self, o): return self._binary("Equal", o)
-    def __ne__(self, o): return op("Not", self._binary("Equal", o))
-    def __lt__(self, o): return self._binary("Less", o)
-    def __le__(self, o): return self._binary("LessOrEqual", o)
-    def __gt__(self, o): return self._binary("Greater", o)
-    def __ge__(self, o): return self._binary("GreaterOrEqual", o)
+
+    # Comparisons give OneFlow's boolean dtype, int8 (1 where true), as flow.math.equal ...
+    def _compare(self, op_type, other):
+        return op("Cast", self._binary(op_type, other), to=ir.DataType.INT8.value)
+
+    def __eq__(self, o): return self._compare("Equal", o)
+    def __lt__(self, o): return self._compare("Less", o)
+    def __le__(self, o): return self._compare("LessOrEqual", o)
+    def __gt__(self, o): return self._compare("Greater", o)
+    def __ge__(self, o): return self._compare("GreaterOrEqual", o)
+
+    def __ne__(self, o):
+        return op("Cast", op("Not", self._binary("Equal", o)), to=ir.DataType.INT8.value)
 
 
 class VariableRegistry:
