@@ -50,14 +50,16 @@ def _as_output(builder, blob, name, taken):
     return name
 
 
-def compile_job(job, variable_registry=None):
+def compile_job(job, variable_registry=None, seed=None):
     """Trace `job` and build its CompiledGraph (raises at the user's line on errors).
 
     `job` provides `name`, `is_train`, `config`, `location` and `trace(builder) ->
     (placeholder_names, output_blobs, output_tree)`, which runs the body on fresh
     placeholders and records its optimizer on the builder (frontend/job_function.py).
+    `seed` seeds the job's random nodes (None: fresh entropy).
     """
-    builder = GraphBuilder(job.name, is_train=job.is_train, variable_registry=variable_registry)
+    builder = GraphBuilder(job.name, is_train=job.is_train, variable_registry=variable_registry,
+                           seed=seed)
     with tracing(builder):
         placeholder_names, blobs, tree = job.trace(builder)
         optimizer = builder.optimizer

@@ -6,6 +6,7 @@ records the user's `file:line` on the node and returns one `Blob` per output.
 """
 import contextlib
 import itertools
+import random
 import threading
 
 import numpy as np
@@ -152,9 +153,12 @@ class VariableRegistry:
 class GraphBuilder:
     """The graph of one job while its body is traced (and while autodiff extends it)."""
 
-    def __init__(self, job_name, is_train=False, variable_registry=None):
+    def __init__(self, job_name, is_train=False, variable_registry=None, seed=None):
         self.job_name = job_name
         self.is_train = is_train
+        # Seeds of the job's random nodes and data sources: reproducible when the session
+        # was given a seed (flow.config.seed), fresh entropy otherwise (as in OneFlow).
+        self.random = random.Random(seed)
         # Variables are shared by name across the jobs of a session: the session is the
         # registry. Graphs built on their own (tests, tools) get a private one.
         self.variable_registry = variable_registry or VariableRegistry()

@@ -18,7 +18,8 @@ def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=
     np_dtype = dtypes.to_numpy(dtype)
     full_shape = (int(batch_size),) + tuple(int(d) for d in shape)
     source = RandomSource(full_shape, np_dtype,
-                          initializer or initializers.random_uniform_initializer())
+                          initializer or initializers.random_uniform_initializer(),
+                          seed=builder.random.randrange(2 ** 63))
     return builder.add_source(builder.unique_name(name or "DecodeRandom"), full_shape, np_dtype,
                               source)
 

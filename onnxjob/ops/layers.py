@@ -12,6 +12,7 @@ from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.ops import math
 from onnxjob.ops.array import reshape
 from onnxjob.ops.conv import bias_add, convolution, is_channels_last, spatial_tuple
+from onnxjob.ops.conv import upsample as upsample_2d  # noqa: F401  (OneFlow's name)
 
 
 def _variable(name, shape, dtype, initializer, regularizer=None, trainable=True, reuse=False):

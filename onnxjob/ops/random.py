@@ -4,26 +4,29 @@ Each op draws from onnxruntime's RandomUniform, which is never constant-folded o
 merged with another draw; with a `seed` the sequence of runs is reproducible from the
 session's start, without one each op gets a random seed when the job is traced.
 """
-import random as _py_random
+import random
 import sys
 
 import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
-from onnxjob.graph.tracer import as_blob, current_builder, int64_constant, op
+from onnxjob.graph.tracer import as_blob, current_builder, in_job, int64_constant, op
 from onnxjob.ops.array import gather
 
 __all__ = ["CoinFlip", "bernoulli", "coin_flip", "gen_seed",
            "generate_random_batch_permutation_indices", "random_mask_like", "shuffle"]
 
+_ENTROPY = random.SystemRandom()
 _SEED_RANGE = 2 ** 24  # ONNX seeds are float32 attributes: exact below 2**24
 
 
 def gen_seed(seed=None):
-    """(seed, has_seed): `seed`, or a fresh random one when None, and True."""
+    """(seed, has_seed): `seed`, or a new one from the job's seed stream when None (fresh
+    entropy, or reproducible under flow.config.seed), and True."""
     if seed is None:
-        seed = _py_random.randint(-sys.maxsize, sys.maxsize)
+        stream = current_builder().random if in_job() else _ENTROPY
+        seed = stream.randint(-sys.maxsize, sys.maxsize)
     return seed, True
 
 

@@ -8,6 +8,7 @@ import collections
 import os
 import sys
 import threading
+import zlib
 
 import numpy as np
 
@@ -137,8 +138,10 @@ class Session(VariableRegistry):
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self, seed=None):
-        """Compile every registered job (definition order) and initialise variables
-        (drawn from a generator seeded with `seed`; None = fresh entropy)."""
+        """Compile every registered job (definition order) and initialise variables.
+
+        `seed` (flow.config.seed) makes the initial values and every job's random nodes
+        reproducible; None draws fresh entropy."""
         if self.is_running:
             return
         with self._start_lock:
@@ -150,7 +153,8 @@ class Session(VariableRegistry):
             self.device = backend.choose_device(requested)
             compiled = []
             for job in self.jobs.values():
-                compiled.append((job, compile_job(job, self)))
+                job_seed = None if seed is None else (seed ^ zlib.crc32(job.name.encode()))
+                compiled.append((job, compile_job(job, self, job_seed)))
             assert self.jobs, "the session has no job function to run"
             self._init_variables(seed)
             for job, graph in compiled:
