@@ -102,3 +102,32 @@ def test_of_cnn_train_val_trains_resnet50_on_synthetic_data(tmp_path):
     snapshot = tmp_path / "snapshots" / "snapshot_epoch_last"
     assert (snapshot / "snapshot_done").is_file()
     assert (snapshot / "Resnet-conv1-weight" / "out").stat().st_size == 64 * 3 * 7 * 7 * 4
+
+
+def test_helpers_model_code_calls_around_ops():
+    import numpy as np
+    import onnxjob as flow
+    import onnxjob.typing as tp
+    assert flow.convert_oneflow_dtype_to_numpy_dtype(flow.float) is np.float32
+    assert flow.convert_oneflow_dtype_to_numpy_dtype(flow.int64) is np.int64
+    assert flow.eager_execution_enabled() is False
+    assert flow.Size((2, 3)) == (2, 3) and flow.Size((2, 3)).numel() == 6
+    seen = {}
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        seen["device_tag"] = flow.current_scope().device_parallel_desc_symbol.device_tag
+        y = flow.cast_to_current_logical_view(flow.parallel_cast(x, distribute=None))
+        counter = flow.get_variable("counter", (3,), initializer=flow.zeros_initializer(),
+                                    trainable=False)
+        flow.assign(counter, counter + y)
+        w = flow.get_variable("w", (3,), initializer=flow.ones_initializer())
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                           momentum=0).minimize(flow.math.reduce_sum(w * y))
+        return counter
+
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    job(x)
+    job(x)
+    assert seen["device_tag"] in ("cpu", "gpu")
+    np.testing.assert_array_equal(flow.get_all_variables()["counter"].numpy(), 2 * x)

@@ -291,3 +291,19 @@ def test_blob_comparisons_give_onefows_int8_like_flow_math():
     np.testing.assert_array_equal(ours, math_greater)
     np.testing.assert_array_equal(not_equal, [1, 0, 1])
     np.testing.assert_array_equal(equal, [0, 1, 0])
+
+
+def test_an_op_onnxruntime_cannot_run_is_reported_at_the_users_line(monkeypatch):
+    """The safety net behind the per-op lowerings: onnxruntime's refusal of a node names
+    the line of the job body that made it (here OneHot's int32 lowering is switched off)."""
+    from onnxjob.errors import TraceError
+    from onnxjob.graph.registry import get_primitive
+    monkeypatch.setattr(get_primitive("OneHot"), "lower", None)
+
+    @flow.global_function()
+    def job(labels: tp.Numpy.Placeholder((3,), dtype=flow.int32)) -> tp.Numpy:
+        return flow.one_hot(labels, depth=4)
+
+    with pytest.raises(TraceError, match=r"test_oneflow_regressions.py:\d+: onnxruntime cannot "
+                                         r"run OneHot on inputs \(.*INT32"):
+        job(np.zeros(3, np.int32))

@@ -1,11 +1,12 @@
 """onnxruntime sessions: provider choice, fallback checks, and IOBinding runs."""
 import functools
 import os
+import re
 
 import numpy as np
 import onnxruntime as ort
 
-from onnxjob.errors import DeviceUnavailableError
+from onnxjob.errors import DeviceUnavailableError, TraceError
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -93,6 +94,24 @@ def create_session(model_bytes, device, is_train, cuda_options=None):
         raise DeviceUnavailableError(f"onnxruntime fell back to {sess.get_providers()} although "
                                      "the CUDA execution provider was requested")
     return sess
+
+
+_NODE_NAME = re.compile(r"node with name '([^']*)'")
+
+
+def session_error(error, model):
+    """onnxruntime's refusal of a job graph, as a TraceError at the user's line of the op
+    it names (or None when the message names no node of `model`)."""
+    found = _NODE_NAME.search(str(error))
+    if not found:
+        return None
+    for node in model.graph:
+        if node.name == found.group(1):
+            types = ", ".join(str(v.type) if v is not None else "-" for v in node.inputs)
+            return TraceError(f"onnxruntime cannot run {node.op_type} on inputs ({types}): "
+                              f"{str(error).strip()}",
+                              location=node.metadata_props.get("source", "<unknown>"))
+    return None
 
 
 def to_device(array, device):

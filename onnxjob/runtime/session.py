@@ -48,8 +48,15 @@ class JobRuntime:
             self.ort_session = None
             self._run = _nothing_to_compute
             return
-        self.ort_session = backend.create_session(self.model_bytes, self.device, compiled.is_train,
-                                                  backend.cuda_provider_options(job.config))
+        try:
+            self.ort_session = backend.create_session(
+                self.model_bytes, self.device, compiled.is_train,
+                backend.cuda_provider_options(job.config))
+        except Exception as e:  # onnxruntime's own exception types
+            explained = backend.session_error(e, compiled.model)
+            if explained is None:
+                raise
+            raise explained from e
         order = [o.name for o in self.ort_session.get_outputs()]
         # graph output order is user outputs, watches, then state: checked, not assumed
         assert order == self._user_outputs + [o for _, o in self._state_items], order
