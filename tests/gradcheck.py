@@ -9,6 +9,7 @@ random cotangent `ct` through loss = sum(fn(x) * ct), and returns a runner that 
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
+import pytest
 
 from onnxjob.graph import autodiff
 from onnxjob.graph.compiler import IR_VERSION
@@ -145,3 +146,21 @@ def check_case_against_pytorch(case):
     for x, d in zip(txs, diff):
         if d:
             np.testing.assert_allclose(next(gi), x.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def gradient_tests(cases):
+    """The two checks of a CASES table as parametrized tests, for a test module to bind:
+
+        test_against_finite_differences, test_against_pytorch = gradient_tests(CASES)
+    """
+    ids = [c[0] for c in cases]
+
+    @pytest.mark.parametrize("case", cases, ids=ids)
+    def finite_differences(case):
+        check_case_finite_differences(case)
+
+    @pytest.mark.parametrize("case", cases, ids=ids)
+    def pytorch(case):
+        check_case_against_pytorch(case)
+
+    return finite_differences, pytorch

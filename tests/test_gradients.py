@@ -5,7 +5,7 @@ import pytest
 
 import onnxjob as flow
 from onnxjob.graph.tracer import op
-from gradcheck import (check_case_against_pytorch, check_case_finite_differences, labels,
+from gradcheck import (check_case_against_pytorch, gradient_tests, labels,
                        normal, pos, sep, vjp)
 
 torch = pytest.importorskip("torch", reason="PyTorch is the reference for gradients")
@@ -73,14 +73,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_against_finite_differences(case):
-    check_case_finite_differences(case)
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_against_pytorch(case):
-    check_case_against_pytorch(case)
+test_against_finite_differences, test_against_pytorch = gradient_tests(CASES)
 
 
 def test_dropout_gradient_uses_the_mask():

@@ -13,7 +13,7 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import int64_constant, op
 from onnxjob.ops.array import argwhere_with_size, unique_with_counts
-from gradcheck import check_case_against_pytorch, check_case_finite_differences, normal, sep
+from gradcheck import gradient_tests, normal, sep
 
 torch = pytest.importorskip("torch", reason="PyTorch is the reference for gradients")
 F = torch.nn.functional
@@ -137,14 +137,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_gradient_against_finite_differences(case):
-    check_case_finite_differences(case)
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_gradient_against_pytorch(case):
-    check_case_against_pytorch(case)
+test_gradient_against_finite_differences, test_gradient_against_pytorch = gradient_tests(CASES)
 
 
 # -- forward values -----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from onnxjob.graph import autodiff
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, as_blob, op, tracing
 from onnxjob.ops.conv import upsample
-from gradcheck import (check_case_against_pytorch, check_case_finite_differences, normal,
+from gradcheck import (check_case_against_pytorch, check_case_finite_differences, gradient_tests, normal,
                        sep, vjp)
 
 torch = pytest.importorskip("torch", reason="PyTorch is the reference for gradients")
@@ -203,14 +203,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_against_finite_differences(case):
-    check_case_finite_differences(case)
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_against_pytorch(case):
-    check_case_against_pytorch(case)
+test_against_finite_differences, test_against_pytorch = gradient_tests(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

@@ -15,7 +15,7 @@ import onnxjob.typing as tp
 from onnxjob.errors import TraceError, UnsupportedAPIError
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
-from gradcheck import (check_case_against_pytorch, check_case_finite_differences, normal, pos,
+from gradcheck import (gradient_tests, normal, pos,
                        sep, vjp)
 
 torch = pytest.importorskip("torch", reason="PyTorch is the reference")
@@ -638,14 +638,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_gradient_against_finite_differences(case):
-    check_case_finite_differences(case)
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_gradient_against_pytorch(case):
-    check_case_against_pytorch(case)
+test_gradient_against_finite_differences, test_gradient_against_pytorch = gradient_tests(CASES)
 
 
 def test_segment_sum_gradient_skips_rows_out_of_range():

@@ -14,7 +14,7 @@ from onnxjob.errors import TraceError
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from onnxjob.ops.losses import ctc_loss, smooth_l1_loss
-from gradcheck import (check_case_against_pytorch, check_case_finite_differences, labels,
+from gradcheck import (gradient_tests, labels,
                        normal, pos, sep, vjp)
 
 torch = pytest.importorskip("torch", reason="PyTorch is the reference for gradients")
@@ -233,14 +233,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_against_finite_differences(case):
-    check_case_finite_differences(case)
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_against_pytorch(case):
-    check_case_against_pytorch(case)
+test_against_finite_differences, test_against_pytorch = gradient_tests(CASES)
 
 
 # -- forward values: OneFlow's documented examples ------------------------------------------

@@ -109,8 +109,9 @@ def install_oneflow_alias():
             return finder
     real = sys.modules.get("oneflow")
     if real is not None and not isinstance(real, _RootAlias):
-        raise ImportError(f"a real OneFlow is already imported ({getattr(real, '__file__', real)}); "
-                          "the onnxjob alias would shadow it")
+        where = getattr(real, "__file__", real)
+        raise ImportError(f"a real OneFlow is already imported ({where}); the onnxjob alias "
+                          "would shadow it")
     finder = OneFlowAliasFinder()
     sys.meta_path.insert(0, finder)
     return finder
