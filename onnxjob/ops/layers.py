@@ -92,38 +92,29 @@ def _conv_layer(ndims, inputs, filters, kernel_size, strides, padding, data_form
     return _activate(out, activation, name)
 
 
-def conv1d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_format="NCW",
-           dilation_rate=None, groups=1, activation=None, use_bias=True, kernel_initializer=None,
-           bias_initializer=None, kernel_regularizer=None, bias_regularizer=None, trainable=True,
-           name="Conv1d", weight_name=None, bias_name=None):
-    """1-D convolution layer; weight (filters, in/groups, k) for NCW."""
-    return _conv_layer(1, inputs, filters, kernel_size, strides, padding, data_format,
-                       dilation_rate, groups, activation, use_bias, kernel_initializer,
-                       bias_initializer, kernel_regularizer, bias_regularizer, trainable, name,
-                       weight_name, bias_name)
+def _conv_layer_function(ndims, default_format, default_name, doc):
+    """flow.layers.conv{ndims}d: one signature (OneFlow 0.5's) for the three ranks."""
+    def layer(inputs, filters, kernel_size=1, strides=1, padding="VALID",
+              data_format=default_format, dilation_rate=None, groups=1, activation=None,
+              use_bias=True, kernel_initializer=None, bias_initializer=None,
+              kernel_regularizer=None, bias_regularizer=None, trainable=True,
+              name=default_name, weight_name=None, bias_name=None):
+        return _conv_layer(ndims, inputs, filters, kernel_size, strides, padding, data_format,
+                           dilation_rate, groups, activation, use_bias, kernel_initializer,
+                           bias_initializer, kernel_regularizer, bias_regularizer, trainable,
+                           name, weight_name, bias_name)
+    layer.__name__ = layer.__qualname__ = f"conv{ndims}d"
+    layer.__doc__ = doc
+    return layer
 
 
-def conv2d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_format="NCHW",
-           dilation_rate=None, groups=1, activation=None, use_bias=True, kernel_initializer=None,
-           bias_initializer=None, kernel_regularizer=None, bias_regularizer=None, trainable=True,
-           name="Conv2d", weight_name=None, bias_name=None):
-    """2-D convolution layer; weight `<name>-weight` (filters, in/groups, kh, kw) for NCHW,
-    (filters, kh, kw, in) for NHWC."""
-    return _conv_layer(2, inputs, filters, kernel_size, strides, padding, data_format,
-                       dilation_rate, groups, activation, use_bias, kernel_initializer,
-                       bias_initializer, kernel_regularizer, bias_regularizer, trainable, name,
-                       weight_name, bias_name)
-
-
-def conv3d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_format="NCDHW",
-           dilation_rate=None, groups=1, activation=None, use_bias=True, kernel_initializer=None,
-           bias_initializer=None, kernel_regularizer=None, bias_regularizer=None, trainable=True,
-           name="Conv3d", weight_name=None, bias_name=None):
-    """3-D convolution layer; weight (filters, in/groups, kd, kh, kw) for NCDHW."""
-    return _conv_layer(3, inputs, filters, kernel_size, strides, padding, data_format,
-                       dilation_rate, groups, activation, use_bias, kernel_initializer,
-                       bias_initializer, kernel_regularizer, bias_regularizer, trainable, name,
-                       weight_name, bias_name)
+conv1d = _conv_layer_function(1, "NCW", "Conv1d",
+                              "1-D convolution layer; weight (filters, in/groups, k) for NCW.")
+conv2d = _conv_layer_function(
+    2, "NCHW", "Conv2d", "2-D convolution layer; weight `<name>-weight` (filters, in/groups, "
+    "kh, kw) for NCHW, (filters, kh, kw, in) for NHWC.")
+conv3d = _conv_layer_function(3, "NCDHW", "Conv3d",
+                              "3-D convolution layer; weight (filters, in/groups, kd, kh, kw).")
 
 
 # -- batch normalization ------------------------------------------------------------------

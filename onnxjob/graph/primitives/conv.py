@@ -136,15 +136,21 @@ def _checked_lowering(op_type, infer, build, lowered=(np.float64,)):
 
 # -- Conv -------------------------------------------------------------------------------
 
-def _conv_infer(inputs, attrs, num_outputs):
-    x, w = inputs[:2]
+def _check_operands(x, w, op_type, weight_layout):
+    """x (N, C, *spatial) and a weight of the same rank and dtype; returns the spatial rank."""
     nd = len(x.shape) - 2
     if nd < 1 or len(w.shape) != nd + 2:
-        raise ValueError("Conv takes an (N, C, *spatial) input and an (M, C/group, *kernel) "
+        raise ValueError(f"{op_type} takes an (N, C, *spatial) input and a {weight_layout} "
                          "weight of the same rank")
     if w.np_dtype != x.np_dtype:
         raise ValueError(f"the weight's dtype {w.np_dtype} differs from the input's "
                          f"{x.np_dtype}")
+    return nd
+
+
+def _conv_infer(inputs, attrs, num_outputs):
+    x, w = inputs[:2]
+    nd = _check_operands(x, w, "Conv", "(M, C/group, *kernel)")
     group = int(attrs.get("group", 1))
     if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
         raise ValueError(f"input has {x.shape[1]} channels but the weight {w.shape} with "
@@ -445,13 +451,7 @@ def _conv_transpose_geometry(attrs, x, w):
 
 def _conv_transpose_infer(inputs, attrs, num_outputs):
     x, w = inputs[:2]
-    nd = len(x.shape) - 2
-    if nd < 1 or len(w.shape) != nd + 2:
-        raise ValueError("ConvTranspose takes an (N, C, *spatial) input and a "
-                         "(C, M/group, *kernel) weight of the same rank")
-    if w.np_dtype != x.np_dtype:
-        raise ValueError(f"the weight's dtype {w.np_dtype} differs from the input's "
-                         f"{x.np_dtype}")
+    nd = _check_operands(x, w, "ConvTranspose", "(C, M/group, *kernel)")
     if w.shape[0] != x.shape[1]:
         raise ValueError(f"input has {x.shape[1]} channels but the weight {w.shape} expects "
                          f"{w.shape[0]}")
