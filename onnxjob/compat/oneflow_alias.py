@@ -19,6 +19,8 @@ import importlib.util
 import sys
 import types
 
+import onnxjob
+from onnxjob import dtypes
 from onnxjob.source_info import user_location
 
 _SINGLE_CLIENT = "oneflow.compatible.single_client"
@@ -32,7 +34,6 @@ def _enum_module(name, doc, **values):
 
 def _core_modules():
     """OneFlow's protobuf enum modules that model code imports, as plain constants."""
-    from onnxjob import dtypes
     op_conf = _enum_module("oneflow.core.operator.op_conf_pb2",
                            "OneFlow's op_conf.proto enums (ActivationType).",
                            kNone=0, kTanH=1, kSigmoid=2, kRelu=3)
@@ -47,7 +48,6 @@ class _RootAlias(types.ModuleType):
     """`oneflow` itself: onnxjob's names, plus the `compatible` and `core` packages."""
 
     def __getattr__(self, name):
-        import onnxjob
         return getattr(onnxjob, name)
 
 
@@ -73,7 +73,6 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass  # the modules handed out are already initialised
 
     def _resolve(self, fullname):
-        import onnxjob
         if fullname == "oneflow":
             root = _RootAlias("oneflow", onnxjob.__doc__)
             root.__path__ = []

@@ -5,6 +5,7 @@ import typing
 
 import numpy as np
 
+from onnxjob import dtypes
 from onnxjob.frontend import results
 from onnxjob import typing as tp
 from onnxjob.frontend.config import FunctionConfig, process_config, started_session
@@ -259,12 +260,11 @@ def global_function(type="predict", function_config=None):
 
 def FixedTensorDef(shape, dtype=None, batch_axis=0, name=None):
     """Deprecated placeholder used as a parameter default (pre-typing style)."""
-    from onnxjob import dtypes
     print("WARNING: flow.FixedTensorDef is deprecated, use oneflow.typing.Numpy.Placeholder")
     return tp.Numpy.Placeholder(tuple(shape), dtype or dtypes.float)
 
 
 def MirroredTensorDef(shape, dtype=None, batch_axis=0, name=None):
-    from onnxjob import dtypes
+    """Deprecated mirrored placeholder used as a parameter default (pre-typing style)."""
     print("WARNING: flow.MirroredTensorDef is deprecated, use oneflow.typing.ListNumpy.Placeholder")
     return tp.ListNumpy.Placeholder(tuple(shape), dtype or dtypes.float)

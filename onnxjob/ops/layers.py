@@ -13,6 +13,7 @@ from onnxjob.ops import math
 from onnxjob.ops.array import reshape
 from onnxjob.ops.conv import bias_add, convolution, is_channels_last, spatial_tuple
 from onnxjob.ops.conv import upsample as upsample_2d  # noqa: F401  (OneFlow's name)
+from onnxjob.ops.normalization import layer_norm as functional_layer_norm
 
 
 def _variable(name, shape, dtype, initializer, regularizer=None, trainable=True, reuse=False):
@@ -252,8 +253,6 @@ def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=
     """Layer normalization over the axes from `begin_norm_axis` on, with variables
     `<name>-beta` (zeros) and `<name>-gamma` (ones) of shape inputs.shape[begin_params_axis:].
     """
-    # NOTE: a local import only to keep this addition in one place; there is no cycle.
-    from onnxjob.ops.normalization import layer_norm as functional_layer_norm
     if inputs.np_dtype not in (np.float32, np.float64):
         raise TraceError(f"flow.layers.layer_norm takes a float32 or float64 input, got "
                          f"{inputs.np_dtype}")

@@ -13,6 +13,7 @@ from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.ops import math
 from onnxjob.ops.conv import bias_add
+from onnxjob.ops.dropout import dropout
 
 __all__ = ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
            "batch_normalization", "fused_bias_add_dropout", "fused_bias_add_gelu", "layer_norm",
@@ -210,8 +211,6 @@ def fused_bias_add_gelu(value, bias, data_format=None, name=None):
 def fused_bias_add_dropout(value, bias, data_format=None, rate=0.0, noise_shape=None,
                            seed=None, name=None):
     """dropout(bias_add(value, bias), rate) in train jobs; bias_add alone otherwise."""
-    # NOTE: imported here: flow.nn (ops/nn.py, home of dropout) imports this module.
-    from onnxjob.ops.nn import dropout
     _check_floating(value, "flow.nn.fused_bias_add_dropout")
     if rate is None or not 0.0 <= rate < 1.0:
         raise TraceError(f"fused_bias_add_dropout: rate must be in [0, 1), got {rate!r}")

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.tracer import as_blob, op
 
 
@@ -211,5 +212,4 @@ class CustomScheduler(LrScheduler):
         self.lr_blob = lr_blob
 
     def decayed(self, t):
-        from onnxjob.graph.primitives.shape_ops import reshape_to
         return reshape_to(self.lr_blob, ())

@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 
+from onnxjob import dtypes
 from onnxjob.frontend import initializers
 from onnxjob.errors import TraceError
 from onnxjob.train.lr_schedules import (  # noqa: F401  (re-exported as flow.optimizer.*)
@@ -110,7 +111,6 @@ class Optimizer:
 
 
 def _ir(blob):
-    from onnxjob import dtypes
     return dtypes.from_numpy(blob.np_dtype).ir_dtype.value
 
 

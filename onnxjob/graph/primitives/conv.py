@@ -451,7 +451,7 @@ def _conv_transpose_geometry(attrs, x, w):
 
 def _conv_transpose_infer(inputs, attrs, num_outputs):
     x, w = inputs[:2]
-    nd = _check_operands(x, w, "ConvTranspose", "(C, M/group, *kernel)")
+    _check_operands(x, w, "ConvTranspose", "(C, M/group, *kernel)")
     if w.shape[0] != x.shape[1]:
         raise ValueError(f"input has {x.shape[1]} channels but the weight {w.shape} expects "
                          f"{w.shape[0]}")

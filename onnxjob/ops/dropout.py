@@ -1,0 +1,18 @@
+"""`flow.nn.dropout`: inverted dropout in train jobs."""
+import numpy as np
+
+from onnxjob.graph.tracer import as_blob, current_builder, op
+from onnxjob.ops.random import op_seed
+
+
+def dropout(x, rate, noise_shape=None, seed=None, name=None):
+    """Inverted dropout in train jobs (keep with probability 1 - rate, scale kept values by
+    1 / (1 - rate), a fresh mask every run); identity in predict jobs and for rate 0."""
+    assert 0.0 <= rate < 1.0, f"dropout rate must be in [0, 1), got {rate}"
+    builder = current_builder("flow.nn.dropout")
+    if not builder.is_train or rate == 0.0:
+        return x
+    ratio = as_blob(np.array(rate, dtype=x.np_dtype), like=x)
+    training = as_blob(np.array(True), like=x, dtype=bool)
+    y, _mask = op("Dropout", x, ratio, training, num_outputs=2, name=name, seed=op_seed(seed))
+    return y
