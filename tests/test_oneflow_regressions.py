@@ -219,24 +219,29 @@ def test_batch_norm_with_moving_statistics_in_a_train_job_updates_gamma_and_beta
     np.testing.assert_array_equal(values["bn-moving_mean"].numpy(), [0, 0])
 
 
-@pytest.mark.parametrize("batch_dims", [1, 2])
-def test_gather_with_batch_dims(batch_dims):
+# batch_dims, index shape: OneFlow's batch axes are all but the last axis of the indices
+# (pretrain.py:165 gathers (B, seq, hidden) at (B, P) positions with batch_dims=2)
+BATCH_GATHERS = [(1, (2, 2)), (2, (2, 3, 2)), (2, (2, 4))]
+
+
+@pytest.mark.parametrize("batch_dims,index_shape", BATCH_GATHERS)
+def test_gather_with_batch_dims(batch_dims, index_shape):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
     params = rng.standard_normal((2, 3, 5, 4))
-    index_shape = (2, 3, 2)[:batch_dims] + (2,)
-    indices = rng.integers(0, params.shape[batch_dims], index_shape).astype(np.int32)
+    b = len(index_shape) - 1
+    indices = rng.integers(0, params.shape[b], index_shape).astype(np.int32)
 
     def ours(p):
         return flow.gather(p, flow.constant(indices, dtype=flow.int32), axis=batch_dims,
                            batch_dims=batch_dims)
 
     def reference(p):
-        lead = p.shape[:batch_dims]
-        flat = p.reshape((-1,) + p.shape[batch_dims:])
+        lead = p.shape[:b]
+        flat = p.reshape((-1,) + p.shape[b:])
         idx = torch.tensor(indices.reshape(flat.shape[0], -1), dtype=torch.long)
         rows = torch.stack([flat[i][idx[i]] for i in range(flat.shape[0])])
-        return rows.reshape(lead + indices.shape[batch_dims:] + p.shape[batch_dims + 1:])
+        return rows.reshape(lead + indices.shape[b:] + p.shape[b + 1:])
 
     from gradcheck import check_case_against_pytorch, check_case_finite_differences, normal
     case = ("gather_batch_dims", ours, reference, [normal(params.shape)], [1], True)

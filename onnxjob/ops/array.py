@@ -378,8 +378,10 @@ def slice_update(x, update, slice_tup_list, name=None):
 def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None):
     """Rows of `params` along `axis` (default: `batch_dims`) picked by `indices`.
 
-    With `batch_dims=b` the first b axes of `params` and `indices` are shared (OneFlow's
-    batch_gather; `axis` must then be b): out[i.., k..] = params[i.., indices[i.., k..]].
+    `batch_dims > 0` (with `axis == batch_dims`) is OneFlow's batch_gather, whose batch
+    axes are all but the last axis of `indices`, whatever `batch_dims` says: with b =
+    rank(indices) - 1, out[i.., k] = params[i.., indices[i.., k], ...] for the first b
+    axes shared (BERT's masked-LM positions call it with batch_dims=2 on (B, P) indices).
     """
     if not isinstance(indices, Blob):
         indices = as_blob(np.asarray(indices, np.int64), like=params, dtype=np.int64)
@@ -391,12 +393,13 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     if batch_dims == 0:
         return op("Gather", params, indices, axis=int(axis), name=name)
     if axis != batch_dims:
-        raise TraceError(f"gather with batch_dims={batch_dims} gathers along axis "
-                         f"{batch_dims}, got axis={axis} (as in OneFlow)")
-    if tuple(indices.shape[:batch_dims]) != tuple(params.shape[:batch_dims]):
-        raise TraceError(f"gather: the first {batch_dims} axes of indices {indices.shape} and "
-                         f"params {params.shape} must agree")
-    return _batch_gather(params, indices, batch_dims, name)
+        raise TraceError(f"gather with batch_dims={batch_dims} needs axis={batch_dims} (OneFlow "
+                         f"has no other batched gather), got axis={axis}")
+    b = len(indices.shape) - 1
+    if not 1 <= b < rank or tuple(indices.shape[:b]) != tuple(params.shape[:b]):
+        raise TraceError(f"gather (batch_gather): all but the last axis of indices "
+                         f"{indices.shape} must be the leading axes of params {params.shape}")
+    return _batch_gather(params, indices, b, name)
 
 
 def _batch_gather(params, indices, b, name):
