@@ -312,3 +312,46 @@ def test_an_op_onnxruntime_cannot_run_is_reported_at_the_users_line(monkeypatch)
     with pytest.raises(TraceError, match=r"test_oneflow_regressions.py:\d+: onnxruntime cannot "
                                          r"run OneHot on inputs \(.*INT32"):
         job(np.zeros(3, np.int32))
+
+
+def test_trainable_is_each_jobs_own_choice():
+    """A GAN's generator is trained by its own job and frozen in the discriminator's."""
+    def net(x, trainable):
+        w = flow.get_variable("w", (3,), initializer=flow.ones_initializer(),
+                              trainable=trainable)
+        return flow.math.reduce_sum(x * w)
+
+    def sgd(loss):
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+
+    @flow.global_function(type="train")
+    def trains_w(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        loss = net(x, trainable=True)
+        sgd(loss)
+        return loss
+
+    @flow.global_function(type="train")
+    def freezes_w(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        other = flow.get_variable("b", (1,), initializer=flow.zeros_initializer())
+        loss = net(x, trainable=False) + flow.math.reduce_sum(other)
+        sgd(loss)
+        return loss
+
+    x = np.ones(3, np.float32)
+    freezes_w(x)
+    np.testing.assert_array_equal(flow.get_all_variables()["w"].numpy(), [1, 1, 1])
+    trains_w(x)
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), [0.9, 0.9, 0.9])
+
+
+def test_fetched_blobs_of_unannotated_jobs_act_as_arrays():
+    """dcgan.py indexes the fetched image batch: `results[i, 0, :, :] * 127.5`."""
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3))):
+        return x * 2, x
+
+    doubled, same = job(np.arange(6, dtype=np.float32).reshape(2, 3)).get()
+    np.testing.assert_array_equal(doubled[1, :] * 0.5, [3, 4, 5])
+    assert len(same) == 2 and float(doubled.mean()) == 5.0
+    np.testing.assert_array_equal(doubled - same, same)

@@ -70,7 +70,8 @@ class FunctionConfig:
         known = _IGNORED_FLAGS | {"default_data_type", "default_logical_view",
                                   "default_distribute_strategy", "default_placement_scope",
                                   "passes", "disable_passes", "dump_passes", "execution_provider",
-                                  "cudnn_conv_algo_search", "freeze_variables_after"}
+                                  "cudnn_conv_algo_search", "freeze_variables_after",
+                                  "indexed_slices_optimizer_conf"}
         assert name in known, f"unknown function_config flag {name!r}"
 
         def setter(value=True):

@@ -142,3 +142,22 @@ class LocalBlob:
 
     def __repr__(self):
         return f"LocalBlob({self._array!r})"
+
+
+def _forward_to_array(method):
+    def forwarded(self, *args):
+        args = [a.numpy() if isinstance(a, LocalBlob) else a for a in args]
+        return getattr(self.numpy(), method)(*args)
+    forwarded.__name__ = method
+    return forwarded
+
+
+# As OneFlow's LocalBlob: the ndarray's operators and protocols work on the blob itself
+# (`blob[i, 0]`, `blob * 2`, `len(blob)`, comparisons, ...).
+for _method in dir(np.ndarray):
+    if (_method.startswith("__") and _method not in vars(LocalBlob)
+            and _method not in ("__class__", "__new__", "__init__", "__getattribute__",
+                                "__setattr__", "__delattr__", "__dir__", "__init_subclass__",
+                                "__subclasshook__", "__reduce__", "__reduce_ex__",
+                                "__sizeof__", "__class_getitem__", "__hash__")):
+        setattr(LocalBlob, _method, _forward_to_array(_method))

@@ -50,10 +50,15 @@ def variable_blob(spec, reuse=True):
         existing = builder.variable_specs[spec.name]
         _check_same(existing, spec)
         return builder.variables[spec.name]
-    spec = builder.variable_registry.declare_variable(spec, _check_same)
+    shared = builder.variable_registry.declare_variable(spec, _check_same)
     blob = builder.add_input(spec.name, spec.shape, spec.np_dtype)
     builder.variables[spec.name] = blob
-    builder.variable_specs[spec.name] = spec
+    # One value shared by every job (the registry's spec and initializer), but whether this
+    # job trains or regularizes it is this job's own call, as in OneFlow (a GAN's generator
+    # is trainable in its own job and frozen in the discriminator's).
+    builder.variable_specs[spec.name] = VariableSpec(
+        spec.name, spec.shape, spec.np_dtype, shared.initializer, spec.trainable,
+        spec.regularizer)
     return blob
 
 
