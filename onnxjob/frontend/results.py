@@ -154,10 +154,11 @@ def _forward_to_array(method):
 
 # As OneFlow's LocalBlob: the ndarray's operators and protocols work on the blob itself
 # (`blob[i, 0]`, `blob * 2`, `len(blob)`, comparisons, ...).
+_NOT_FORWARDED = {"__class__", "__new__", "__init__", "__getattribute__", "__setattr__",
+                  "__delattr__", "__dir__", "__init_subclass__", "__subclasshook__",
+                  "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__sizeof__",
+                  "__class_getitem__", "__hash__", "__buffer__", "__release_buffer__"}
 for _method in dir(np.ndarray):
-    if (_method.startswith("__") and _method not in vars(LocalBlob)
-            and _method not in ("__class__", "__new__", "__init__", "__getattribute__",
-                                "__setattr__", "__delattr__", "__dir__", "__init_subclass__",
-                                "__subclasshook__", "__reduce__", "__reduce_ex__",
-                                "__sizeof__", "__class_getitem__", "__hash__")):
+    if (_method.startswith("__") and not _method.startswith("__array")
+            and _method not in vars(LocalBlob) and _method not in _NOT_FORWARDED):
         setattr(LocalBlob, _method, _forward_to_array(_method))
