@@ -438,8 +438,8 @@ X4, W4 = (2, 4, 4, 4), (4, 4, 3, 3)
     (lambda x, w: flow.nn.conv2d(x, w, 1, "SAME", groups=3), [X4, W4], "with group 3 expects"),
     (lambda x, w: flow.nn.conv2d_transpose(x, w, output_shape=(2, 4, 11, 11), strides=2),
      [X4, W4], "output size 11 does not fit input size 4"),
-    (lambda x, w: flow.nn.conv2d_transpose(x, w, output_shape=(2, 5, 8, 8), strides=2,
-                                           padding="SAME"), [X4, W4], "output channels"),
+    (lambda x, w: flow.nn.conv2d_transpose(x, w, output_shape=(3, 5, 8, 8), strides=2,
+                                           padding="SAME"), [X4, W4], "the input's batch 2"),
     (lambda x, w: flow.nn.conv2d_transpose(x, w, strides=2), [X4, W4], "output_shape must be"),
     (lambda x, w: flow.nn.conv2d_transpose(x, w, output_shape=(2, 4, 8, 8), strides=2,
                                            input=x), [X4, W4], "one of `value` and `input`"),
@@ -496,3 +496,17 @@ def test_train_job_with_grouped_conv_deconv_pool_and_upsample_matches_pytorch():
     for k in init:
         np.testing.assert_allclose(values[k].numpy(), (t[k] - 0.1 * t[k].grad).detach().numpy(),
                                    rtol=1e-4, atol=1e-6)
+
+
+def test_conv2d_transpose_takes_its_output_channels_from_the_weight():
+    """Generative/layers.py passes the input's channel count in output_shape; OneFlow only
+    uses the batch and spatial entries of output_shape, so that runs."""
+    x = np.ones((2, 8, 4, 4), np.float32)
+    w = np.ones((8, 3, 5, 5), np.float32)
+
+    @flow.global_function()
+    def job(a: tp.Numpy.Placeholder(x.shape), k: tp.Numpy.Placeholder(w.shape)) -> tp.Numpy:
+        return flow.nn.conv2d_transpose(a, k, output_shape=(2, 8, 8, 8), strides=2,
+                                        padding="SAME")
+
+    assert job(x, w).shape == (2, 3, 8, 8)
