@@ -1,20 +1,12 @@
-"""OneFlow-Benchmark's CNN model files, imported unchanged through the `oneflow` alias.
-
-They live in ../shared/clients/oneflow-benchmark/Classification/cnns (beside the
-repository); `cnn_models()` skips the calling test with the reason when they are absent.
-"""
+"""OneFlow-Benchmark's CNN model files (Classification/cnns), imported unchanged through
+the `oneflow` alias (see upstream.py), and the jobs the tests and benchmarks build on them."""
 import argparse
-import importlib
-import os
-import sys
-
-import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp
+from upstream import import_upstream, upstream_dir
 
-CNNS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "clients",
-                                    "oneflow-benchmark", "Classification", "cnns"))
+CNNS = ("Classification", "cnns")
 
 # model -> (module, builder function, input size, learning rate for the 5-step check)
 MODELS = {
@@ -28,21 +20,14 @@ MODELS = {
 
 
 def cnns_dir():
-    if not os.path.isfile(os.path.join(CNNS, "resnet_model.py")):
-        pytest.skip(f"OneFlow-Benchmark's model files are not at {CNNS} (the shared folder "
-                    "must sit beside the repository)")
-    return CNNS
+    """The upstream cnns directory (skipping the calling test when it is absent)."""
+    return upstream_dir(*CNNS)
 
 
 def model_builder(name):
     """The unchanged upstream builder function of `name` (see MODELS)."""
-    from onnxjob.compat import install_oneflow_alias
-    directory = cnns_dir()
-    install_oneflow_alias()
-    if directory not in sys.path:
-        sys.path.insert(0, directory)
     module, function, _, _ = MODELS[name]
-    return getattr(importlib.import_module(module), function)
+    return getattr(import_upstream(module, *CNNS), function)
 
 
 def model_args(fused=False):
