@@ -1,9 +1,7 @@
 """OneFlow-Benchmark's programs (../shared/clients/oneflow-benchmark beside the repository),
 imported unchanged through onnxjob's `oneflow` alias. Tests that need them skip with the
 reason when the shared folder is absent."""
-import importlib
 import os
-import sys
 
 import pytest
 
@@ -22,9 +20,5 @@ def upstream_dir(*parts):
 
 def import_upstream(module, *parts):
     """Upstream module `module` from ROOT/parts, with `import oneflow` resolving to onnxjob."""
-    from onnxjob.compat import install_oneflow_alias
-    directory = upstream_dir(*parts)
-    install_oneflow_alias()
-    if directory not in sys.path:
-        sys.path.insert(0, directory)
-    return importlib.import_module(module)
+    from onnxjob.compat import import_oneflow_module
+    return import_oneflow_module(upstream_dir(*parts), module)

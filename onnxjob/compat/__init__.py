@@ -7,6 +7,8 @@ or, from a library:
     from onnxjob.compat import install_oneflow_alias
     install_oneflow_alias()
     import oneflow.compatible.single_client as flow
+
+    resnet_model = import_oneflow_module("path/to/cnns", "resnet_model")   # alias + sys.path
 """
-from onnxjob.compat.oneflow_alias import (OneFlowAliasFinder, install_oneflow_alias,  # noqa: F401
-                                          uninstall_oneflow_alias)
+from onnxjob.compat.oneflow_alias import (OneFlowAliasFinder, import_oneflow_module,  # noqa: F401
+                                          install_oneflow_alias, uninstall_oneflow_alias)

@@ -14,8 +14,10 @@ What resolves:
 
 Any other `oneflow.*` module raises ModuleNotFoundError naming it and the importing line.
 """
+import importlib
 import importlib.abc
 import importlib.util
+import os
 import sys
 import types
 
@@ -121,3 +123,14 @@ def uninstall_oneflow_alias():
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, OneFlowAliasFinder)]
     for name in [n for n in sys.modules if n == "oneflow" or n.startswith("oneflow.")]:
         del sys.modules[name]
+
+
+def import_oneflow_module(directory, module):
+    """Import `module` from `directory` (code written for OneFlow, e.g. OneFlow-Benchmark's
+    model files) with the alias installed and `directory` on sys.path, as a script there
+    would see it."""
+    install_oneflow_alias()
+    directory = os.path.abspath(directory)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    return importlib.import_module(module)
