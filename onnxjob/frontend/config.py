@@ -54,8 +54,9 @@ class FunctionConfig:
 
     Flags that only tune OneFlow's runtime are accepted and ignored; unknown names raise.
     onnxjob adds `passes(list)` (extra graph passes), `disable_passes(bool)`,
-    `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)` and
-    `freeze_variables_after(n)` (onnxjob/frozen.py).
+    `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)`,
+    `freeze_variables_after(n)` (runtime/frozen.py) and `prefetch(n)` (how many batches a
+    job that makes its own data prepares ahead, runtime/pipeline.py; 0 = inline).
     """
 
     def __init__(self):
@@ -71,7 +72,7 @@ class FunctionConfig:
                                   "default_distribute_strategy", "default_placement_scope",
                                   "passes", "disable_passes", "dump_passes", "execution_provider",
                                   "cudnn_conv_algo_search", "freeze_variables_after",
-                                  "indexed_slices_optimizer_conf"}
+                                  "indexed_slices_optimizer_conf", "prefetch"}
         assert name in known, f"unknown function_config flag {name!r}"
 
         def setter(value=True):

@@ -24,7 +24,7 @@ class CompiledGraph:
         self.watch_outputs = watch_outputs      # [(output name, handler, location)]
         self.has_sequences = has_sequences
         self.is_train = is_train
-        self.sources = sources or {}            # graph input -> host-side data source
+        self.sources = sources or {}            # graph input -> host node feeding it
 
     @property
     def variable_names(self):

@@ -47,7 +47,7 @@ class Blob:
     """
 
     __slots__ = ("value", "shape", "np_dtype", "is_dynamic", "is_tensor_list", "producer",
-                 "builder", "__weakref__")
+                 "builder", "host_node", "__weakref__")
 
     def __init__(self, builder, value, shape, np_dtype, producer=None, is_dynamic=False,
                  is_tensor_list=False):
@@ -58,6 +58,7 @@ class Blob:
         self.producer = producer
         self.is_dynamic = is_dynamic
         self.is_tensor_list = is_tensor_list
+        self.host_node = None  # for graph inputs fed by the host pipeline (add_source)
 
     # -- OneFlow blob surface -------------------------------------------------------
     @property
@@ -169,7 +170,7 @@ class GraphBuilder:
         self.variable_specs = {}   # variable name -> VariableSpec
         self.state_updates = {}    # variable name -> Blob with its value after the step
         self.watches = []          # (Blob, handler, is_diff, location)
-        self.sources = {}          # graph input name -> host-side source feeding it
+        self.sources = {}          # graph input name -> the host node feeding it
         self.losses = []
         self.optimizer = None
         self.gradients = {}        # id(Blob) -> its gradient Blob (filled by autodiff)
@@ -216,11 +217,13 @@ class GraphBuilder:
         self.graph.inputs.append(value)
         return Blob(self, value, shape, np_dtype, is_dynamic=dynamic, is_tensor_list=tensor_list)
 
-    def add_source(self, name, shape, np_dtype, source):
-        """A graph input filled before every run by `source.next_batch()` (a host-side
-        data source: decode_random, data readers), so the job needs no placeholder."""
+    def add_source(self, name, shape, np_dtype, node):
+        """A graph input filled before every run with the value of host node `node`
+        (runtime/pipeline.py: decode_random, data readers and decoders), so the job needs
+        no placeholder for it."""
         blob = self.add_input(name, shape, np_dtype)
-        self.sources[blob.name] = source
+        blob.host_node = node
+        self.sources[blob.name] = node
         return blob
 
     def constant(self, array, name_hint="const"):

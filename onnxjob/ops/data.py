@@ -1,10 +1,12 @@
 """`flow.data`: data a job makes or reads itself (and `load_mnist` for the docs)."""
+import numpy as np
+
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
 from onnxjob.graph.tracer import current_builder
 from onnxjob.io.mnist import load_mnist  # noqa: F401
-from onnxjob.io.sources import RandomSource
+from onnxjob.runtime.pipeline import HostNode
 
 
 def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=None):
@@ -17,11 +19,12 @@ def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=
     builder = current_builder("flow.data.decode_random")
     np_dtype = dtypes.to_numpy(dtype)
     full_shape = (int(batch_size),) + tuple(int(d) for d in shape)
-    source = RandomSource(full_shape, np_dtype,
-                          initializer or initializers.random_uniform_initializer(),
-                          seed=builder.random.randrange(2 ** 63))
-    return builder.add_source(builder.unique_name(name or "DecodeRandom"), full_shape, np_dtype,
-                              source)
+    initializer = initializer or initializers.random_uniform_initializer()
+    rng = np.random.default_rng(builder.random.randrange(2 ** 63))
+    name = builder.unique_name(name or "DecodeRandom")
+    node = HostNode(name, lambda: initializer.sample(full_shape, np_dtype, rng).astype(
+        np_dtype, copy=False))
+    return builder.add_source(name, full_shape, np_dtype, node)
 
 
 __getattr__ = missing_api("flow.data")

@@ -17,6 +17,7 @@ from onnxjob.graph.compiler import compile_job
 from onnxjob.graph.tracer import VariableRegistry
 from onnxjob.runtime.executor import Executor
 from onnxjob.runtime.frozen import VariableStore, make_frozen_predictor
+from onnxjob.runtime.pipeline import HostPipeline, PipelineRunner, prefetch_depth
 
 
 class JobRuntime:
@@ -40,7 +41,8 @@ class JobRuntime:
         self._n_user = len(self._user_outputs)
         self._variable_inputs = list(compiled.variable_inputs.items())
         self._state_names = [v for v, _ in self._state_items]
-        self._sources = list(compiled.sources.items())
+        self._pipeline = PipelineRunner(HostPipeline(compiled.sources),
+                                        prefetch_depth(job.config)) if compiled.sources else None
         self._frozen = None
         if not self._user_outputs and not self._state_items:
             # a `-> None` predict job without watches: nothing to compute (and onnxruntime
@@ -67,11 +69,15 @@ class JobRuntime:
                                                  compiled.variable_inputs, self.store)
 
     def run(self, feeds):
-        """One run: `feeds` are the placeholders' arrays; the host-side sources add theirs;
+        """One run: `feeds` are the placeholders' arrays; the host pipeline adds its inputs;
         returns the user outputs and watched values (variables are updated in place)."""
-        for name, source in self._sources:
-            feeds[name] = source.next_batch()
+        if self._pipeline is not None:
+            feeds.update(self._pipeline.next_feeds())
         return self._run(feeds)
+
+    def close(self):
+        if self._pipeline is not None:
+            self._pipeline.close()
 
     def _run_cuda(self, feeds):
         binding = self.ort_session.io_binding()
@@ -183,6 +189,8 @@ class Session(VariableRegistry):
             self.executor.sync()
         finally:
             self.executor.shutdown()
+            for runtime in self.runtimes.values():
+                runtime.close()
 
 
 _default = [Session()]
