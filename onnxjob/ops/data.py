@@ -1,11 +1,18 @@
-"""`flow.data`: data a job makes or reads itself (and `load_mnist` for the docs)."""
+"""`flow.data`: data a job makes or reads itself (and `load_mnist` for the docs).
+
+The readers and decoders run on the host before each run (runtime/pipeline.py, ops/host.py),
+reading OneFlow's OFRecord datasets (io/ofrecord.py); decoders that give fixed-shape
+arrays become graph inputs.
+"""
 import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
 from onnxjob.graph.tracer import current_builder
+from onnxjob.io import ofrecord
 from onnxjob.io.mnist import load_mnist  # noqa: F401
+from onnxjob.ops.host import RECORD, check_host_value, host_value, to_blob
 from onnxjob.runtime.pipeline import HostNode
 
 
@@ -25,6 +32,77 @@ def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=
     node = HostNode(name, lambda: initializer.sample(full_shape, np_dtype, rng).astype(
         np_dtype, copy=False))
     return builder.add_source(name, full_shape, np_dtype, node)
+
+
+def ofrecord_reader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefix="part-",
+                    part_name_suffix_length=-1, random_shuffle=False, shuffle_buffer_size=1024,
+                    shuffle_after_epoch=False, name=None):
+    """Batches of `batch_size` raw records from `ofrecord_dir`/part-..., as OneFlow reads
+    them (see io.ofrecord.RecordReader); decode them with OFRecordRawDecoder & co."""
+    builder = current_builder("flow.data.ofrecord_reader")
+    paths = ofrecord.part_paths(ofrecord_dir, data_part_num, part_name_prefix,
+                                part_name_suffix_length)
+    try:
+        reader = ofrecord.RecordReader(paths, batch_size, random_shuffle, shuffle_buffer_size,
+                                       shuffle_after_epoch, seed=builder.random.randrange(2 ** 63))
+    except ofrecord.RecordError as e:
+        raise TraceError(f"flow.data.ofrecord_reader: {e}") from None
+    return host_value(name or "OFRecordReader", reader.next_batch, [], batch_size, RECORD,
+                      "flow.data.ofrecord_reader")
+
+
+def _feature(where, record, blob_name):
+    try:
+        return record[blob_name]
+    except KeyError:
+        raise ofrecord.RecordError(f"{where}: no feature {blob_name!r} (it has "
+                                   f"{sorted(record)})") from None
+
+
+def _raw_values(where, value, count, np_dtype, truncate, dim1_varying_length):
+    """One record's feature as `count` values of `np_dtype` (OneFlow's raw decoding)."""
+    if isinstance(value, list):  # a bytes_list: its one entry's bytes, as int8
+        if len(value) != 1:
+            raise ofrecord.RecordError(f"{where}: a raw bytes feature holds one entry, got "
+                                       f"{len(value)}")
+        value = np.frombuffer(value[0], np.int8)[:count]
+        out = np.zeros(count, np_dtype)
+        out[:len(value)] = value
+        return out
+    if len(value) != count and not truncate and not dim1_varying_length:
+        raise ofrecord.RecordError(f"{where}: {len(value)} values where the decoder's shape "
+                                   f"holds {count} (pass auto_zero_padding=True to pad)")
+    out = np.zeros(count, np_dtype)
+    kept = min(count, len(value))
+    out[:kept] = value[:kept]
+    return out
+
+
+def OFRecordRawDecoder(input_blob, blob_name, shape, dtype, dim1_varying_length=False,
+                       truncate=False, auto_zero_padding=False, name=None):
+    """Feature `blob_name` of each record as a (batch, *shape) array of `dtype`: number
+    lists converted, a bytes entry read as int8; `auto_zero_padding` (or `truncate`) pads
+    short lists with zeros and cuts long ones, otherwise the count must match."""
+    api = "flow.data.OFRecordRawDecoder"
+    check_host_value(input_blob, api, RECORD)
+    np_dtype = dtypes.to_numpy(dtype)
+    shape = tuple(int(d) for d in shape)
+    count = int(np.prod(shape))
+    pad = truncate or auto_zero_padding
+
+    def decode(batch):
+        out = np.empty((len(batch), count), np_dtype)
+        for i, (where, data) in enumerate(batch):
+            record = ofrecord.decode_record(data, where)
+            out[i] = _raw_values(where, _feature(where, record, blob_name), count, np_dtype,
+                                 pad, dim1_varying_length)
+        return out.reshape((len(batch),) + shape)
+
+    return to_blob(name or f"OFRecordRawDecoder_{blob_name}", decode, [input_blob],
+                   (input_blob.batch_size,) + shape, np_dtype, api)
+
+
+ofrecord_raw_decoder = OFRecordRawDecoder
 
 
 __getattr__ = missing_api("flow.data")

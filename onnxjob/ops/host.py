@@ -1,0 +1,69 @@
+"""Values a job makes on the host (runtime/pipeline.py), as the data ops hand them around.
+
+OneFlow's data ops pass blobs of records and tensor buffers (variable-size images) from
+op to op; onnxjob keeps those on the host as HostValues: a host node plus what OneFlow's
+blob would say about it (`.shape` is the batch, `.dtype` flow.record / tensor_buffer).
+A HostValue that becomes a fixed-shape array is turned into a graph input with
+`to_blob` (decoders do that); a Blob made that way keeps its node, so host ops can read
+it back with `host_node_of` (CropMirrorNormalize reads CoinFlip's Blob).
+"""
+from onnxjob import dtypes
+from onnxjob.errors import TraceError
+from onnxjob.graph.tracer import Blob, current_builder
+from onnxjob.runtime.pipeline import HostNode
+
+
+class HostValue:
+    """A per-run host value of a job: records, encoded bytes or decoded images."""
+
+    __slots__ = ("node", "batch_size", "dtype", "builder")
+
+    def __init__(self, node, batch_size, dtype, builder):
+        self.node = node
+        self.batch_size = batch_size
+        self.dtype = dtype
+        self.builder = builder
+
+    @property
+    def shape(self):
+        return (self.batch_size,)
+
+    def __repr__(self):
+        return f"HostValue({self.node.name}, batch {self.batch_size}, {self.dtype.__name__})"
+
+
+def host_value(name, compute, inputs, batch_size, dtype, api):
+    """A new HostValue computed by `compute(*input values)` in the job being traced."""
+    builder = current_builder(api)
+    node = HostNode(builder.unique_name(name), compute, [host_node_of(i, api) for i in inputs])
+    return HostValue(node, batch_size, dtype, builder)
+
+
+def to_blob(name, compute, inputs, shape, np_dtype, api):
+    """A graph input of `shape` filled each run with `compute(*input values)`."""
+    builder = current_builder(api)
+    node = HostNode(builder.unique_name(name), compute, [host_node_of(i, api) for i in inputs])
+    return builder.add_source(node.name, shape, np_dtype, node)
+
+
+def host_node_of(value, api):
+    """The host node behind a HostValue or a Blob fed by the host pipeline."""
+    if isinstance(value, HostValue):
+        return value.node
+    if isinstance(value, Blob) and value.host_node is not None:
+        return value.host_node
+    raise TraceError(f"{api} takes the output of a data op (ofrecord_reader, a decoder, an "
+                     f"image op, flow.random.CoinFlip), got {value!r}: values computed in the "
+                     "graph cannot flow back to the host")
+
+
+def check_host_value(value, api, dtype=None):
+    """`value` as a HostValue (of flow dtype `dtype` if given), or a TraceError."""
+    if not isinstance(value, HostValue) or (dtype is not None and value.dtype is not dtype):
+        what = f"a {dtype.__name__} blob" if dtype is not None else "a host value"
+        raise TraceError(f"{api} takes {what} from a data op, got {value!r}")
+    return value
+
+
+RECORD = dtypes.record
+TENSOR_BUFFER = dtypes.tensor_buffer
