@@ -1,4 +1,6 @@
-"""Each optimizer and LR schedule against a step-by-step NumPy reference (5 steps)."""
+"""Optimizers and LR schedules against step-by-step NumPy references written from OneFlow
+0.5's kernels (model_update_kernel_util.h/.cpp, autograd.cpp, learning_rate_schedule_kernel):
+float64 arithmetic on OneFlow's float32 attributes, float32 jobs, 5 steps."""
 import math
 
 import numpy as np
@@ -6,111 +8,514 @@ import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp
+from onnxjob.errors import TraceError
 from onnxjob.train import lr_schedules as S
 
 A = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+C = np.array([0.25, 1.5, -1.0], np.float32)
 W0 = np.array([0.5, 0.25, -1.0, 2.0], np.float32)
+B0 = np.array([-0.75, 0.5, 1.25], np.float32)
+RTOL, ATOL = 2e-6, 1e-7
 
 
-def np_reference(update, steps=5, lr_fn=lambda t: 0.1):
-    w = W0.astype(np.float64).copy()
-    state = {}
-    out = []
+def f32(x):
+    """A OneFlow float attribute as the kernels see it."""
+    return float(np.float32(x))
+
+
+def fastpow32(beta, n):
+    """OneFlow's float32 Fastpow (square-and-multiply)."""
+    a, ans = np.float32(beta), np.float32(1)
+    while n:
+        if n & 1:
+            ans = np.float32(ans * a)
+        a = np.float32(a * a)
+        n >>= 1
+    return ans
+
+
+def bias_correction(beta, t):
+    """adam_bias_correction_factor at train step t (0-based): 1 - beta**(t+1) in float32."""
+    return float(np.float32(1) - fastpow32(beta, t + 1))
+
+
+# -- NumPy references (one variable; s is its state dict) ------------------------------
+def sgd(wd=0.0):
+    def update(w, g, lr, t, s):
+        return w - lr * (g + f32(wd) * w)
+    return update
+
+
+def momentum(beta=0.9, wd=0.0):
+    def update(w, g, lr, t, s):
+        s["m"] = f32(beta) * s.get("m", 0) - lr * g
+        return w + s["m"] - lr * f32(wd) * w
+    return update
+
+
+def adam(b1=0.9, b2=0.999, eps=1e-8, bc=False, wd=0.0):
+    def update(w, g, lr, t, s):
+        s["m"] = f32(b1) * s.get("m", 0) + (1 - f32(b1)) * g
+        s["v"] = f32(b2) * s.get("v", 0) + (1 - f32(b2)) * g * g
+        bc1, bc2 = (bias_correction(b1, t), bias_correction(b2, t)) if bc else (1.0, 1.0)
+        denom = np.sqrt(s["v"]) / math.sqrt(bc2) + f32(eps)
+        return w - lr / bc1 * (s["m"] / denom) - lr * f32(wd) * w
+    return update
+
+
+def lamb(b1=0.9, b2=0.999, eps=1e-6, wd=0.0):
+    def update(w, g, lr, t, s):
+        dt = s.get("dtype", np.float32)  # beta_t are state variables of the model's dtype
+        s["b1t"] = float(dt(s.get("b1t", f32(b1)) * f32(b1)))
+        s["b2t"] = float(dt(s.get("b2t", f32(b2)) * f32(b2)))
+        s["m"] = f32(b1) * s.get("m", 0) + (1 - f32(b1)) * g
+        s["v"] = f32(b2) * s.get("v", 0) + (1 - f32(b2)) * g * g
+        diff = (s["m"] / (1 - s["b1t"])) / (np.sqrt(s["v"] / (1 - s["b2t"])) + f32(eps))
+        ratio = np.linalg.norm(w) / np.linalg.norm(diff)
+        return w - lr * ratio * (diff + f32(wd) * w)
+    return update
+
+
+def lars(beta=0.9, eps=1e-9, coeff=1e-4, wd=0.0):
+    def update(w, g, lr, t, s):
+        wn, gn = np.linalg.norm(w), np.linalg.norm(g)
+        local = lr * f32(coeff) * wn / (f32(eps) + gn + f32(wd) * wn)
+        s["m"] = f32(beta) * s.get("m", 0) - local * g
+        return w + s["m"] - local * f32(wd) * w
+    return update
+
+
+def rmsprop(d=0.99, eps=1e-8, centered=False):
+    def update(w, g, lr, t, s):
+        s["ms"] = (1 - f32(d)) * g * g + f32(d) * s.get("ms", 0)
+        denom = s["ms"]
+        if centered:
+            s["mg"] = (1 - f32(d)) * g + f32(d) * s.get("mg", 0)
+            denom = s["ms"] - s["mg"] ** 2
+        return w - lr * g / np.sqrt(denom + f32(eps))
+    return update
+
+
+def reference(updates, steps=5, lr_fn=lambda t: f32(0.1), clip=None, l2=None,
+              dtype=np.float32):
+    """{"w": [...], "b": [...]}: the variables after each step for loss
+    sum(w*w*A/2) + sum(b*b*C/2) (gradients A*w and C*b); `clip` covers the variables that
+    have an update."""
+    vals = {"w": W0.astype(np.float64), "b": B0.astype(np.float64)}
+    coef = {"w": A.astype(np.float64), "b": C.astype(np.float64)}
+    states = {n: {"dtype": dtype} for n in vals}
+    out = {n: [] for n in vals}
     for t in range(steps):
-        g = A * w / 4
-        w = update(w, g, lr_fn(t), t, state)
+        grads = {n: coef[n] * vals[n] for n in vals}
+        if l2:
+            grads = {n: g + f32(l2) * vals[n] for n, g in grads.items()}
+        if clip is not None:
+            norm = math.sqrt(sum(float(np.sum(g * g)) for n, g in grads.items()
+                                 if updates.get(n) is not None))
+            grads = {n: g * min(1 / norm, 1 / f32(clip)) for n, g in grads.items()}
+        for n in vals:
+            if updates.get(n) is not None:
+                vals[n] = updates[n](vals[n], grads[n], lr_fn(t), t, states[n])
+            out[n].append(vals[n].copy())
+    return out
+
+
+def train(make_opt, steps=5, config=None, l2=None, names=("w", "b"), dtype=flow.float32):
+    """Run the two-variable job `steps` times; the variables after each step."""
+    reg = flow.regularizers.l2(l2) if l2 else None
+    np_dtype = flow.convert_oneflow_dtype_to_numpy_dtype(dtype)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(a: tp.Numpy.Placeholder((4,), dtype=dtype),
+            c: tp.Numpy.Placeholder((3,), dtype=dtype)) -> tp.Numpy:
+        w = flow.get_variable(names[0], (4,), dtype=dtype, initializer=flow.zeros_initializer(),
+                              regularizer=reg)
+        b = flow.get_variable(names[1], (3,), dtype=dtype, initializer=flow.zeros_initializer(),
+                              regularizer=reg)
+        loss = flow.math.reduce_sum(w * w * a * 0.5) + flow.math.reduce_sum(b * b * c * 0.5)
+        make_opt().minimize(loss)
+        return loss
+
+    flow.load_variables({names[0]: W0.astype(np_dtype), names[1]: B0.astype(np_dtype)})
+    out = {"w": [], "b": []}
+    for _ in range(steps):
+        job(A.astype(np_dtype), C.astype(np_dtype))
+        values = flow.get_all_variables()
+        out["w"].append(values[names[0]].numpy().copy())
+        out["b"].append(values[names[1]].numpy().copy())
+    return out
+
+
+def assert_steps(got, ref, rtol=RTOL, atol=ATOL):
+    for n in ref:
+        for step, (a, b) in enumerate(zip(got[n], ref[n])):
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"{n} step {step + 1}")
+
+
+optim = flow.optimizer
+OPTIMIZERS = {
+    "sgd": (lambda: optim.SGD(0.1, momentum=0), sgd()),
+    "sgd_momentum_default": (lambda: optim.SGD(0.1), momentum()),
+    "sgdw": (lambda: optim.SGDW(0.1, momentum=0, weight_decay=0.05), sgd(wd=0.05)),
+    "sgdw_momentum": (lambda: optim.SGDW(0.1, momentum=0.8, weight_decay=0.05),
+                      momentum(0.8, wd=0.05)),
+    "adam_oneflow_default": (lambda: optim.Adam(0.1), adam()),
+    "adam_bias_correction": (lambda: optim.Adam(0.1, 0.8, 0.9, 1e-3, do_bias_correction=True),
+                             adam(0.8, 0.9, 1e-3, bc=True)),
+    "adamw": (lambda: optim.AdamW(0.1, weight_decay=0.01), adam(wd=0.01)),
+    "adamw_bias_correction": (lambda: optim.AdamW(0.1, do_bias_correction=True, weight_decay=0.3),
+                              adam(bc=True, wd=0.3)),
+    "lazy_adam_dense": (lambda: optim.LazyAdam(0.1, beta2=0.99), adam(b2=0.99, bc=True)),
+    "rmsprop": (lambda: optim.RMSProp(0.1), rmsprop()),
+    "rmsprop_centered": (lambda: optim.RMSProp(0.1, 0.9, 1e-6, centered=True),
+                         rmsprop(0.9, 1e-6, True)),
+    "lamb": (lambda: optim.LAMB(0.1), lamb()),
+    "lamb_weight_decay": (lambda: optim.LAMB(0.1, 0.8, 0.9, 1e-4, weight_decay=0.1),
+                          lamb(0.8, 0.9, 1e-4, 0.1)),
+    "lars": (lambda: optim.LARS(0.1), lars()),
+    "lars_weight_decay": (lambda: optim.LARS(0.1, 0.8, 1e-6, 0.01, weight_decay=0.2),
+                          lars(0.8, 1e-6, 0.01, 0.2)),
+}
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_optimizer_matches_oneflow_kernel(name):
+    make, update = OPTIMIZERS[name]
+    assert_steps(train(make), reference({"w": update, "b": update}))
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_optimizer_on_float64_variables(name):
+    """OneFlow's update kernels take float64 models too (float32 attributes, lr and bias
+    corrections): the float64 reference then holds to ~1e-12."""
+    make, update = OPTIMIZERS[name]
+    got = train(make, dtype=flow.float64)
+    assert got["w"][0].dtype == np.float64
+    ref = reference({"w": update, "b": update}, dtype=np.float64)
+    assert_steps(got, ref, rtol=1e-11, atol=1e-13)
+
+
+def test_optimizer_state_variables_have_oneflow_names():
+    train(lambda: optim.LAMB(0.1), steps=1)
+    names = set(flow.get_all_variables())
+    assert {"w-m", "w-v", "w-beta1_t", "w-beta2_t", "System-Train-TrainStep-job"} <= names
+    np.testing.assert_array_equal(flow.get_all_variables()["w-beta1_t"].numpy(),
+                                  np.float32([np.float32(0.9) * np.float32(0.9)]))
+
+
+def test_lr_schedule_with_warmup_feeds_adam():
+    sched = S.PolynomialScheduler(0.1, 4, 0.0, warmup=S.warmup.linear(2, 0.0))
+    ref = reference({"w": adam(bc=True), "b": adam(bc=True)}, lr_fn=sched.numpy_lr)
+    assert_steps(train(lambda: optim.Adam(sched, do_bias_correction=True)), ref)
+
+
+@pytest.mark.parametrize("clip", [0.5, 1.0, 50.0])
+def test_clip_by_global_norm_as_oneflow(clip):
+    """g * min(1/global_norm, 1/clip_norm) over the optimizer's variables, after l2."""
+    clipping = optim.grad_clipping.by_global_norm(clip)
+    make = lambda: optim.SGD(0.1, momentum=0, grad_clipping=clipping)  # noqa: E731
+    ref = reference({"w": sgd(), "b": sgd()}, clip=clip, l2=0.25)
+    assert_steps(train(make, l2=0.25), ref)
+
+
+def test_l2_regularizer_adds_to_gradient():
+    ref = reference({"w": momentum(), "b": momentum()}, l2=0.5)
+    assert_steps(train(lambda: optim.SGD(0.1), l2=0.5), ref)
+
+
+def test_l1_regularizer_uses_plus_one_at_zero():
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.zeros_initializer(),
+                              regularizer=flow.regularizers.l1(0.5))
+        optim.SGD(0.1, momentum=0).minimize(flow.math.reduce_sum(w * a))
+        return w
+
+    a = np.array([1.0, 1.0, 1.0], np.float32)
+    flow.load_variables({"w": np.array([0.0, -2.0, 3.0], np.float32)})
+    job(a)
+    expected = np.array([0.0, -2.0, 3.0]) - 0.1 * (a + 0.5 * np.array([1.0, -1.0, 1.0]))
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), expected, rtol=1e-6)
+
+
+# -- weight decay patterns, variables=, CombinedOptimizer --------------------------------
+@pytest.mark.parametrize("kw, decayed", [
+    (dict(weight_decay_includes="weight"), "w"),
+    (dict(weight_decay_includes=["^nothing", "ght$"]), "w"),
+    (dict(weight_decay_excludes="bias"), "w"),
+    (dict(weight_decay_excludes=["ias", "zzz"]), "w"),
+    (dict(), "both"),
+])
+def test_weight_decay_patterns_partial_match(kw, decayed):
+    make = lambda: optim.AdamW(0.1, weight_decay=0.3, **kw)  # noqa: E731
+    with_wd, without = adam(wd=0.3), adam()
+    updates = {"w": with_wd, "b": with_wd if decayed == "both" else without}
+    assert_steps(train(make, names=("layer/weight", "layer/bias")), reference(updates))
+
+
+@pytest.mark.parametrize("opt", ["SGDW", "LAMB", "LARS"])
+def test_weight_decay_excludes_for_every_optimizer_taking_it(opt):
+    refs = {"SGDW": (momentum, dict(wd=0.2)), "LAMB": (lamb, dict(wd=0.2)),
+            "LARS": (lars, dict(wd=0.2))}
+    fn, kw = refs[opt]
+    kind = getattr(optim, opt)
+    make = lambda: kind(0.1, weight_decay=0.2, weight_decay_excludes="bias")  # noqa: E731
+    ref = reference({"w": fn(**kw), "b": fn()})
+    assert_steps(train(make, names=("layer/weight", "layer/bias")), ref)
+
+
+def test_weight_decay_includes_and_excludes_together_is_an_error():
+    with pytest.raises(TraceError, match="cannot both be set"):
+        optim.AdamW(0.1, weight_decay=0.1, weight_decay_includes="a", weight_decay_excludes="b")
+
+
+@pytest.mark.parametrize("opt", ["SGD", "SGDW", "Adam", "AdamW", "LazyAdam", "RMSProp",
+                                 "LAMB", "LARS"])
+def test_variables_list_and_callable(opt):
+    got = train(lambda: getattr(optim, opt)(0.1, variables=["w"]), steps=2)
+    np.testing.assert_array_equal(got["b"][-1], B0)
+    assert not np.array_equal(got["w"][-1], W0)
+    flow.clear_default_session()
+    got = train(lambda: getattr(optim, opt)(0.1, variables=lambda: ["b"]), steps=2)
+    np.testing.assert_array_equal(got["w"][-1], W0)
+    assert not np.array_equal(got["b"][-1], B0)
+
+
+def test_combined_optimizer_updates_each_variable_with_its_optimizer():
+    sched = S.PiecewiseConstantScheduler([2], [0.1, 0.05])
+    make = lambda: optim.CombinedOptimizer([  # noqa: E731
+        optim.SGD(0.2, momentum=0.5, variables=["w"]),
+        optim.Adam(sched, do_bias_correction=True, variables=["b"],
+               grad_clipping=optim.grad_clipping.by_global_norm(0.5))])
+    got = train(make)
+    ref_w = reference({"w": momentum(0.5), "b": None}, lr_fn=lambda t: f32(0.2))
+    ref_b = reference({"w": None, "b": adam(bc=True)}, lr_fn=sched.numpy_lr, clip=0.5)
+    assert_steps(got, {"w": ref_w["w"], "b": ref_b["b"]})
+
+
+def test_combined_optimizer_overlap_is_an_error():
+    make = lambda: optim.CombinedOptimizer([optim.SGD(0.1, variables=["w", "b"]),  # noqa: E731
+                                        optim.Adam(0.1, variables=["b"])])
+    with pytest.raises(TraceError, match="'b' is given to optimizers 0 and 1"):
+        train(make, steps=1)
+
+
+# -- indexed slices (sparse) updates -------------------------------------------------------
+TABLE0 = np.arange(30, dtype=np.float32).reshape(10, 3) / 7 - 2
+IDS = [np.array([[1, 3], [3, 8]], np.int32), np.array([[0, 1], [1, 1]], np.int32),
+       np.array([[9, 8], [3, 0]], np.int32)]
+
+
+def sparse_config(names=("emb",)):
+    config = flow.FunctionConfig()
+    config.indexed_slices_optimizer_conf(dict(include_op_names=dict(op_name=list(names))))
+    return config
+
+
+def train_embedding(make_opt, config=None, scale=None, extra_use=False):
+    """loss = sum(gather(table [* scale], ids) * k); the table after each step."""
+    k = np.array([1.0, -2.0, 0.5], np.float32)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(ids: tp.Numpy.Placeholder((2, 2), dtype=flow.int32)) -> tp.Numpy:
+        table = flow.get_variable("emb", (10, 3), initializer=flow.zeros_initializer())
+        params = table * scale if scale is not None else table
+        loss = flow.math.reduce_sum(flow.gather(params, ids) * k)
+        if extra_use:
+            loss = loss + flow.math.reduce_sum(table * table) * 0.01
+        make_opt().minimize(loss)
+        return table
+
+    flow.load_variables({"emb": TABLE0})
+    out = []
+    for ids in IDS:
+        job(ids)
+        out.append(flow.get_all_variables()["emb"].numpy().copy())
+    return out
+
+
+def sparse_reference(update, scale=1.0, lr=0.1):
+    """OneFlow's indexed_slices_*_update: the dense update on the unique looked-up rows
+    (duplicate ids' gradients summed), every other row of model and state untouched."""
+    k = np.array([1.0, -2.0, 0.5])
+    w = TABLE0.astype(np.float64)
+    states = [{} for _ in range(10)]
+    out = []
+    for t, ids in enumerate(IDS):
+        g = np.zeros_like(w)
+        np.add.at(g, ids.reshape(-1), np.broadcast_to(k * scale, (ids.size, 3)))
+        for row in np.unique(ids):
+            w[row] = update(w[row], g[row], f32(lr), t, states[row])
         out.append(w.copy())
     return out
 
 
-def sgd(w, g, lr, t, s):
-    return w - lr * g
+def assert_sparse(got, ref):
+    for t, (a, b) in enumerate(zip(got, ref)):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=f"step {t + 1}")
+        untouched = np.setdiff1d(np.arange(10), np.concatenate([i.ravel() for i in IDS[:t + 1]]))
+        np.testing.assert_array_equal(a[untouched], TABLE0[untouched])
+        previous = got[t - 1] if t else TABLE0
+        missed = np.setdiff1d(np.arange(10), IDS[t].ravel())
+        np.testing.assert_array_equal(a[missed], previous[missed])  # bit-identical rows
 
 
-def momentum(w, g, lr, t, s):
-    s["m"] = 0.9 * s.get("m", 0) - lr * g
-    return w + s["m"]
-
-
-def adam(bias_correction):
-    def update(w, g, lr, t, s):
-        s["m"] = 0.9 * s.get("m", 0) + 0.1 * g
-        s["v"] = 0.999 * s.get("v", 0) + 0.001 * g * g
-        if bias_correction:
-            lr = lr * math.sqrt(1 - 0.999 ** (t + 1)) / (1 - 0.9 ** (t + 1))
-        return w - lr * s["m"] / (np.sqrt(s["v"]) + 1e-8)
-    return update
-
-
-def adamw(w, g, lr, t, s):
-    s["m"] = 0.9 * s.get("m", 0) + 0.1 * g
-    s["v"] = 0.999 * s.get("v", 0) + 0.001 * g * g
-    return w - lr * (s["m"] / (np.sqrt(s["v"]) + 1e-8) + 0.01 * w)
-
-
-def rmsprop(w, g, lr, t, s):
-    s["ms"] = 0.99 * s.get("ms", 0) + 0.01 * g * g
-    return w - lr * g / np.sqrt(s["ms"] + 1e-8)
-
-
-def lamb(w, g, lr, t, s):
-    s["m"] = 0.9 * s.get("m", 0) + 0.1 * g
-    s["v"] = 0.999 * s.get("v", 0) + 0.001 * g * g
-    m_hat = s["m"] / (1 - 0.9 ** (t + 1))
-    v_hat = s["v"] / (1 - 0.999 ** (t + 1))
-    d = m_hat / (np.sqrt(v_hat) + 1e-6)
-    return w - lr * np.linalg.norm(w) / np.linalg.norm(d) * d
-
-
-def lars(w, g, lr, t, s):
-    local = lr * 0.0001 * np.linalg.norm(w) / (np.linalg.norm(g) + 1e-9)
-    s["m"] = 0.9 * s.get("m", 0) - local * g
-    return w + s["m"]
-
-
-def clipped(w, g, lr, t, s):
-    norm = np.linalg.norm(g)
-    return w - lr * g * 0.05 / max(norm, 0.05)
-
-
-OPTIMIZERS = {
-    "sgd": (lambda: flow.optimizer.SGD(0.1, momentum=0), sgd),
-    "sgd_momentum_default": (lambda: flow.optimizer.SGD(0.1), momentum),
-    "adam_oneflow_default": (lambda: flow.optimizer.Adam(0.1), adam(False)),
-    "adam_bias_correction": (lambda: flow.optimizer.Adam(0.1, do_bias_correction=True), adam(True)),
-    "adamw": (lambda: flow.optimizer.AdamW(0.1, weight_decay=0.01), adamw),
-    "rmsprop": (lambda: flow.optimizer.RMSProp(0.1), rmsprop),
-    "lamb": (lambda: flow.optimizer.LAMB(0.1), lamb),
-    "lars": (lambda: flow.optimizer.LARS(0.1), lars),
-    "clip_by_global_norm": (lambda: flow.optimizer.SGD(
-        0.1, momentum=0, grad_clipping=flow.optimizer.grad_clipping.by_global_norm(0.05)), clipped),
+SPARSE = {
+    "sgd": (lambda: optim.SGD(0.1, momentum=0), sgd()),
+    "momentum": (lambda: optim.SGD(0.1, momentum=0.9), momentum()),
+    "sgdw_momentum": (lambda: optim.SGDW(0.1, momentum=0.9, weight_decay=0.5),
+                      momentum(wd=0.5)),
+    "adam_bias_correction": (lambda: optim.Adam(0.1, do_bias_correction=True), adam(bc=True)),
+    "adamw": (lambda: optim.AdamW(0.1, weight_decay=0.5), adam(wd=0.5)),
+    "lazy_adam": (lambda: optim.LazyAdam(0.1), adam(bc=True)),
 }
 
 
-def _steps(make):
-    @flow.global_function(type="train")
-    def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
-        w = flow.get_variable("w", (4,), initializer=flow.constant_initializer(0.0))
-        make().minimize(w * w * a * 0.5)
-        return w
+@pytest.mark.parametrize("name", SPARSE)
+def test_indexed_slices_update_touches_only_looked_up_rows(name):
+    make, update = SPARSE[name]
+    assert_sparse(train_embedding(make, sparse_config()), sparse_reference(update))
 
-    flow.load_variables({"w": W0})
+
+def test_indexed_slices_keeps_optimizer_state_rows():
+    train_embedding(lambda: optim.Adam(0.1), sparse_config())
+    m = flow.get_all_variables()["emb-m"].numpy()
+    np.testing.assert_array_equal(m[[2, 4, 5, 6, 7]], 0.0)
+    assert np.all(m[[0, 1, 3, 8, 9]] != 0)
+
+
+def test_indexed_slices_through_a_scalar_multiply():
+    got = train_embedding(lambda: optim.SGD(0.1, momentum=0.9), sparse_config(), scale=2.0)
+    assert_sparse(got, sparse_reference(momentum(), scale=2.0))
+
+
+def test_lazy_adam_is_sparse_without_the_config():
+    assert_sparse(train_embedding(lambda: optim.LazyAdam(0.1)), sparse_reference(adam(bc=True)))
+
+
+def dense_reference(update, clip=None, self_coef=0.0, lr=0.1):
+    """The dense update of every row (gradient rows of ids not looked up are 0)."""
+    k = np.array([1.0, -2.0, 0.5])
+    w = TABLE0.astype(np.float64)
+    state = {}
     out = []
-    for _ in range(5):
-        job(A)
-        out.append(flow.get_all_variables()["w"].numpy().copy())
+    for t, ids in enumerate(IDS):
+        g = np.zeros_like(w)
+        np.add.at(g, ids.reshape(-1), np.broadcast_to(k, (ids.size, 3)))
+        g = g + self_coef * w
+        if clip is not None:
+            g = g * min(1 / np.linalg.norm(g), 1 / f32(clip))
+        w = update(w, g, f32(lr), t, state)
+        out.append(w.copy())
     return out
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
-def test_optimizer_matches_numpy(name):
-    make, update = OPTIMIZERS[name]
-    got = _steps(make)
-    ref = np_reference(update)
-    for step, (a, b) in enumerate(zip(got, ref)):
-        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6, err_msg=f"step {step + 1}")
+@pytest.mark.parametrize("case", ["not_included", "used_elsewhere", "clipped", "rmsprop"])
+def test_dense_update_where_oneflow_keeps_it_dense(case):
+    """Not in include_op_names, a gradient that is not one gather's, clipping (its scale
+    op breaks OneFlow's pattern), an optimizer without indexed-slices kernel."""
+    config = sparse_config(["other"] if case == "not_included" else ["emb"])
+    clip = optim.grad_clipping.by_global_norm(2.0) if case == "clipped" else None
+    make = (lambda: optim.RMSProp(0.1)) if case == "rmsprop" else (  # noqa: E731
+        lambda: optim.SGD(0.1, momentum=0.9, grad_clipping=clip))
+    got = train_embedding(make, config, extra_use=case == "used_elsewhere")
+    ref = dense_reference(rmsprop() if case == "rmsprop" else momentum(),
+                          clip=2.0 if case == "clipped" else None,
+                          self_coef=0.02 if case == "used_elsewhere" else 0.0)
+    for t, (a, b) in enumerate(zip(got, ref)):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=f"step {t + 1}")
+    if case != "rmsprop":  # rows 3, 8 left out of step 2 still move with their momentum
+        assert not np.array_equal(got[1][[3, 8]], got[0][[3, 8]])
 
 
+def test_bad_indexed_slices_conf_is_an_error():
+    config = flow.FunctionConfig()
+    config.indexed_slices_optimizer_conf(["emb"])
+    with pytest.raises(TraceError, match="include_op_names"):
+        train_embedding(lambda: optim.SGD(0.1), config)
+
+
+# -- train step, bias correction, loss scale, accumulation ---------------------------------
+@pytest.mark.parametrize("beta", [0.9, 0.999, 0.5, 0.99999])
+def test_adam_bias_correction_is_oneflow_float32_fastpow(beta):
+    """A custom train step (train_step_lbn) far from 0: lr/bc1 and sqrt(bc2) exactly."""
+    @flow.global_function(type="train")
+    def job(step: tp.Numpy.Placeholder((1,), dtype=flow.int64),
+            a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        w = flow.get_variable("w", (4,), initializer=flow.zeros_initializer())
+        optim.Adam(0.1, beta, beta, do_bias_correction=True,
+               train_step_lbn=step.logical_blob_name).minimize(flow.math.reduce_sum(w * a))
+        return w
+
+    for t in [0, 1, 2, 6, 37, 1000, 123457]:
+        flow.load_variables({"w": W0, "w-m": np.zeros(4, np.float32),
+                             "w-v": np.zeros(4, np.float32)})
+        job(np.array([t], np.int64), A)
+        got = flow.get_all_variables()["w"].numpy()
+        ref = adam(beta, beta, bc=True)(W0.astype(np.float64), A.astype(np.float64),
+                                        f32(0.1), t, {})
+        np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL, err_msg=f"t={t}")
+    assert "System-Train-TrainStep-job" not in flow.get_all_variables()
+
+
+@pytest.mark.parametrize("beta", [0.9, 0.999, 0.99999, 0.0, 1.0])
+def test_bias_correction_factor_is_bit_exact(beta):
+    """1 - Fastpow<float>(beta, step + 1), bit for bit, for small and large steps."""
+    from onnxjob.train.update_rules import adam_bias_correction
+
+    @flow.global_function(type="predict")
+    def job(step: tp.Numpy.Placeholder((1,), dtype=flow.int64)) -> tp.Numpy:
+        return adam_bias_correction(step, beta)
+
+    for t in list(range(40)) + [127, 128, 1000, 65535, 123457, 2 ** 40 + 3]:
+        assert job(np.array([t], np.int64)) == np.float32(1) - fastpow32(beta, t + 1), t
+
+
+def test_static_loss_scale_is_the_identity():
+    make = lambda: optim.Adam(0.1, loss_scale_factor=1024.0)  # noqa: E731
+    assert_steps(train(make), reference({"w": adam(), "b": adam()}))
+    with pytest.raises(TraceError, match="not both"):
+        optim.SGD(0.1, loss_scale_factor=2.0,
+                  loss_scale_policy=optim.loss_scale.static_loss_scale(2.0))
+
+
+def test_dynamic_loss_scale_skips_a_step_with_non_finite_gradients():
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        w = flow.get_variable("w", (4,), initializer=flow.zeros_initializer())
+        optim.Adam(0.1, do_bias_correction=True,
+               loss_scale_policy=optim.loss_scale.dynamic_loss_scale(increment_period=10)
+               ).minimize(flow.math.reduce_sum(w * a))
+        return w
+
+    flow.load_variables({"w": W0})
+    job(A)
+    before = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    job(np.array([1.0, np.nan, 2.0, np.inf], np.float32))
+    after = flow.get_all_variables()
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name].numpy(), value, err_msg=name)
+    job(A)  # the next finite step is step 1 of Adam's bias correction
+    ref = adam(bc=True)
+    s = {}
+    w = ref(W0.astype(np.float64), A.astype(np.float64), f32(0.1), 0, s)
+    w = ref(w, A.astype(np.float64), f32(0.1), 1, s)
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w, rtol=RTOL)
+
+
+def test_gradient_accumulation_over_one_step_is_refused_and_one_works():
+    config = flow.FunctionConfig()
+    config.train.num_gradient_accumulation_steps(4)
+    with pytest.raises(TraceError, match="num_gradient_accumulation_steps.4. is not supported"):
+        train(lambda: optim.SGD(0.1, momentum=0), steps=1, config=config)
+    flow.clear_default_session()
+    config = flow.FunctionConfig()
+    config.train.num_gradient_accumulation_steps(1)
+    assert_steps(train(lambda: optim.SGD(0.1, momentum=0), config=config),
+                 reference({"w": sgd(), "b": sgd()}))
+
+
+# -- LR schedules ---------------------------------------------------------------------------
 SCHEDULES = {
     "piecewise_constant": S.PiecewiseConstantScheduler([1, 3], [0.1, 0.05, 0.01]),
     "piecewise_scaling": S.PiecewiseScalingScheduler(0.1, [2, 4], [0.5, 0.1]),
@@ -129,36 +534,67 @@ SCHEDULES = {
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_schedule_matches_numpy(name):
     sched = SCHEDULES[name]
-    got = _steps(lambda: flow.optimizer.SGD(sched, momentum=0))
-    ref = np_reference(sgd, lr_fn=sched.numpy_lr)
-    for step, (a, b) in enumerate(zip(got, ref)):
-        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6, err_msg=f"step {step + 1}")
+    got = train(lambda: optim.SGD(sched, momentum=0))
+    assert_steps(got, reference({"w": sgd(), "b": sgd()}, lr_fn=sched.numpy_lr))
 
 
-def test_piecewise_constant_uses_less_or_equal():
-    sched = S.PiecewiseConstantScheduler([1], [1.0, 2.0])
-    assert [sched.numpy_lr(t) for t in range(3)] == [1.0, 1.0, 2.0]
+def test_schedule_rules_as_oneflow_kernel():
+    assert [S.PiecewiseConstantScheduler([1], [1.0, 2.0]).numpy_lr(t) for t in range(3)] == \
+        [1.0, 1.0, 2.0]
+    # cycle: step 0 counts as step 1
+    assert S.PolynomialScheduler(0.1, 2, 0.0, cycle=True).numpy_lr(0) == f32(0.05)
+    # the base rate is a float32 attribute; the result is float32
+    assert S.CosineScheduler(0.1, 4).numpy_lr(0) == f32(0.1)
 
 
-def test_l2_regularizer_adds_to_gradient():
+def test_custom_scheduler_reads_the_job_blob():
     @flow.global_function(type="train")
-    def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
-        w = flow.get_variable("w", (4,), initializer=flow.constant_initializer(0.0),
-                              regularizer=flow.regularizers.l2(0.5))
-        flow.optimizer.SGD(0.1, momentum=0).minimize(w * w * a * 0.5)
+    def job(a: tp.Numpy.Placeholder((4,)), lr: tp.Numpy.Placeholder((1,))) -> tp.Numpy:
+        w = flow.get_variable("w", (4,), initializer=flow.zeros_initializer())
+        optim.SGD(optim.CustomScheduler(lr), momentum=0).minimize(flow.math.reduce_sum(w * a))
         return w
 
     flow.load_variables({"w": W0})
+    job(A, np.float32([0.25]))
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), W0 - 0.25 * A, rtol=1e-6)
+
+
+def test_custom_scheduler_by_logical_blob_name_and_bad_names():
+    def define(lbn_of):
+        @flow.global_function(type="train")
+        def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+            w = flow.get_variable("w", (4,), initializer=flow.zeros_initializer())
+            lr = flow.math.reduce_mean(a) * 0.0 + 0.5
+            opt = optim.SGD(optim.CustomScheduler(lbn_of(lr)), momentum=0)
+            opt.minimize(flow.math.reduce_sum(w * a))
+            return w
+        return job
+
+    job = define(lambda lr: lr.logical_blob_name)
+    flow.load_variables({"w": W0})
     job(A)
-    expected = W0 - 0.1 * (A * W0 / 4 + 0.5 * W0)
-    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), W0 - 0.5 * A, rtol=1e-6)
+    flow.clear_default_session()
+    with pytest.raises(TraceError, match="CustomScheduler"):
+        define(lambda lr: "no-such-blob")(A)
 
 
-def test_old_api_primary_lr_and_add_loss(capsys):
+def test_train_step_lbn_must_name_an_int64_blob():
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        w = flow.get_variable("w", (4,), initializer=flow.zeros_initializer())
+        optim.SGD(0.1, train_step_lbn=a.logical_blob_name).minimize(flow.math.reduce_sum(w * a))
+        return w
+
+    with pytest.raises(TraceError, match="must be an int64 blob"):
+        job(A)
+
+
+# -- old API --------------------------------------------------------------------------------
+def old_api_job(model_update_conf):
     config = flow.FunctionConfig()
     config.train.primary_lr(0.1)
-    config.train.model_update_conf({"naive_conf": {}})
-    assert "deprecated" in capsys.readouterr().out
+    config.train.model_update_conf(model_update_conf)
 
     @flow.global_function(type="train", function_config=config)
     def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
@@ -166,7 +602,23 @@ def test_old_api_primary_lr_and_add_loss(capsys):
         flow.losses.add_loss(w * w * a * 0.5)
         return w
 
+    return job
+
+
+def test_old_api_primary_lr_and_add_loss(capsys):
+    job = old_api_job({"naive_conf": {}})
+    assert "deprecated" in capsys.readouterr().out
     with pytest.warns(DeprecationWarning):
         flow.load_variables({"w": W0})
     job(A)
-    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), W0 - 0.1 * A * W0 / 4, rtol=1e-6)
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), W0 - 0.1 * A * W0 / 4,
+                               rtol=1e-6)
+
+
+def test_old_api_adam_conf_defaults_to_bias_correction():
+    job = old_api_job({"adam_conf": {}})
+    with pytest.warns(DeprecationWarning):
+        flow.load_variables({"w": W0})
+    job(A)
+    ref = adam(bc=True)(W0.astype(np.float64), (A * W0 / 4).astype(np.float64), f32(0.1), 0, {})
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), ref, rtol=RTOL)

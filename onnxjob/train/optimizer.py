@@ -2,149 +2,333 @@
 
 `minimize(loss)` only records the optimizer and loss on the job being traced; after the
 body returns, the compiler runs autodiff and calls `apply(builder, grads, job_name)`,
-which emits the schedule, clipping, regularization and per-variable updates. New values
-become `builder.state_updates`, so one onnxruntime run is one whole train step.
+which emits what OneFlow 0.5's optimizer passes add to a train job, in their order:
+train step, l1/l2 regularization, then per optimizer its learning rate schedule,
+clipping by global norm and one update per variable (update_rules.py); loss scaling is
+the identity in float32 (a dynamic loss scale still skips non-finite steps). New values
+become `builder.state_updates`, so one onnxruntime run is one train step.
 """
+import re
 import warnings
+import weakref
 
 import numpy as np
 
-from onnxjob import dtypes
-from onnxjob.frontend import initializers
 from onnxjob.errors import TraceError
+from onnxjob.frontend import initializers
+from onnxjob.frontend.variables import VariableSpec, variable_blob
+from onnxjob.graph.tracer import current_builder, int64_constant, op
+from onnxjob.train import update_rules as R
 from onnxjob.train.lr_schedules import (  # noqa: F401  (re-exported as flow.optimizer.*)
     CosineDecayScheduler, CosineScheduler, CustomScheduler, ExponentialScheduler,
     InverseTimeScheduler, LinearCosineScheduler, LrScheduler, NaturalExpScheduler,
     PiecewiseConstantScheduler, PiecewiseScalingScheduler, PolynomialSchduler,
     PolynomialScheduler, warmup)
-from onnxjob.graph.primitives.shape_ops import reshape_to
-from onnxjob.graph.tracer import as_blob, current_builder, int64_constant, op
-from onnxjob.frontend.variables import VariableSpec, variable_blob
+
+# The function_config of each job being compiled, recorded by resolve_optimizer (the end
+# of the trace) for apply, which the compiler calls without it.
+_job_configs = weakref.WeakKeyDictionary()
 
 
-class _ClipByGlobalNorm:
+class by_global_norm:
+    """flow.optimizer.grad_clipping.by_global_norm(clip_norm).
+
+    As OneFlow 0.5 (ClipGradientByGlobalNorm), each gradient of the optimizer's variables
+    (after l1/l2 regularization) is multiplied by min(1 / global_norm, 1 / clip_norm),
+    i.e. divided by max(global_norm, clip_norm); for clip_norm = 1 that is the usual
+    clipping, for other values it is not (OneFlow 0.5 drops the clip_norm factor)."""
+
     def __init__(self, clip_norm):
-        self.clip_norm = float(clip_norm)
+        self.clip_norm = clip_norm
+
+
+class StaticLossScalePolicy:
+    """flow.optimizer.loss_scale.static_loss_scale(loss_scale_factor).
+
+    OneFlow multiplies the loss gradient by the factor and the variable gradients by its
+    inverse; in float32 that is the identity, so onnxjob does neither."""
+
+    def __init__(self, loss_scale_factor):
+        self.loss_scale_factor = loss_scale_factor
+
+
+class DynamicLossScalePolicy:
+    """flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale, increment_period,
+    multiplier).
+
+    The scaling itself is the identity in float32 (no loss-scale state is kept). What stays
+    observable is OneFlow's skip: a step whose gradients hold an inf or NaN changes no
+    variable, no optimizer state and not the train step."""
+
+    def __init__(self, initial_loss_scale=2 ** 30, increment_period=2000, multiplier=2.0):
+        self.initial_loss_scale = initial_loss_scale
+        self.increment_period = increment_period
+        self.multiplier = multiplier
 
 
 class grad_clipping:
-    @staticmethod
-    def by_global_norm(clip_norm):
-        return _ClipByGlobalNorm(clip_norm)
+    """flow.optimizer.grad_clipping."""
+
+    by_global_norm = by_global_norm
 
 
 class loss_scale:
-    @staticmethod
-    def static_loss_scale(loss_scale_factor):
-        return ("static", loss_scale_factor)
+    """flow.optimizer.loss_scale."""
 
-    @staticmethod
-    def dynamic_loss_scale(initial_loss_scale=2 ** 30, increment_period=2000, multiplier=2.0):
-        return ("dynamic", initial_loss_scale)
+    static_loss_scale = StaticLossScalePolicy
+    dynamic_loss_scale = DynamicLossScalePolicy
 
 
-def _state(var_name, suffix, like, init=0.0):
-    spec = VariableSpec(f"{var_name}-{suffix}", like.shape, like.np_dtype,
-                        initializers.constant_initializer(init), trainable=False)
-    return variable_blob(spec)
+def _patterns(value):
+    return [value] if isinstance(value, str) else value
 
 
-def _c(like, value):
-    return as_blob(np.asarray(value, dtype=like.np_dtype), like=like)
+def _state(var_name, suffix, like, init=0.0, shape=None):
+    """Optimizer state variable `<var>-<suffix>` (OneFlow's name), initialized to `init`."""
+    spec = VariableSpec(f"{var_name}-{suffix}", like.shape if shape is None else shape,
+                        like.np_dtype, initializers.constant_initializer(init),
+                        trainable=False)
+    return spec.name, variable_blob(spec)
+
+
+class _StepContext:
+    """What the optimizers of one train step share: the builder, the int64 train step
+    and the float32 Adam bias corrections (one per beta)."""
+
+    def __init__(self, builder, step, sparse_names, dynamic_loss_scale):
+        self.builder = builder
+        self.step = step
+        self.sparse_names = sparse_names
+        self.dynamic_loss_scale = dynamic_loss_scale
+        self._corrections = {}
+
+    def bias_correction(self, beta):
+        if beta not in self._corrections:
+            self._corrections[beta] = R.adam_bias_correction(self.step, beta)
+        return self._corrections[beta]
 
 
 class Optimizer:
-    """Base: schedule + clipping + regularization, then `update(w, g, lr, t)` per variable."""
+    """Base: schedule, clipping and weight decay settings, and the update of a train step.
 
-    def __init__(self, lr_scheduler, loss_scale_factor=None, grad_clipping=None,
-                 train_step_lbn=None, loss_scale_policy=None, variables=None):
+    `variables` is a list of variable names or a callable returning one (default: every
+    variable of the job when minimize() is called); variables without a gradient (not
+    trainable, not on the loss's path) are left alone.
+    """
+
+    _sparse_capable = False  # OneFlow has indexed-slices kernels for sgd/momentum/adam
+    _always_lazy = False
+
+    def __init__(self, lr_scheduler=None, loss_scale_factor=None, grad_clipping=None,
+                 train_step_lbn=None, loss_scale_policy=None, variables=None,
+                 weight_decay=None, weight_decay_includes=None, weight_decay_excludes=None):
         if isinstance(lr_scheduler, (int, float)):
             lr_scheduler = PiecewiseConstantScheduler([], [float(lr_scheduler)])
         self.lr_scheduler = lr_scheduler
         self.grad_clipping = grad_clipping
-        self.loss_scale_factor = loss_scale_factor
+        self.train_step_lbn = train_step_lbn
+        if loss_scale_factor is not None:
+            if loss_scale_policy is not None:
+                raise TraceError("give loss_scale_factor or loss_scale_policy, not both")
+            loss_scale_policy = StaticLossScalePolicy(loss_scale_factor)
+        self.loss_scale_policy = loss_scale_policy
         self.variables = variables
+        if weight_decay_includes is not None and weight_decay_excludes is not None:
+            raise TraceError("weight_decay_includes and weight_decay_excludes cannot both be "
+                             "set; give the patterns of one of them")
+        self.weight_decay = weight_decay
+        self.weight_decay_includes = _patterns(weight_decay_includes)
+        self.weight_decay_excludes = _patterns(weight_decay_excludes)
+        self._job_variables = weakref.WeakKeyDictionary()
 
+    # -- recording ------------------------------------------------------------------------
     def minimize(self, loss):
         """Record this optimizer and `loss` (a Blob or a list of Blobs) on the current job."""
         builder = current_builder("Optimizer.minimize")
         if builder.optimizer is not None and builder.optimizer is not self:
-            raise TraceError("a job can have one optimizer; minimize() was already called")
+            raise TraceError("a job can have one optimizer; minimize() was already called "
+                             "(use flow.optimizer.CombinedOptimizer for several)")
+        for member in self._members():
+            member._job_variables[builder] = member._variable_names(builder)
+        self._check_members(builder)
         builder.optimizer = self
         builder.losses.extend(loss if isinstance(loss, (list, tuple)) else [loss])
 
-    def apply(self, builder, grads, job_name):
-        step_spec = VariableSpec(f"System-Train-TrainStep-{job_name}", (1,), np.int64,
-                                 initializers.constant_initializer(0), trainable=False)
-        step = variable_blob(step_spec)
-        builder.state_updates[step.name] = op("Add", step, int64_constant(step, [1]))
-        t = op("Cast", reshape_to(step, ()), to=1)
-        lr = self.lr_scheduler.lr(t)
-        if self.grad_clipping is not None:
-            grads = self._clip(grads, self.grad_clipping.clip_norm)
+    def Variables(self):
+        """The names of the variables this optimizer updates in the job being traced."""
+        return self._names(current_builder("Optimizer.Variables"))
+
+    def _variable_names(self, builder):
+        if self.variables is None:
+            return list(builder.variables)
+        names = self.variables() if callable(self.variables) else self.variables
+        return [names] if isinstance(names, str) else list(names)
+
+    def _names(self, builder):
+        if builder not in self._job_variables:
+            self._job_variables[builder] = self._variable_names(builder)
+        return self._job_variables[builder]
+
+    def _members(self):
+        return [self]
+
+    def _check_members(self, builder):
+        """Errors in how the optimizers of a job are combined (none for one optimizer)."""
+
+    # -- the train step -------------------------------------------------------------------
+    def apply(self, builder, grads, job_name, config=None):
+        """Emit the train step's updates for `grads` ({variable name: gradient Blob}, already
+        scaled by 1/elem_cnt(loss)) into `builder.state_updates`."""
+        config = config if config is not None else _job_configs.get(builder)
+        before = set(builder.state_updates)
+        dynamic = isinstance(self.loss_scale_policy, DynamicLossScalePolicy)
+        if dynamic and self.train_step_lbn is not None:
+            raise TraceError("a dynamic loss scale needs OneFlow's own train step: leave "
+                             "train_step_lbn unset (OneFlow: Check failed: "
+                             "!train_conf.has_dynamic_loss_scale_policy())")
+        ctx = _StepContext(builder, self._train_step(builder, job_name),
+                           _indexed_slices_names(config), dynamic)
+        updated = {n for member in self._members() for n in member._names(builder)}
+        regularized = {}
         for name, g in grads.items():
-            spec = builder.variable_specs[name]
+            reg = builder.variable_specs[name].regularizer
+            regularized[name] = g if reg is None or name not in updated else R.regularize(
+                builder.variables[name], g, reg)
+        for member in self._members():
+            member._update_group(ctx, regularized)
+        if dynamic and grads:
+            finite = R.all_finite(list(grads.values()))
+            for name in [n for n in builder.state_updates if n not in before]:
+                builder.state_updates[name] = op("Where", finite, builder.state_updates[name],
+                                                 builder.variables[name])
+
+    def _train_step(self, builder, job_name):
+        """The int64 (1,) train step this run uses (0 first); OneFlow's TrainStep variable
+        is created and incremented unless train_step_lbn names the job's own counter."""
+        if self.train_step_lbn is not None:
+            return _step_blob(builder, self.train_step_lbn)
+        spec = VariableSpec(f"System-Train-TrainStep-{job_name}", (1,), np.int64,
+                            initializers.constant_initializer(0), trainable=False)
+        step = variable_blob(spec)
+        builder.state_updates[spec.name] = op("Add", step, int64_constant(step, [1]))
+        return step
+
+    def _update_group(self, ctx, grads):
+        """Schedule, clipping and updates of this optimizer's variables that have grads."""
+        builder = ctx.builder
+        names = [n for n in self._names(builder) if n in grads]
+        if not names:
+            return
+        lr = self.lr_scheduler.lr(ctx.step)
+        group = {n: grads[n] for n in names}
+        if self.grad_clipping is not None:
+            group = R.clip_by_global_norm(group, self.grad_clipping.clip_norm)
+        for name in names:
             w = builder.variables[name]
-            if self.variables is not None and name not in self.variables:
-                continue
-            reg = spec.regularizer
-            if reg is not None and reg.l1:
-                g = g + op("Sign", w) * _c(w, reg.l1)
-            if reg is not None and reg.l2:
-                g = g + w * _c(w, reg.l2)
-            lr_w = lr if lr.np_dtype == w.np_dtype else op("Cast", lr, to=_ir(w))
-            builder.state_updates[name] = self.update(name, w, g, lr_w, t)
+            new = self._update(ctx, name, w, group[name], R.cast_like(lr, w),
+                               self._weight_decay_rate(name))
+            indices = self._sparse_indices(ctx, name)
+            if indices is not None:
+                mask = R.row_mask(indices, w)
+                new = {n: R.masked(mask, b, builder.variables[n]) for n, b in new.items()}
+            builder.state_updates.update(new)
 
-    @staticmethod
-    def _clip(grads, clip_norm):
-        sq = [op("ReduceSum", g * g, int64_constant(g, list(range(len(g.shape)))), keepdims=0)
-              for g in grads.values()]
-        total = sq[0]
-        for s in sq[1:]:
-            total = total + s
-        norm = op("Sqrt", total)
-        scale = _c(norm, clip_norm) / op("Max", norm, _c(norm, clip_norm))
-        return {n: g * scale for n, g in grads.items()}
+    def _weight_decay_rate(self, name):
+        """OneFlow's GetOptimizerWeightDecayRate: the rate where the patterns (regular
+        expressions, partial match on the variable name) let it apply, else 0."""
+        if not self.weight_decay:
+            return 0.0
+        if self.weight_decay_includes is not None:
+            hit = any(re.search(p, name) for p in self.weight_decay_includes)
+        elif self.weight_decay_excludes is not None:
+            hit = not any(re.search(p, name) for p in self.weight_decay_excludes)
+        else:
+            hit = True
+        return self.weight_decay if hit else 0.0
 
-    def update(self, name, w, g, lr, t):
+    def _sparse_indices(self, ctx, name):
+        """The Gather indices whose rows alone change (OneFlow's indexed-slices update), or
+        None for a dense update. As OneFlow, only sgd/momentum/adam updates of included
+        variables (LazyAdam: every variable) without regularizer, clipping or dynamic
+        loss scale (whose gradient ops break the pattern) become sparse."""
+        if not self._sparse_capable or self.grad_clipping is not None or ctx.dynamic_loss_scale:
+            return None
+        if not (self._always_lazy or name in ctx.sparse_names):
+            return None
+        if ctx.builder.variable_specs[name].regularizer is not None:
+            return None
+        return R.lookup_indices(ctx.builder, ctx.builder.variables[name])
+
+    def _update(self, ctx, name, w, g, lr, weight_decay):
+        """{variable name: new value} for `w` and its optimizer state."""
         raise NotImplementedError
 
 
-def _ir(blob):
-    return dtypes.from_numpy(blob.np_dtype).ir_dtype.value
+def _step_blob(builder, lbn):
+    """The job's int64 one-element Blob named `lbn` (train_step_lbn)."""
+    blob = R.find_blob(builder, lbn)
+    if blob is None:
+        raise TraceError(f"train_step_lbn {lbn!r} names no blob of this job (pass the "
+                         "logical_blob_name of an int64 blob of shape (1,))")
+    if blob.np_dtype != np.int64 or int(np.prod(blob.shape)) != 1:
+        raise TraceError(f"train_step_lbn {lbn!r} must be an int64 blob of one element, got "
+                         f"{blob.np_dtype} {blob.shape}")
+    return blob
+
+
+def _indexed_slices_names(config):
+    """Variable names of function_config.indexed_slices_optimizer_conf(dict(
+    include_op_names=dict(op_name=[...]))) (with enable, default True)."""
+    conf = config.get("indexed_slices_optimizer_conf") if config is not None else None
+    if not conf:
+        return set()
+    try:
+        if not conf.get("enable", True):
+            return set()
+        return set(conf["include_op_names"]["op_name"])
+    except (AttributeError, KeyError, TypeError):
+        raise TraceError("indexed_slices_optimizer_conf takes dict(include_op_names=dict("
+                         f"op_name=[variable names...])), got {conf!r}") from None
 
 
 class SGD(Optimizer):
-    """w -= lr*g (momentum 0), else m = beta*m - lr*g; w += m. Default momentum 0.9."""
+    """Stochastic gradient descent: w -= lr * g (momentum 0), else OneFlow's momentum
+    update m = beta*m - lr*g; w += m. Default momentum 0.9."""
+
+    _sparse_capable = True
 
     def __init__(self, lr_scheduler, loss_scale_factor=None, momentum=0.9, grad_clipping=None,
                  train_step_lbn=None, loss_scale_policy=None, variables=None):
         super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn,
                          loss_scale_policy, variables)
-        self.momentum = momentum
+        self.momentum = momentum or 0.0
 
-    def update(self, name, w, g, lr, t):
+    def _update(self, ctx, name, w, g, lr, weight_decay):
         if not self.momentum:
-            return w - lr * g
-        m = _state(name, "momentum", w)
-        m_new = m * _c(m, self.momentum) - lr * g
-        current_builder().state_updates[m.name] = m_new
-        return w + m_new
+            return {name: R.sgd(w, g, lr, weight_decay)}
+        m_name, m = _state(name, "momentum", w)
+        w_new, m_new = R.momentum(w, g, m, lr, self.momentum, weight_decay)
+        return {name: w_new, m_name: m_new}
 
 
 class SGDW(SGD):
+    """SGD with decoupled weight decay: w -= lr * (g + wd*w) (momentum 0), else
+    m = beta*m - lr*g; w += m - lr*wd*w."""
+
     def __init__(self, lr_scheduler, loss_scale_factor=None, momentum=0.9, weight_decay=None,
                  weight_decay_includes=None, weight_decay_excludes=None, grad_clipping=None,
                  train_step_lbn=None, loss_scale_policy=None, variables=None):
-        super().__init__(lr_scheduler, loss_scale_factor, momentum, grad_clipping)
-        self.weight_decay = weight_decay or 0.0
-
-    def update(self, name, w, g, lr, t):
-        return super().update(name, w, g + w * _c(w, self.weight_decay), lr, t)
+        Optimizer.__init__(self, lr_scheduler, loss_scale_factor, grad_clipping,
+                           train_step_lbn, loss_scale_policy, variables, weight_decay,
+                           weight_decay_includes, weight_decay_excludes)
+        self.momentum = momentum or 0.0
 
 
 class Adam(Optimizer):
-    """m, v moments; OneFlow's default is no bias correction."""
+    """Adam as OneFlow's adam_update: m, v moments; with do_bias_correction (off by default
+    in OneFlow 0.5) w -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), bc = 1 - beta**(step+1)."""
+
+    _sparse_capable = True
 
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  do_bias_correction=False, loss_scale_factor=None, grad_clipping=None,
@@ -154,43 +338,47 @@ class Adam(Optimizer):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self.do_bias_correction = do_bias_correction
 
-    def _moments(self, name, w, g):
-        builder = current_builder()
-        m, v = _state(name, "m", w), _state(name, "v", w)
-        m_new = m * _c(m, self.beta1) + g * _c(g, 1 - self.beta1)
-        v_new = v * _c(v, self.beta2) + g * g * _c(g, 1 - self.beta2)
-        builder.state_updates[m.name] = m_new
-        builder.state_updates[v.name] = v_new
-        return m_new, v_new
-
-    def _corrected_lr(self, lr, t):
-        if not self.do_bias_correction:
-            return lr
-        # NOTE: 1 - beta2**t cancels badly in float32 (1e-4 relative at t=5): use float64.
-        c1, c2 = _bias_corrections(t, self.beta1, self.beta2)
-        return lr * op("Cast", op("Sqrt", c2) / c1, to=_ir(lr))
-
-    def update(self, name, w, g, lr, t):
-        m, v = self._moments(name, w, g)
-        step = m / (op("Sqrt", v) + _c(v, self.epsilon))
-        return w - self._corrected_lr(lr, t) * step
+    def _update(self, ctx, name, w, g, lr, weight_decay):
+        m_name, m = _state(name, "m", w)
+        v_name, v = _state(name, "v", w)
+        corrections = None
+        if self.do_bias_correction:
+            corrections = (R.cast_like(ctx.bias_correction(self.beta1), w),
+                           R.cast_like(ctx.bias_correction(self.beta2), w))
+        w_new, m_new, v_new = R.adam(w, g, m, v, lr, self.beta1, self.beta2, self.epsilon,
+                                     weight_decay, corrections)
+        return {name: w_new, m_name: m_new, v_name: v_new}
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay: w -= lr * (adam_step + weight_decay * w)."""
+    """Adam with decoupled weight decay: the Adam step, then w -= lr * wd * w."""
 
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  do_bias_correction=False, loss_scale_factor=None, weight_decay=None,
                  weight_decay_includes=None, weight_decay_excludes=None, grad_clipping=None,
                  train_step_lbn=None, loss_scale_policy=None, variables=None):
-        super().__init__(lr_scheduler, beta1, beta2, epsilon, do_bias_correction,
-                         loss_scale_factor, grad_clipping)
-        self.weight_decay = weight_decay or 0.0
+        Optimizer.__init__(self, lr_scheduler, loss_scale_factor, grad_clipping,
+                           train_step_lbn, loss_scale_policy, variables, weight_decay,
+                           weight_decay_includes, weight_decay_excludes)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self.do_bias_correction = do_bias_correction
 
-    def update(self, name, w, g, lr, t):
-        m, v = self._moments(name, w, g)
-        step = m / (op("Sqrt", v) + _c(v, self.epsilon)) + w * _c(w, self.weight_decay)
-        return w - self._corrected_lr(lr, t) * step
+
+class LazyAdam(Adam):
+    """Adam with bias correction whose update touches only the rows a Gather looked up in
+    this step (weights and moments); other variables get the dense Adam update.
+
+    NOTE: OneFlow 0.5 makes LazyAdam sparse only for the variables named in
+    function_config.indexed_slices_optimizer_conf; onnxjob does so for every variable
+    whose whole gradient comes from one Gather (LazyAdam's documented behaviour)."""
+
+    _always_lazy = True
+
+    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                 loss_scale_factor=None, grad_clipping=None, train_step_lbn=None,
+                 loss_scale_policy=None, variables=None):
+        super().__init__(lr_scheduler, beta1, beta2, epsilon, True, loss_scale_factor,
+                         grad_clipping, train_step_lbn, loss_scale_policy, variables)
 
 
 class RMSProp(Optimizer):
@@ -199,132 +387,182 @@ class RMSProp(Optimizer):
     def __init__(self, lr_scheduler, decay_rate=0.99, epsilon=1e-8, centered=False,
                  loss_scale_factor=None, grad_clipping=None, train_step_lbn=None,
                  loss_scale_policy=None, variables=None):
-        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping)
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn,
+                         loss_scale_policy, variables)
         self.decay_rate, self.epsilon, self.centered = decay_rate, epsilon, centered
 
-    def update(self, name, w, g, lr, t):
-        builder = current_builder()
-        d = self.decay_rate
-        ms = _state(name, "mean_square", w)
-        ms_new = ms * _c(ms, d) + g * g * _c(g, 1 - d)
-        builder.state_updates[ms.name] = ms_new
-        denom = ms_new
+    def _update(self, ctx, name, w, g, lr, weight_decay):
+        ms_name, ms = _state(name, "mean_square", w)
+        mg_name, mg = _state(name, "mean_gradient", w) if self.centered else (None, None)
+        # NOTE: OneFlow's rmsprop kernel takes weight_decay but does not use it.
+        w_new, ms_new, mg_new = R.rmsprop(w, g, ms, lr, self.decay_rate, self.epsilon, mg)
+        new = {name: w_new, ms_name: ms_new}
         if self.centered:
-            mg = _state(name, "mean_gradient", w)
-            mg_new = mg * _c(mg, d) + g * _c(g, 1 - d)
-            builder.state_updates[mg.name] = mg_new
-            denom = ms_new - mg_new * mg_new
-        return w - lr * g / op("Sqrt", denom + _c(w, self.epsilon))
+            new[mg_name] = mg_new
+        return new
 
 
-def _bias_corrections(t, beta1, beta2):
-    """(1 - beta1**(t+1), 1 - beta2**(t+1)) as float64 scalars."""
-    t64 = op("Cast", t, to=11)
-    step = t64 + as_blob(np.float64(1.0), like=t64)
-    one = as_blob(np.float64(1.0), like=t64)
-    return (one - op("Pow", as_blob(np.float64(beta1), like=t64), step),
-            one - op("Pow", as_blob(np.float64(beta2), like=t64), step))
+class LAMB(Optimizer):
+    """LAMB as OneFlow's lamb_update: the bias-corrected Adam direction (weight decay
+    excluded) scaled by the trust ratio ||w|| / ||direction||, then w -= lr * ratio *
+    (direction + wd*w). The bias corrections come from state beta1_t / beta2_t."""
 
-
-def _norm(x):
-    return op("Sqrt", op("ReduceSum", x * x, int64_constant(x, list(range(len(x.shape)))), keepdims=0))
-
-
-class LAMB(Adam):
-    """Adam direction (with bias correction) scaled by the trust ratio ||w|| / ||step||."""
-
-    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-6, weight_decay=0.0,
-                 loss_scale_factor=None, grad_clipping=None, train_step_lbn=None,
+    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-6,
+                 loss_scale_factor=None, weight_decay=None, weight_decay_includes=None,
+                 weight_decay_excludes=None, grad_clipping=None, train_step_lbn=None,
                  loss_scale_policy=None, variables=None):
-        super().__init__(lr_scheduler, beta1, beta2, epsilon, True, loss_scale_factor,
-                         grad_clipping)
-        self.weight_decay = weight_decay
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn,
+                         loss_scale_policy, variables, weight_decay, weight_decay_includes,
+                         weight_decay_excludes)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
 
-    def update(self, name, w, g, lr, t):
-        m, v = self._moments(name, w, g)
-        c1, c2 = _bias_corrections(t, self.beta1, self.beta2)
-        m_hat = m / op("Cast", c1, to=_ir(w))
-        v_hat = v / op("Cast", c2, to=_ir(w))
-        direction = m_hat / (op("Sqrt", v_hat) + _c(v, self.epsilon)) + w * _c(w, self.weight_decay)
-        w_norm, d_norm = _norm(w), _norm(direction)
-        zero = _c(w_norm, 0.0)
-        ratio = op("Where", op("And", op("Greater", w_norm, zero), op("Greater", d_norm, zero)),
-                   w_norm / op("Max", d_norm, _c(d_norm, 1e-30)), _c(w_norm, 1.0))
-        return w - lr * ratio * direction
+    def _update(self, ctx, name, w, g, lr, weight_decay):
+        m_name, m = _state(name, "m", w)
+        v_name, v = _state(name, "v", w)
+        b1_name, b1 = _state(name, "beta1_t", w, np.float32(self.beta1), shape=(1,))
+        b2_name, b2 = _state(name, "beta2_t", w, np.float32(self.beta2), shape=(1,))
+        w_new, m_new, v_new, b1_new, b2_new = R.lamb(
+            w, g, m, v, b1, b2, lr, self.beta1, self.beta2, self.epsilon, weight_decay)
+        return {name: w_new, m_name: m_new, v_name: v_new, b1_name: b1_new, b2_name: b2_new}
 
 
 class LARS(Optimizer):
-    """Momentum SGD with the layer-wise rate coeff*||w|| / (||g|| + wd*||w||)."""
+    """Momentum SGD with the layer-wise rate coeff*||w|| / (eps + ||g|| + wd*||w||);
+    the weight decay is applied outside the momentum, as OneFlow's lars_update."""
 
     def __init__(self, lr_scheduler, momentum_beta=0.9, epsilon=1e-9, lars_coefficient=0.0001,
-                 weight_decay=0.0, loss_scale_factor=None, grad_clipping=None,
-                 train_step_lbn=None, loss_scale_policy=None, variables=None):
-        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping)
-        self.momentum, self.epsilon = momentum_beta, epsilon
-        self.coeff, self.weight_decay = lars_coefficient, weight_decay
+                 loss_scale_factor=None, weight_decay=None, weight_decay_includes=None,
+                 weight_decay_excludes=None, grad_clipping=None, train_step_lbn=None,
+                 loss_scale_policy=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, train_step_lbn,
+                         loss_scale_policy, variables, weight_decay, weight_decay_includes,
+                         weight_decay_excludes)
+        self.momentum_beta, self.epsilon = momentum_beta, epsilon
+        self.lars_coefficient = lars_coefficient
 
-    def update(self, name, w, g, lr, t):
-        w_norm, g_norm = _norm(w), _norm(g)
-        local_lr = lr * _c(w, self.coeff) * w_norm / (
-            g_norm + _c(w, self.weight_decay) * w_norm + _c(w, self.epsilon))
-        m = _state(name, "momentum", w)
-        m_new = m * _c(m, self.momentum) - local_lr * (g + w * _c(w, self.weight_decay))
-        current_builder().state_updates[m.name] = m_new
-        return w + m_new
+    def _update(self, ctx, name, w, g, lr, weight_decay):
+        m_name, m = _state(name, "momentum", w)
+        w_new, m_new = R.lars(w, g, m, lr, self.momentum_beta, self.epsilon,
+                              self.lars_coefficient, weight_decay)
+        return {name: w_new, m_name: m_new}
+
+
+class CombinedOptimizer(Optimizer):
+    """Several optimizers in one job, each updating its own `variables` (no overlap); they
+    share the train step and the loss-scale policy."""
+
+    def __init__(self, optimizers, loss_scale_factor=None, train_step_lbn=None,
+                 loss_scale_policy=None):
+        super().__init__(None, loss_scale_factor, None, train_step_lbn, loss_scale_policy)
+        for o in optimizers:
+            if isinstance(o, CombinedOptimizer):
+                raise TraceError("CombinedOptimizer cannot contain a CombinedOptimizer")
+            if o.train_step_lbn is not None or o.loss_scale_policy is not None:
+                raise TraceError("set train_step_lbn and the loss scale on the "
+                                 "CombinedOptimizer, not on the optimizers it combines")
+        self.optimizers = list(optimizers)
+
+    def _members(self):
+        return self.optimizers
+
+    def _check_members(self, builder):
+        seen = {}
+        for i, o in enumerate(self.optimizers):
+            for name in o._names(builder):
+                if name in seen:
+                    raise TraceError(f"CombinedOptimizer: variable {name!r} is given to "
+                                     f"optimizers {seen[name]} and {i}; each variable may "
+                                     "have one optimizer")
+                seen[name] = i
+
+    def Variables(self):
+        """The variable names of each combined optimizer (a list per optimizer)."""
+        builder = current_builder("Optimizer.Variables")
+        return [o._names(builder) for o in self.optimizers]
 
 
 def _from_old_api(train_conf):
     """Optimizer described by config.train.primary_lr / model_update_conf (old API)."""
     conf = dict(train_conf.get("model_update_conf") or {"naive_conf": {}})
     lr = float(train_conf.get("primary_lr", 0.0))
-    scheduler = PiecewiseConstantScheduler([], [lr])
     decay = conf.pop("learning_rate_decay", None)
     warm = conf.pop("warmup_conf", None)
     clip = conf.pop("clip_conf", None)
-    conf.pop("weight_decay_conf", None)
-    w = None
-    if warm:
-        kind, args = next(iter(warm.items()))
-        w = (warmup.linear(args["warmup_batches"], args.get("start_multiplier", 0.0))
-             if kind == "linear_conf" else warmup.constant(args["warmup_batches"], args["multiplier"]))
-    if decay:
-        kind, args = next(iter(decay.items()))
-        steps = args.get("decay_batches", 1)
-        if kind == "cosine_conf":
-            scheduler = CosineScheduler(lr, steps, args.get("alpha", 0.0), warmup=w)
-        elif kind == "polynomial_conf":
-            scheduler = PolynomialScheduler(lr, steps, args.get("end_learning_rate", 0.0001),
-                                            args.get("power", 1.0), args.get("cycle", False), w)
-        elif kind == "exponential_conf":
-            scheduler = ExponentialScheduler(lr, steps, args["decay_rate"],
-                                             args.get("staircase", False), w)
-        else:
-            raise TraceError(f"learning_rate_decay {kind!r} is not supported")
-    elif w is not None:
-        scheduler = PiecewiseConstantScheduler([], [lr], warmup=w)
-    clipping = grad_clipping.by_global_norm(clip["clip_by_global_norm"]["clip_norm"]) if clip else None
+    wd = conf.pop("weight_decay_conf", None)
+    scheduler = _old_api_scheduler(lr, decay, _old_api_warmup(warm))
+    clipping = by_global_norm(clip["clip_by_global_norm"]["clip_norm"]) if clip else None
     kind, args = next(iter(conf.items()))
+    args = args or {}
     if kind == "naive_conf":
-        return SGD(scheduler, momentum=0, grad_clipping=clipping)
-    if kind == "momentum_conf":
-        return SGD(scheduler, momentum=args.get("beta", 0.9), grad_clipping=clipping)
-    if kind in ("adam_conf", "lazy_adam_conf"):
-        return Adam(scheduler, args.get("beta1", 0.9), args.get("beta2", 0.999),
-                    args.get("epsilon", 1e-8), args.get("do_bias_correction", False),
-                    grad_clipping=clipping)
-    if kind == "rmsprop_conf":
-        return RMSProp(scheduler, args.get("decay_rate", 0.99), args.get("epsilon", 1e-8),
-                       args.get("centered", False), grad_clipping=clipping)
-    if kind == "lamb_conf":
-        return LAMB(scheduler, args.get("beta1", 0.9), args.get("beta2", 0.999),
-                    args.get("epsilon", 1e-6), grad_clipping=clipping)
-    if kind == "lars_conf":
-        return LARS(scheduler, args.get("momentum_beta", 0.9), grad_clipping=clipping)
-    raise TraceError(f"model_update_conf {kind!r} is not supported")
+        opt = SGD(scheduler, momentum=0, grad_clipping=clipping)
+    elif kind == "momentum_conf":
+        opt = SGD(scheduler, momentum=args.get("beta", 0.9), grad_clipping=clipping)
+    elif kind in ("adam_conf", "lazy_adam_conf"):
+        cls = Adam if kind == "adam_conf" else LazyAdam
+        opt = cls(scheduler, args.get("beta1", 0.9), args.get("beta2", 0.999),
+                  args.get("epsilon", 1e-8), grad_clipping=clipping)
+        # NOTE: the proto default of do_bias_correction is true (Adam's Python default is
+        # false).
+        opt.do_bias_correction = args.get("do_bias_correction", True)
+    elif kind == "rmsprop_conf":
+        opt = RMSProp(scheduler, args.get("decay_rate", 0.99), args.get("epsilon", 1e-8),
+                      args.get("centered", False), grad_clipping=clipping)
+    elif kind == "lamb_conf":
+        opt = LAMB(scheduler, args.get("beta1", 0.9), args.get("beta2", 0.999),
+                   args.get("epsilon", 1e-6), grad_clipping=clipping)
+    elif kind == "lars_conf":
+        opt = LARS(scheduler, args.get("momentum_beta", 0.9), args.get("epsilon", 1e-9),
+                   args.get("lars_coefficient", 0.0001), grad_clipping=clipping)
+    else:
+        raise TraceError(f"model_update_conf {kind!r} is not supported")
+    if wd:
+        opt.weight_decay = wd.get("weight_decay_rate", 0.0)
+        opt.weight_decay_includes = (wd.get("includes") or {}).get("pattern")
+        opt.weight_decay_excludes = (wd.get("excludes") or {}).get("pattern")
+    if train_conf.get("loss_scale_factor") is not None:
+        opt.loss_scale_policy = StaticLossScalePolicy(train_conf["loss_scale_factor"])
+    return opt
+
+
+def _old_api_warmup(warm):
+    if not warm:
+        return None
+    kind, args = next(iter(warm.items()))
+    if kind == "linear_conf":
+        return warmup.linear(args["warmup_batches"], args.get("start_multiplier", 0.0))
+    return warmup.constant(args["warmup_batches"], args["multiplier"])
+
+
+def _old_api_scheduler(lr, decay, w):
+    if not decay:
+        return PiecewiseConstantScheduler([], [lr], warmup=w)
+    kind, args = next(iter(decay.items()))
+    steps = args.get("decay_batches", 1)
+    if kind == "cosine_conf":
+        return CosineScheduler(lr, steps, args.get("alpha", 0.0), warmup=w)
+    if kind == "polynomial_conf":
+        return PolynomialScheduler(lr, steps, args.get("end_learning_rate", 0.0001),
+                                   args.get("power", 1.0), args.get("cycle", False), w)
+    if kind == "exponential_conf":
+        return ExponentialScheduler(lr, steps, args["decay_rate"], args.get("staircase", False),
+                                    w)
+    raise TraceError(f"learning_rate_decay {kind!r} is not supported")
 
 
 def resolve_optimizer(builder, job):
-    """The job's optimizer: from minimize(), or from the old function_config API."""
+    """The job's optimizer: from minimize(), or from the old function_config API.
+
+    Records the job's function_config for apply(); raises for gradient accumulation."""
+    _job_configs[builder] = job.config
+    accumulation = job.config.train_conf.get("num_gradient_accumulation_steps", 1)
+    if job.is_train and accumulation not in (None, 1):
+        raise TraceError(
+            f"function_config.train.num_gradient_accumulation_steps({accumulation}) is not "
+            "supported: OneFlow splits each call's batch into that many micro-batches, runs "
+            "forward and backward once per micro-batch and sums the gradients before one "
+            "update, but onnxjob traces the body once for the whole batch (batch-coupled ops "
+            "such as batch normalization and the loss normalization would differ). Use 1, or "
+            "a batch of one micro-batch per call", location=job.location)
     if builder.optimizer is not None:
         return builder.optimizer
     if job.config.train_conf and builder.losses:

@@ -1,0 +1,253 @@
+"""OneFlow 0.5's model-update kernels as graph nodes (model_update_kernel_util.h/.cpp).
+
+Each rule takes Blobs (model `w`, gradient `g`, state, float learning rate `lr` in the
+model's dtype) and returns the new values, with OneFlow's formula and evaluation order.
+Hyperparameters are OneFlow op attributes, i.e. float32: they are rounded to float32
+before use, as OneFlow does. The gradient-side passes (l1/l2 regularization, clipping by
+global norm, the not-finite check of dynamic loss scaling) and the row mask of the
+"indexed slices" (sparse) updates are here too.
+"""
+import numpy as np
+
+from onnxjob import dtypes
+from onnxjob.graph.primitives.shape_ops import reshape_to
+from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
+
+_INT64 = dtypes.int64.ir_dtype.value
+_FLOAT32 = dtypes.float32.ir_dtype.value
+
+
+def attr(like, value):
+    """`value` as a OneFlow float attribute (rounded to float32) in the dtype of `like`."""
+    return as_blob(np.asarray(np.float32(value), dtype=like.np_dtype), like=like)
+
+
+def one_minus(like, beta):
+    """(1 - beta) as the kernels compute it from the float attribute beta."""
+    return as_blob(np.asarray(np.float32(1) - np.float32(beta), dtype=like.np_dtype), like=like)
+
+
+def cast_like(x, like):
+    """`x` in the dtype of `like` (no node when it already is)."""
+    if x.np_dtype == like.np_dtype:
+        return x
+    return op("Cast", x, to=dtypes.from_numpy(like.np_dtype).ir_dtype.value)
+
+
+def _sum_sq(x):
+    return op("ReduceSum", x * x, int64_constant(x, list(range(len(x.shape)))), keepdims=0)
+
+
+def _norm(x):
+    return op("Sqrt", _sum_sq(x))
+
+
+# -- gradient passes ---------------------------------------------------------------------
+def regularize(w, g, regularizer):
+    """l1_l2_regularize_gradient: g + l1 * (w >= 0 ? 1 : -1) + l2 * w."""
+    if regularizer.l1:
+        g = g + op("Where", op("GreaterOrEqual", w, attr(w, 0.0)), attr(w, regularizer.l1),
+                   attr(w, -regularizer.l1))
+    if regularizer.l2:
+        g = g + attr(w, regularizer.l2) * w
+    return g
+
+
+def clip_by_global_norm(grads, clip_norm):
+    """OneFlow 0.5's ClipGradientByGlobalNorm: every g times min(rsqrt(sum of all g^2),
+    1 / clip_norm), i.e. g / max(global_norm, clip_norm); no epsilon."""
+    first = next(iter(grads.values()))
+    total = None
+    for g in grads.values():
+        s = cast_like(_sum_sq(g), first)
+        total = s if total is None else total + s
+    inv_clip = as_blob(np.asarray(1.0 / float(np.float32(clip_norm)), total.np_dtype), like=total)
+    scale = op("Min", op("Reciprocal", op("Sqrt", total)), inv_clip)
+    return {n: g * cast_like(scale, g) for n, g in grads.items()}
+
+
+def all_finite(grads):
+    """A bool scalar: every element of every gradient is finite (count_not_finite == 0)."""
+    total = None
+    for g in grads:
+        # NOTE: g * 0 is 0 where g is finite and NaN where it is inf or NaN.
+        s = op("Cast", op("ReduceSum", g * attr(g, 0.0),
+                          int64_constant(g, list(range(len(g.shape)))), keepdims=0),
+               to=_FLOAT32)
+        total = s if total is None else total + s
+    return op("Not", op("IsNaN", total))
+
+
+def adam_bias_correction(step, beta):
+    """1 - beta**(step + 1) as OneFlow's adam_bias_correction_factor kernel computes it:
+    float32 `Fastpow` (square-and-multiply over the bits of step + 1), a float32 scalar.
+
+    beta**(2**i) are float32 constants made by repeated squaring; the factors of the set
+    bits are multiplied in increasing bit order, as Fastpow does, so the rounding is the
+    same. Squaring stops at a fixed point (0 or 1): higher bits multiply by that value.
+    """
+    powers = [np.float32(beta)]
+    while len(powers) < 62 and powers[-1] * powers[-1] != powers[-1]:
+        powers.append(np.float32(powers[-1] * powers[-1]))
+    k = len(powers) - 1  # powers[k] is the fixed point (or bit 61)
+    if k == 0:
+        return as_blob(np.float32(1) - powers[0], like=step, dtype=np.float32)
+    n = reshape_to(step, (1,)) + int64_constant(step, [1])
+    bits = op("Mod", op("Div", n, int64_constant(n, [2 ** i for i in range(k)])),
+              int64_constant(n, [2]))
+    ones = as_blob(np.ones(k, np.float32), like=n, dtype=np.float32)
+    factors = op("Where", op("Equal", bits, int64_constant(n, [1])),
+                 as_blob(np.array(powers[:k], np.float32), like=n, dtype=np.float32), ones)
+    parts = op("Split", factors, axis=0, num_outputs=k) if k > 1 else [factors]
+    ans = parts[0]
+    for p in parts[1:]:
+        ans = ans * p
+    high = op("GreaterOrEqual", n, int64_constant(n, [2 ** k]))
+    ans = op("Where", high, ans * as_blob(np.array([powers[k]], np.float32), like=ans), ans)
+    return reshape_to(as_blob(np.ones(1, np.float32), like=ans) - ans, ())
+
+
+# -- update kernels ----------------------------------------------------------------------
+def sgd(w, g, lr, weight_decay):
+    """sgd_update: w - lr * (g + weight_decay * w)."""
+    if weight_decay:
+        g = g + attr(w, weight_decay) * w
+    return w - lr * g
+
+
+def momentum(w, g, m, lr, beta, weight_decay):
+    """momentum_update: m' = beta*m - lr*g; w' = w + m' - lr*weight_decay*w."""
+    m_new = attr(m, beta) * m - lr * g
+    w_new = w + m_new
+    if weight_decay:
+        w_new = w_new - lr * attr(w, weight_decay) * w
+    return w_new, m_new
+
+
+def adam(w, g, m, v, lr, beta1, beta2, epsilon, weight_decay, corrections=None):
+    """adam_update: m' = b1*m + (1-b1)*g; v' = b2*v + (1-b2)*g*g;
+    w' = w - lr/bc1 * m' / (sqrt(v')/sqrt(bc2) + eps) - lr*weight_decay*w.
+
+    `corrections` is (bc1, bc2) as scalars in w's dtype, or None (do_bias_correction off:
+    bc1 = bc2 = 1)."""
+    m_new = attr(m, beta1) * m + one_minus(g, beta1) * g
+    v_new = attr(v, beta2) * v + one_minus(g, beta2) * g * g
+    denom = op("Sqrt", v_new)
+    step_size = lr
+    if corrections is not None:
+        bc1, bc2 = corrections
+        denom = denom / op("Sqrt", bc2)
+        step_size = lr / bc1
+    w_new = w - step_size * (m_new / (denom + attr(v, epsilon)))
+    if weight_decay:
+        w_new = w_new - lr * attr(w, weight_decay) * w
+    return w_new, m_new, v_new
+
+
+def lamb(w, g, m, v, beta1_t, beta2_t, lr, beta1, beta2, epsilon, weight_decay):
+    """lamb_update: beta_t *= beta (state starting at beta, so step t uses beta**(t+1));
+    adam_diff = (m'/(1-b1_t)) / (sqrt(v'/(1-b2_t)) + eps);
+    ratio = ||w|| / ||adam_diff|| (1 unless both > 0); w' = w - lr*ratio*(adam_diff + wd*w).
+    Returns (w', m', v', beta1_t', beta2_t')."""
+    b1t, b2t = beta1_t * attr(beta1_t, beta1), beta2_t * attr(beta2_t, beta2)
+    m_new = attr(m, beta1) * m + one_minus(g, beta1) * g
+    v_new = attr(v, beta2) * v + one_minus(g, beta2) * g * g
+    one = attr(b1t, 1.0)
+    adam_diff = (m_new / (one - b1t)) / (op("Sqrt", v_new / (one - b2t)) + attr(v, epsilon))
+    w_norm, d_norm = _norm(w), _norm(adam_diff)
+    zero = attr(w_norm, 0.0)
+    ratio = op("Where", op("And", op("Greater", w_norm, zero), op("Greater", d_norm, zero)),
+               w_norm / d_norm, attr(w_norm, 1.0))
+    step = adam_diff + attr(w, weight_decay) * w if weight_decay else adam_diff
+    return w - (lr * ratio) * step, m_new, v_new, b1t, b2t
+
+
+def lars(w, g, m, lr, momentum_beta, epsilon, lars_coefficient, weight_decay):
+    """lars_update: lars = coeff*||w|| / (eps + ||g|| + wd*||w||) (1 unless both norms
+    > 0); m' = beta*m - lr*lars*g; w' = w + m' - lr*lars*wd*w."""
+    w_norm, g_norm = _norm(w), _norm(g)
+    zero = attr(w_norm, 0.0)
+    trust = attr(w_norm, lars_coefficient) * w_norm / (
+        attr(w_norm, epsilon) + g_norm + attr(w_norm, weight_decay) * w_norm)
+    trust = op("Where", op("And", op("Greater", w_norm, zero), op("Greater", g_norm, zero)),
+               trust, attr(w_norm, 1.0))
+    local_lr = lr * trust
+    m_new = m * attr(m, momentum_beta) - local_lr * g
+    w_new = w + m_new
+    if weight_decay:
+        w_new = w_new - local_lr * attr(w, weight_decay) * w
+    return w_new, m_new
+
+
+def rmsprop(w, g, mean_square, lr, decay_rate, epsilon, mean_gradient=None):
+    """rmsprop_update: ms' = (1-d)*g*g + d*ms; centered: mg' = (1-d)*g + d*mg and
+    denom = ms' - mg'^2, else denom = ms'; w' = w - lr*g*rsqrt(denom + eps).
+    Returns (w', ms', mg' or None)."""
+    ms_new = one_minus(g, decay_rate) * g * g + attr(mean_square, decay_rate) * mean_square
+    denom = ms_new
+    mg_new = None
+    if mean_gradient is not None:
+        mg_new = one_minus(g, decay_rate) * g + attr(mean_gradient, decay_rate) * mean_gradient
+        denom = ms_new - mg_new * mg_new
+    rsqrt = op("Reciprocal", op("Sqrt", denom + attr(w, epsilon)))
+    return w - lr * g * rsqrt, ms_new, mg_new
+
+
+def find_blob(builder, lbn):
+    """The Blob of `builder`'s job whose logical blob name is `lbn` (a variable, a node's
+    output or a placeholder), or None."""
+    for name, blob in builder.variables.items():
+        if lbn in (name, f"{name}/out", blob.name):
+            return blob
+    for node in builder.nodes:
+        for blob in node.outputs:
+            if blob.name == lbn:
+                return blob
+    for value in builder.graph.inputs:
+        if value.name == lbn:
+            return Blob(builder, value, tuple(value.shape), value.dtype.numpy())
+    return None
+
+
+# -- indexed slices ------------------------------------------------------------------------
+def _is_scalar_constant(blob):
+    return blob.value.const_value is not None and int(np.prod(blob.shape)) == 1
+
+
+def lookup_indices(builder, variable):
+    """The indices Blob of the one Gather (axis 0) that gives `variable` its gradient, or
+    None: OneFlow's IndexedSlicesOptimizerRewritePass rewrites an update only when the
+    model's gradient is a single gather's unsorted_segment_sum, reached through nothing
+    but multiplications by a scalar constant (`table * 0.5`)."""
+    blob = variable
+    while True:
+        users = [n for n in builder.nodes if any(x is blob for x in n.inputs)
+                 and any(id(o) in builder.gradients for o in n.outputs)]
+        if len(users) != 1:
+            return None
+        node = users[0]
+        if node.op_type == "Gather" and node.inputs[0] is blob \
+                and node.attrs.get("axis", 0) % len(blob.shape) == 0:
+            return node.inputs[1]
+        if node.op_type != "Mul" or not any(_is_scalar_constant(x) for x in node.inputs
+                                            if x is not blob):
+            return None
+        blob = node.outputs[0]
+
+
+def row_mask(indices, like):
+    """A bool mask of `like`'s shape, true on the rows (axis 0) that `indices` picks."""
+    count = int(np.prod(indices.shape))
+    if indices.np_dtype != np.int64:
+        indices = op("Cast", indices, to=_INT64)
+    # NOTE: a full-shape mask, not (rows, 1): onnxruntime's Where is ~3x slower when it
+    # broadcasts the condition.
+    empty = op("ConstantOfShape", int64_constant(like, list(like.shape)), value=np.zeros(1, bool))
+    ones = op("ConstantOfShape", int64_constant(like, [count] + list(like.shape[1:])),
+              value=np.ones(1, bool))
+    return op("ScatterND", empty, reshape_to(indices, (count, 1)), ones)
+
+
+def masked(mask, new, old):
+    """`new` on the picked rows, `old` (unchanged, bit for bit) elsewhere."""
+    return op("Where", mask, new, old)
