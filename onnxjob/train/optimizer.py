@@ -9,12 +9,11 @@ the identity in float32 (a dynamic loss scale still skips non-finite steps). New
 become `builder.state_updates`, so one onnxruntime run is one train step.
 """
 import re
-import warnings
 import weakref
 
 import numpy as np
 
-from onnxjob.errors import TraceError
+from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.tracer import current_builder, int64_constant, op
@@ -571,7 +570,9 @@ def resolve_optimizer(builder, job):
 
 
 def add_loss(loss):
-    """Old API: declare the loss of a job configured with config.train.* (deprecated)."""
-    warnings.warn("flow.losses.add_loss is deprecated: use flow.optimizer.X(...).minimize(loss)",
-                  DeprecationWarning, stacklevel=2)
+    """Old API: declare the loss of a job configured with config.train.* (OneFlow's
+    `flow.losses.add_loss`, still part of its 0.5 API, so no warning)."""
     current_builder("flow.losses.add_loss").losses.append(loss)
+
+
+__getattr__ = missing_api("flow.optimizer")
