@@ -82,3 +82,27 @@ def test_a_predict_job_of_the_model_exports(monkeypatch, tmp_path):
     flow.export(score, path)
     fresh = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(fresh.run(None, feeds)[0], scores, rtol=1e-5, atol=1e-7)
+
+
+def test_loss_falls_on_a_fixed_batch(monkeypatch):
+    """Upstream's model and CreateOptimizer (LazyAdam) on placeholders: 5 steps, one batch."""
+    namespace = load_script(monkeypatch, "--learning_rate=0.01")
+    model, create_optimizer, flags = (namespace[k] for k in ("_model", "CreateOptimizer",
+                                                             "FLAGS"))
+
+    @flow.global_function(type="train")
+    def step(labels: tp.Numpy.Placeholder((64, 1), dtype=flow.int32),
+             dense: tp.Numpy.Placeholder((64, 13)),
+             wide: tp.Numpy.Placeholder((64, 2), dtype=flow.int32),
+             deep: tp.Numpy.Placeholder((64, 26), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.nn.sigmoid_cross_entropy_with_logits(labels, model(dense, wide, deep))
+        create_optimizer(flags).minimize(loss)
+        return flow.math.reduce_mean(loss)
+
+    rng = np.random.default_rng(0)
+    batch = (rng.integers(0, 2, (64, 1)).astype(np.int32), rng.random((64, 13), np.float32),
+             rng.integers(0, 1000, (64, 2)).astype(np.int32),
+             rng.integers(0, 1000, (64, 26)).astype(np.int32))
+    flow.config.seed(0)
+    losses = [float(step(*batch)) for _ in range(5)]
+    assert losses[-1] < 0.9 * losses[0], losses
