@@ -35,7 +35,7 @@ from onnxjob.frontend.variables import assign, get_variable, regularizers  # noq
 from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
 from onnxjob.io import checkpoint  # noqa: F401
 from onnxjob.io.export import export  # noqa: F401
-from onnxjob.ops import data, layers, math, nn, random  # noqa: F401
+from onnxjob.ops import data, image, layers, math, nn, random  # noqa: F401
 from onnxjob.ops.array import *  # noqa: F401,F403
 from onnxjob.ops.array import unique_with_counts as _unique_with_counts
 from onnxjob.ops.losses import ctc_loss, smooth_l1_loss  # noqa: F401

@@ -87,3 +87,21 @@ def test_host_nodes_see_each_others_values_once_per_run():
 
     np.testing.assert_array_equal(job(), 3 * (np.arange(3) + 1))
     np.testing.assert_array_equal(job(), 3 * (np.arange(3) + 2))
+
+
+def test_inputs_only_host_nodes_read_are_not_fed_to_the_graph():
+    """A host-made Blob read only by another host node (CoinFlip's batch read by
+    CropMirrorNormalize) is no graph input: nothing is converted or fed for it."""
+    from onnxjob.runtime.session import default_session
+
+    @flow.global_function()
+    def job() -> tp.Numpy:
+        builder = current_builder()
+        raw = builder.add_source("raw", (3,), np.float32,
+                                 HostNode("raw", lambda: np.ones(3, np.float32)))
+        doubled = HostNode("doubled", lambda v: v * 2, [raw.host_node])
+        return builder.add_source("doubled", (3,), np.float32, doubled) + 0.0
+
+    np.testing.assert_array_equal(job(), [2, 2, 2])
+    graph = default_session().runtimes["job"].compiled.model.graph
+    assert [v.name for v in graph.inputs] == ["doubled"]

@@ -89,6 +89,11 @@ def compile_job(job, variable_registry=None, seed=None):
 
     model = ir.Model(builder.graph, ir_version=IR_VERSION, producer_name="onnxjob")
     run_default_pipeline(model, job.config)
+    # host-made inputs only other host nodes read (a resized batch that CropMirrorNormalize
+    # crops on the host) are not fed to the graph
+    for value in list(model.graph.inputs):
+        if value.name in builder.sources and not value.uses() and value not in model.graph.outputs:
+            model.graph.inputs.remove(value)
     used_inputs = {v.name for v in model.graph.inputs}
     variable_inputs = {n: b.value.name for n, b in builder.variables.items()
                        if b.value.name in used_inputs}

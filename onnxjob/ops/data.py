@@ -2,7 +2,9 @@
 
 The readers and decoders run on the host before each run (runtime/pipeline.py, ops/host.py),
 reading OneFlow's OFRecord datasets (io/ofrecord.py); decoders that give fixed-shape
-arrays become graph inputs.
+arrays become graph inputs. The image decoders give tensor buffers: lists of
+(where, (H, W, C) image) that the flow.image ops (ops/image.py) take; the pixel work is
+io/images.py, spread over a small thread pool per batch.
 """
 import numpy as np
 
@@ -10,9 +12,11 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
 from onnxjob.graph.tracer import current_builder
-from onnxjob.io import ofrecord
+from onnxjob.io import images, ofrecord
 from onnxjob.io.mnist import load_mnist  # noqa: F401
-from onnxjob.ops.host import RECORD, check_host_value, host_value, to_blob
+from onnxjob.ops.host import (RECORD, TENSOR_BUFFER, check_host_value, checked_args,
+                              encoded_items, host_value, to_blob)
+from onnxjob.ops.random import gen_seed
 from onnxjob.runtime.pipeline import HostNode
 
 
@@ -103,6 +107,111 @@ def OFRecordRawDecoder(input_blob, blob_name, shape, dtype, dim1_varying_length=
 
 
 ofrecord_raw_decoder = OFRecordRawDecoder
+
+
+def _encoded_bytes(where, data, blob_name, api):
+    """The one byte string of feature `blob_name` of serialized record `data`."""
+    value = _feature(where, ofrecord.decode_record(data, where), blob_name)
+    if not isinstance(value, list):
+        raise ofrecord.RecordError(f"{where}: feature {blob_name!r} holds {value.dtype} numbers, "
+                                   f"not bytes ({api} reads one encoded byte string)")
+    if len(value) != 1:
+        raise ofrecord.RecordError(f"{where}: feature {blob_name!r} holds {len(value)} byte "
+                                   f"strings, {api} reads one")
+    return value[0]
+
+
+def OFRecordBytesDecoder(input_blob, blob_name, name=None):
+    """The bytes of feature `blob_name` of each record, as a tensor buffer (one byte string
+    per record) for flow.image.decode or ImageDecoderRandomCropResize."""
+    api = "flow.data.OFRecordBytesDecoder"
+    check_host_value(input_blob, api, RECORD)
+
+    def decode(batch):
+        return [(where, _encoded_bytes(where, data, blob_name, api)) for where, data in batch]
+
+    return host_value(name or f"OFRecordBytesDecoder_{blob_name}", decode, [input_blob],
+                      input_blob.batch_size, TENSOR_BUFFER, api)
+
+
+def OFRecordImageDecoder(input_blob, blob_name, color_space="BGR", name=None):
+    """The encoded image of feature `blob_name` of each record, decoded to an (H, W, C)
+    uint8 image in `color_space` ("BGR", OneFlow's default, "RGB" or "GRAY")."""
+    api = "flow.data.OFRecordImageDecoder"
+    check_host_value(input_blob, api, RECORD)
+    checked_args(images.channels_of, api, color_space)
+
+    def decode_one(item):
+        where, data = item
+        return where, images.decode(_encoded_bytes(where, data, blob_name, api), color_space,
+                                    where)
+
+    return host_value(name or f"OFRecordImageDecoder_{blob_name}",
+                      lambda batch: images.map_ordered(decode_one, batch), [input_blob],
+                      input_blob.batch_size, TENSOR_BUFFER, api)
+
+
+def OFRecordImageDecoderRandomCrop(input_blob, blob_name, color_space="BGR", num_attempts=10,
+                                   seed=None, random_area=[0.08, 1.0],
+                                   random_aspect_ratio=[0.75, 1.333333],
+                                   name="OFRecordImageDecoderRandomCrop"):
+    """OFRecordImageDecoder keeping a random window of each image: OneFlow's crop of a
+    random area fraction and aspect ratio (io.images.random_crop_window), one generator
+    per batch slot seeded from `seed` (or the job's seed stream)."""
+    api = "flow.data.OFRecordImageDecoderRandomCrop"
+    check_host_value(input_blob, api, RECORD)
+    checked_args(images.channels_of, api, color_space)
+    crop_args = checked_args(images.random_crop_args, api, num_attempts, random_area,
+                             random_aspect_ratio)
+    generators = images.slot_generators(gen_seed(seed)[0], input_blob.batch_size)
+
+    def decode_one(item):
+        slot, (where, data) = item
+        image = images.decode(_encoded_bytes(where, data, blob_name, api), color_space, where)
+        window = images.random_crop_window(*image.shape[:2], generators[slot], *crop_args)
+        return where, images.crop(image, window)
+
+    return host_value(name, lambda batch: images.map_ordered(decode_one, enumerate(batch)),
+                      [input_blob], input_blob.batch_size, TENSOR_BUFFER, api)
+
+
+def image_decoder_random_crop_resize(input_blob, target_width, target_height, num_attempts=None,
+                                     seed=None, random_area=None, random_aspect_ratio=None,
+                                     num_workers=None, warmup_size=None, max_num_pixels=None,
+                                     name=None):
+    """Encoded images (OFRecordBytesDecoder) decoded, randomly cropped as
+    OFRecordImageDecoderRandomCrop does and resized (bilinear) to a uint8
+    (N, target_height, target_width, 3) RGB batch in one op.
+
+    num_workers, warmup_size and max_num_pixels tune OneFlow's GPU decoder; onnxjob
+    accepts them and decodes on the host's decode threads (io.images.map_ordered).
+    """
+    api = "flow.data.ImageDecoderRandomCropResize"
+    check_host_value(input_blob, api, TENSOR_BUFFER)
+    crop_args = checked_args(images.random_crop_args, api,
+                             10 if num_attempts is None else num_attempts,
+                             random_area or [0.08, 1.0], random_aspect_ratio or [0.75, 1.333333])
+    batch_size = input_blob.batch_size
+    generators = images.slot_generators(gen_seed(seed)[0], batch_size)
+    width, height = int(target_width), int(target_height)
+
+    def decode_one(item):
+        slot, (where, data) = item
+        image = images.decode(data, "RGB", where)
+        window = images.random_crop_window(*image.shape[:2], generators[slot], *crop_args)
+        return images.resize(images.crop(image, window), width, height, "bilinear")
+
+    def decode(batch):
+        return np.stack(images.map_ordered(decode_one, enumerate(encoded_items(batch, api))))
+
+    return to_blob(name or "ImageDecoderRandomCropResize", decode, [input_blob],
+                   (batch_size, height, width, 3), np.uint8, api)
+
+
+ImageDecoderRandomCropResize = image_decoder_random_crop_resize
+ofrecord_bytes_decoder = OFRecordBytesDecoder
+ofrecord_image_decoder = OFRecordImageDecoder
+ofrecord_image_decoder_random_crop = OFRecordImageDecoderRandomCrop
 
 
 __getattr__ = missing_api("flow.data")

@@ -9,6 +9,7 @@ it back with `host_node_of` (CropMirrorNormalize reads CoinFlip's Blob).
 """
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
+from onnxjob.io.ofrecord import RecordError
 from onnxjob.graph.tracer import Blob, current_builder
 from onnxjob.runtime.pipeline import HostNode
 
@@ -63,6 +64,23 @@ def check_host_value(value, api, dtype=None):
         what = f"a {dtype.__name__} blob" if dtype is not None else "a host value"
         raise TraceError(f"{api} takes {what} from a data op, got {value!r}")
     return value
+
+
+def encoded_items(batch, api):
+    """A tensor buffer's items checked to be encoded bytes (OFRecordBytesDecoder's)."""
+    for where, value in batch:
+        if not isinstance(value, (bytes, bytearray)):
+            raise RecordError(f"{where}: {api} takes encoded image bytes "
+                                       "(flow.data.OFRecordBytesDecoder), got a decoded image")
+    return batch
+
+
+def checked_args(check, api, *args):
+    """`check(*args)` with its ValueError raised as a TraceError naming `api`."""
+    try:
+        return check(*args)
+    except ValueError as e:
+        raise TraceError(f"{api}: {e}") from None
 
 
 RECORD = dtypes.record

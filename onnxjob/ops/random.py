@@ -3,6 +3,8 @@
 Each op draws from onnxruntime's RandomUniform, which is never constant-folded or
 merged with another draw; with a `seed` the sequence of runs is reproducible from the
 session's start, without one each op gets a random seed when the job is traced.
+CoinFlip is OneFlow's data op: drawn on the host before each run (ops/host.py), so the
+image ops can read it as well as the graph.
 """
 import random
 import sys
@@ -13,6 +15,7 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.graph.tracer import as_blob, current_builder, in_job, int64_constant, op
 from onnxjob.ops.array import gather
+from onnxjob.ops.host import to_blob
 
 __all__ = ["CoinFlip", "bernoulli", "coin_flip", "gen_seed",
            "generate_random_batch_permutation_indices", "random_mask_like", "shuffle"]
@@ -64,12 +67,20 @@ def bernoulli(x, seed=None, dtype=None, name="Bernoulli"):
 
 
 def coin_flip(batch_size=1, seed=None, probability=0.5, name="CoinFlip"):
-    """int8 flags of shape (batch_size,): 1 with `probability`, fresh on every run."""
+    """int8 flags of shape (batch_size,): 1 with `probability`, fresh on every run; a
+    graph input drawn on the host (CropMirrorNormalize's `mirror_blob`), reproducible
+    from the session's start with a `seed` or under flow.config.seed."""
     if not 0.0 <= probability <= 1.0:
         raise TraceError(f"coin_flip: probability must be in [0, 1], got {probability}")
-    draw = _uniform([batch_size], np.float32, seed, "flow.random.coin_flip")
-    hit = op("Less", draw, as_blob(np.float32(probability), like=draw))
-    return _cast(hit, np.int8, name=name)
+    api = "flow.random.coin_flip"
+    current_builder(api)
+    rng = np.random.default_rng(int(gen_seed(seed)[0]) % 2 ** 63)
+    batch_size = int(batch_size)
+
+    def flip():
+        return (rng.random(batch_size) < probability).astype(np.int8)
+
+    return to_blob(name, flip, [], (batch_size,), np.int8, api)
 
 
 CoinFlip = coin_flip

@@ -128,16 +128,25 @@ class Prefetcher:
 
 
 class PipelineRunner:
-    """One job's feeds from its pipeline, prefetched or inline (see prefetch_depth)."""
+    """One job's feeds from its pipeline, prefetched or inline (see prefetch_depth). As
+    with the prefetcher, after a failure every later call raises it again: readers are
+    left mid-stream and cannot go on."""
 
     def __init__(self, pipeline, depth):
         self._pipeline = pipeline
         self._prefetcher = Prefetcher(pipeline.make_feeds, depth) if depth else None
+        self._failure = None
 
     def next_feeds(self):
-        if self._prefetcher is None:
+        if self._prefetcher is not None:
+            return self._prefetcher.next()
+        if self._failure is not None:
+            raise self._failure
+        try:
             return self._pipeline.make_feeds()
-        return self._prefetcher.next()
+        except BaseException as e:
+            self._failure = e
+            raise
 
     def close(self):
         if self._prefetcher is not None:
