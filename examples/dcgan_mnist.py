@@ -102,7 +102,7 @@ def main():
                                          batch_size=args.batch_size))
     train_discriminator, train_generator, sample = define_jobs(gan, args.batch_size, args.lr)
 
-    (train_images, _), _ = flow.data.load_mnist(args.batch_size, 100)
+    (train_images, _), _ = flow.data.load_mnist(100, 100)  # batches of 100 divide 60000
     images = train_images.reshape(-1, 1, 28, 28)[:args.limit] * 2.0 - 1.0  # [0,1] -> [-1,1]
     steps = len(images) // args.batch_size
     rng = np.random.default_rng(args.seed)
