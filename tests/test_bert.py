@@ -126,3 +126,35 @@ def test_bert_matches_pytorch_twin(optimizer_type):
             updates_off[name] = update_error
     assert not weights_off, f"weights after the step differ (relative norm): {weights_off}"
     assert not updates_off, f"updates differ (relative norm): {updates_off}"
+
+
+def test_run_pretraining_reads_its_ofrecord_dataset(tmp_path):
+    """The unchanged run_pretraining.py, fed by flow.data.ofrecord_reader + decoders."""
+    import subprocess
+    import sys
+    from onnxjob.io import ofrecord
+    from upstream import upstream_dir
+    script = upstream_dir("LanguageModeling", "BERT") + "/run_pretraining.py"
+    rng = np.random.default_rng(0)
+    records = []
+    for _ in range(16):
+        records.append({
+            "input_ids": rng.integers(0, 1000, 32), "input_mask": np.ones(32, np.int64),
+            "segment_ids": (np.arange(32) >= 16).astype(np.int64),
+            "masked_lm_positions": np.sort(rng.choice(32, 5, replace=False)),
+            "masked_lm_ids": rng.integers(0, 1000, 5),
+            "masked_lm_weights": np.ones(5, np.float32),
+            "next_sentence_labels": rng.integers(0, 2, 1)})
+    ofrecord.write_dataset(str(tmp_path / "data"), records, part_name_suffix_length=-1)
+    done = subprocess.run(
+        [sys.executable, "-m", "onnxjob", "run", script, f"--data_dir={tmp_path / 'data'}",
+         "--data_part_num=1", "--iter_num=3", "--batch_size_per_device=4", "--seq_length=32",
+         "--max_predictions_per_seq=5", "--num_hidden_layers=2", "--num_attention_heads=2",
+         "--vocab_size=1000", "--max_position_embeddings=32", "--type_vocab_size=2",
+         "--loss_print_every_n_iter=1", "--optimizer_type=lamb",
+         f"--model_save_dir={tmp_path / 'out'}", "--save_last_snapshot=True"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [line for line in done.stdout.splitlines() if line.startswith("step: ")]
+    assert len(steps) == 3 and "total_loss" in steps[0], done.stdout[-2000:]
+    assert (tmp_path / "out" / "snapshot_last_snapshot" / "snapshot_done").is_file()

@@ -106,3 +106,28 @@ def test_loss_falls_on_a_fixed_batch(monkeypatch):
     flow.config.seed(0)
     losses = [float(step(*batch)) for _ in range(5)]
     assert losses[-1] < 0.9 * losses[0], losses
+
+
+def test_the_script_reads_its_ofrecord_dataset(tmp_path):
+    """--dataset_format=ofrecord: the upstream readers and raw decoders on part files."""
+    from onnxjob.io import ofrecord
+    rng = np.random.default_rng(0)
+    records = [{"labels": rng.integers(0, 2, 1).astype(np.int32),
+                "dense_fields": rng.random(13).astype(np.float32),
+                "wide_sparse_fields": rng.integers(0, 1000, 2).astype(np.int32),
+                "deep_sparse_fields": rng.integers(0, 1000, 26).astype(np.int32)}
+               for _ in range(200)]
+    ofrecord.write_dataset(str(tmp_path / "train"), records, data_part_num=2)
+    ofrecord.write_dataset(str(tmp_path / "eval"), records[:64])
+    flags = [f for f in SMALL if not f.startswith("--dataset_format")]
+    done = subprocess.run([sys.executable, "-m", "onnxjob", "run", script(), *flags,
+                           "--dataset_format=ofrecord", f"--train_data_dir={tmp_path / 'train'}",
+                           "--train_data_part_num=2", "--train_part_name_suffix_length=5",
+                           f"--eval_data_dir={tmp_path / 'eval'}", "--eval_data_part_num=1",
+                           "--eval_part_name_suffix_length=5", "--max_iter=6",
+                           "--loss_print_every_n_iter=3", "--eval_interval=6", "--eval_batchs=2"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "load ofrecord data form" in done.stdout
+    (auc_line,) = [line for line in done.stdout.splitlines() if "eval_auc" in line]
+    assert 0.0 <= float(auc_line.split()[-1]) <= 1.0
