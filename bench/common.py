@@ -53,18 +53,27 @@ def bench_net(name):
     return (lenet, {"train": False}) if name == "lenet" else (mlp, {})
 
 
-def compiled_train_job(name):
+def compiled_train_job(name, batch=8):
     """Define `name`'s jobs in the (fresh) default session and run one train step; returns
-    the train job's JobRuntime and a complete feed dict (the batch and every variable)."""
-    from models import define_jobs, random_batch
+    the train job's JobRuntime and a complete feed dict (the batch and every variable).
+    `name`: a doc model ("lenet", "mlp") or "resnet50" (OneFlow-Benchmark's, `batch`)."""
+    import numpy as np
     from onnxjob.runtime.session import default_session
-    net, kwargs = bench_net(name)
-    train_job, _ = define_jobs(net, kwargs)
-    images, labels = random_batch()
-    train_job(images, labels)
+    if name == "resnet50":
+        from zoo import define_jobs as define_zoo_jobs, model_args, model_builder
+        train_job, _ = define_zoo_jobs(model_builder("resnet50"), model_args(), 224, 0.01, batch)
+        rng = np.random.default_rng(0)
+        feeds = {"images": rng.random((batch, 3, 224, 224), dtype=np.float32),
+                 "labels": rng.integers(0, 1000, batch).astype(np.int32)}
+    else:
+        from models import define_jobs, random_batch
+        net, kwargs = bench_net(name)
+        train_job, _ = define_jobs(net, kwargs)
+        images, labels = random_batch()
+        feeds = {"images": images, "labels": labels}
+    train_job(*feeds.values())
     session = default_session()
     runtime = session.runtimes["train_job"]
-    feeds = {"images": images, "labels": labels}
     for variable, input_name in runtime.compiled.variable_inputs.items():
         feeds[input_name] = session.variable_numpy(variable)
     return runtime, feeds

@@ -15,7 +15,7 @@ MODELS = {
     "alexnet": ("alexnet_model", "alexnet", 224, 0.01),
     "inceptionv3": ("inception_model", "inceptionv3", 299, 0.01),
     "mobilenetv2": ("mobilenet_v2_model", "Mobilenet", 224, 0.01),
-    "resnext50": ("resnext_model", "resnext50", 224, 0.003),
+    "resnext50": ("resnext_model", "resnext50", 224, 0.0003),
 }
 
 
