@@ -12,6 +12,7 @@ import onnx_ir as ir
 import onnx_ir.passes as ir_passes
 from onnx_ir.passes import common
 
+from .align_broadcast_ranks import AlignBroadcastRanks
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .mask_before_unpool import MaskBeforeMaxUnpool
@@ -40,6 +41,7 @@ def _default_pipeline():
         FoldReshapes(),
         FoldTransposeIntoGemm(),
         MaskBeforeMaxUnpool(),
+        AlignBroadcastRanks(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),
         common.TopologicalSortPass(),
@@ -99,5 +101,5 @@ def op_counts(model):
     return dict(collections.Counter(node.op_type for node in model.graph))
 
 
-__all__ = ["FoldReshapes", "FoldTransposeIntoGemm", "MaskBeforeMaxUnpool", "build_pipeline",
+__all__ = ["AlignBroadcastRanks", "FoldReshapes", "FoldTransposeIntoGemm", "MaskBeforeMaxUnpool", "build_pipeline",
            "default_passes", "format_op_count_diff", "op_counts", "register_pass", "run_default_pipeline"]

@@ -104,6 +104,18 @@ CONV_CASES = [c for c in CASES if c[0].startswith("conv")] + [
      lambda x, w: flow.nn.conv2d(x, w, 2, [[0, 0], [0, 0], [1, 2], [0, 1]], dilations=2),
      lambda x, w: F.conv2d(F.pad(x, (0, 1, 1, 2)), w, stride=2, dilation=2),
      [normal((2, 3, 11, 10)), normal((4, 3, 3, 2))], [1, 1], False),
+    # 1x1 kernels: the per-image MatMul (small M*C), the batch-last Gemm (large M*C), strided
+    ("conv_pointwise_per_image", lambda x, w: flow.nn.conv2d(x, w, 1, "VALID"),
+     lambda x, w: F.conv2d(x, w), [normal((2, 3, 8, 8)), normal((4, 3, 1, 1))], [1, 1], False),
+    ("conv_pointwise_batch_last", lambda x, w: flow.nn.conv2d(x, w, 1, "VALID"),
+     lambda x, w: F.conv2d(x, w), [normal((2, 16, 2, 2)), normal((16, 16, 1, 1))], [1, 1],
+     False),
+    ("conv_pointwise_stride2", lambda x, w: flow.nn.conv2d(x, w, 2, "VALID"),
+     lambda x, w: F.conv2d(x, w, stride=2), [normal((2, 3, 9, 7)), normal((5, 3, 1, 1))],
+     [1, 1], False),
+    ("conv1d_pointwise_stride3", lambda x, w: flow.nn.conv1d(x, w, 3, "VALID"),
+     lambda x, w: F.conv1d(x, w, stride=3), [normal((2, 4, 10)), normal((6, 4, 1))], [1, 1],
+     False),
 ]
 
 

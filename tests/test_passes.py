@@ -10,7 +10,7 @@ import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
-from passes import FoldReshapes, FoldTransposeIntoGemm, MaskBeforeMaxUnpool, op_counts
+from passes import AlignBroadcastRanks, FoldReshapes, FoldTransposeIntoGemm, MaskBeforeMaxUnpool, op_counts
 
 
 def build(fn, *shapes):
@@ -115,6 +115,37 @@ def test_mask_before_max_unpool_needs_the_same_tensor():
     model = build(lambda x, g: _relu_pool_gradient(x, g, lambda r: op("Neg", r)),
                   (2, 3, 6, 6), (2, 3, 3, 3))
     assert not MaskBeforeMaxUnpool()(model).modified
+
+
+def test_align_broadcast_ranks_computed_scalar():
+    """A computed scalar against a (M, C, 1, 1) weight gets a Reshape to rank 4."""
+    check(AlignBroadcastRanks(),
+          lambda w, s: op("Sub", w, op("Mul", op("ReduceMean", s, keepdims=0), w)),
+          [(6, 4, 1, 1), (3,)], {"Mul": 1, "Sub": 1}, {"Reshape": 1, "Mul": 1, "Sub": 1})
+    model = build(lambda w, s: op("Mul", op("ReduceMean", s, keepdims=0), w), (6, 4, 1, 1), (3,))
+    AlignBroadcastRanks()(model)
+    mul = next(n for n in model.graph if n.op_type == "Mul")
+    assert [tuple(v.shape) for v in mul.inputs] == [(1, 1, 1, 1), (6, 4, 1, 1)]
+
+
+def test_align_broadcast_ranks_constant_and_where():
+    """Constants are reshaped in place of a node; every lower-rank input of Where aligns."""
+    def fn(w):
+        zero = w.builder.constant(np.zeros((), np.float32))
+        half = w.builder.constant(np.full((1,), 0.5, np.float32))
+        return op("Where", op("Greater", w, zero), op("Mul", w, half), zero)
+    check(AlignBroadcastRanks(), fn, [(5, 3, 1)], {"Where": 1}, {"Reshape": 0, "Where": 1})
+    model = build(fn, (5, 3, 1))
+    AlignBroadcastRanks()(model)
+    for node in model.graph:
+        if node.op_type in ("Where", "Greater", "Mul"):
+            assert all(len(v.shape) == 3 for v in node.inputs), node
+
+
+def test_align_broadcast_ranks_leaves_other_shapes_alone():
+    """Only outputs that end in a unit axis are rewritten (a bias add (N, C) + (C,) is fast)."""
+    model = build(lambda x, b: op("Add", x, b), (4, 3), (3,))
+    assert not AlignBroadcastRanks()(model).modified
 
 
 def test_switch_off_and_user_pass(monkeypatch):

@@ -229,6 +229,31 @@ def conv_weight_grad_im2col(x, gy, w_shape, strides, dil, pads):
     return reshape_to(op("Gemm", gy_t, columns, transB=1), w_shape)
 
 
+def pointwise_weight_grad(x, gy, w_shape, strides):
+    """dL/dW of an unpadded 1x1 Conv (group 1): the columns are x itself (strided).
+
+    Either per image, (N, M, Q) @ (N, Q, C) summed over N (no activation transposed), or
+    both batch-last, (M, Q*N) @ (Q*N, C) in one Gemm; the first writes N*M*C values, the
+    second copies x and gy: the smaller wins.
+    """
+    nd = len(w_shape) - 2
+    n, c, m = x.shape[0], x.shape[1], w_shape[0]
+    if any(s != 1 for s in strides):
+        ends = [x.shape[2 + i] for i in range(nd)]
+        x = op("Slice", x, int64_constant(x, [0] * nd), int64_constant(x, ends),
+               int64_constant(x, _spatial_axes(nd + 2)), int64_constant(x, list(strides)))
+    q = int(np.prod(gy.shape[2:]))
+    if n * m * c <= n * q * (m + c):
+        x_t = op("Transpose", reshape_to(x, [n, c, q]), perm=[0, 2, 1])  # MatMul's transB
+        per_image = op("MatMul", reshape_to(gy, [n, m, q]), x_t)
+        return reshape_to(op("ReduceSum", per_image, int64_constant(per_image, [0]),
+                             keepdims=0), w_shape)
+    batch_last = list(range(1, nd + 2)) + [0]
+    x_t = reshape_to(op("Transpose", x, perm=batch_last), [c, q * n])
+    gy_t = reshape_to(op("Transpose", gy, perm=batch_last), [m, q * n])
+    return reshape_to(op("Gemm", gy_t, x_t, transB=1), w_shape)
+
+
 def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1):
     """dL/dW of a Conv as one Gemm (group 1) or one batched MatMul (grouped) over im2col
     columns built by one Gather.
@@ -359,6 +384,9 @@ def grouped_weight_grad(x, gy, w_shape, strides, dil, pads, group):
 def weight_grad(x, gy, w_shape, strides, dil, pads, group):
     """dL/dW of a Conv of any rank and group (ONNXJOB_CONV_WGRAD picks group 1's)."""
     choice = _weight_grad_choice()
+    if group == 1 and choice == "gather" and all(k == 1 for k in w_shape[2:]) \
+            and not any(pads):
+        return pointwise_weight_grad(x, gy, w_shape, strides)
     if group == 1:
         return _WEIGHT_GRAD[choice](x, gy, w_shape, strides, dil, pads)
     return grouped_weight_grad(x, gy, w_shape, strides, dil, pads, group)
