@@ -101,5 +101,6 @@ def op_counts(model):
     return dict(collections.Counter(node.op_type for node in model.graph))
 
 
-__all__ = ["AlignBroadcastRanks", "FoldReshapes", "FoldTransposeIntoGemm", "MaskBeforeMaxUnpool", "build_pipeline",
-           "default_passes", "format_op_count_diff", "op_counts", "register_pass", "run_default_pipeline"]
+__all__ = ["AlignBroadcastRanks", "FoldReshapes", "FoldTransposeIntoGemm", "MaskBeforeMaxUnpool",
+           "build_pipeline", "default_passes", "format_op_count_diff", "op_counts",
+           "register_pass", "run_default_pipeline"]

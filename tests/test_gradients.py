@@ -66,6 +66,8 @@ CASES = [
      [sep((2, 2, 7, 7))], [1], False),
     ("avg_pool_2x2", lambda x: flow.nn.avg_pool2d(x, 2, 2, "VALID"), lambda x: F.avg_pool2d(x, 2, 2),
      [normal((2, 3, 6, 6))], [1], False),
+    ("avg_pool_global", lambda x: flow.nn.avg_pool2d(x, 5, 1, "VALID"),
+     lambda x: F.avg_pool2d(x, 5, 1), [normal((2, 3, 5, 5))], [1], False),
     ("avg_pool_padded", lambda x: flow.nn.avg_pool2d(x, 3, 1, [[0, 0], [0, 0], [1, 1], [1, 1]]),
      lambda x: F.avg_pool2d(x, 3, 1, padding=1, count_include_pad=False), [normal((1, 2, 5, 5))], [1], False),
     ("batch_norm_train", lambda x: flow.layers.batch_normalization(x, axis=1, name="bn"),

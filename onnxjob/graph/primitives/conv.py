@@ -106,8 +106,10 @@ def _flipped_transposed(w, group):
     """A Conv weight (M, C/g, *k) as the weight of its adjoint: every kernel flipped and
     the channel axes swapped within each group, (C, M/g, *k)."""
     nd = len(w.shape) - 2
-    flipped = op("Slice", w, *(int64_constant(w, v) for v in (
-        [-1] * nd, [np.iinfo(np.int64).min] * nd, _spatial_axes(nd + 2), [-1] * nd)))
+    flipped = w
+    if any(k != 1 for k in w.shape[2:]):  # (a 1x1 kernel is its own flip)
+        flipped = op("Slice", w, *(int64_constant(w, v) for v in (
+            [-1] * nd, [np.iinfo(np.int64).min] * nd, _spatial_axes(nd + 2), [-1] * nd)))
     m, cg, kernel = w.shape[0], w.shape[1], list(w.shape[2:])
     if group == 1:
         return op("Transpose", flipped, perm=[1, 0] + _spatial_axes(nd + 2))
@@ -620,6 +622,18 @@ def _avg_pool_counts(x_shape, k, strides, pads, out, count_include_pad):
     return counts
 
 
+def _spread_tiles(gy, k, x_shape):
+    """Each value of gy repeated over its k-sized tile of x_shape (windows that tile x
+    exactly, e.g. a global pool): one Expand, where a ConvTranspose with a ones kernel
+    costs a convolution per channel."""
+    nd = len(k)
+    tiled = [d for i in range(nd) for d in (gy.shape[2 + i], 1)]
+    spread = [d for i in range(nd) for d in (gy.shape[2 + i], k[i])]
+    expanded = op("Expand", reshape_to(gy, list(gy.shape[:2]) + tiled),
+                  int64_constant(gy, list(gy.shape[:2]) + spread))
+    return reshape_to(expanded, x_shape)
+
+
 def _avg_pool_grad(n, g, need):
     """Spread gy / count over each window: a per-channel ConvTranspose with a ones kernel."""
     x = n.inputs[0]
@@ -632,6 +646,9 @@ def _avg_pool_grad(n, g, need):
         scaled = op("Mul", gy, as_blob(1.0 / counts.flat[0], like=gy))
     else:
         scaled = op("Div", gy, as_blob(counts.astype(x.np_dtype), like=gy))
+    if not any(pads) and all(x.shape[2 + i] == out[i] * k[i] and (strides[i] == k[i] or out[i] == 1)
+                             for i in range(nd)):
+        return [_spread_tiles(scaled, k, x.shape)]
     nc = x.shape[0] * x.shape[1]
     per_channel = reshape_to(scaled, [nc, 1, *gy.shape[2:]])
     kernel = as_blob(np.ones((1, 1, *k), x.np_dtype), like=gy)
