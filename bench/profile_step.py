@@ -1,6 +1,10 @@
 """Per-op-type time of one job's onnxruntime session (onnxruntime's own profiler).
 
     python bench/profile_step.py [lenet|mlp|resnet50] [--steps 20] [--top 8] [--batch 8]
+        [--device cuda]
+
+On CUDA the profiler times each node's launch, not its kernel: run it with
+CUDA_LAUNCH_BLOCKING=1 so that a node's time includes its kernels.
 """
 import argparse
 import collections
@@ -22,14 +26,17 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--top", type=int, default=8, help="how many of the slowest nodes to list")
     p.add_argument("--batch", type=int, default=8, help="resnet50's batch size")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (the job is compiled for it)")
     args = p.parse_args()
+    os.environ["ONNXJOB_DEVICE"] = args.device
     from common import compiled_train_job
     rt, feeds = compiled_train_job(args.model, args.batch)
     opts = ort.SessionOptions()
     opts.enable_profiling = True
     opts.intra_op_num_threads = args.threads
     opts.profile_file_prefix = "/tmp/onnxjob_profile"
-    sess = ort.InferenceSession(rt.model_bytes, opts, providers=["CPUExecutionProvider"],
+    providers = ["CUDAExecutionProvider"] if args.device == "cuda" else []
+    sess = ort.InferenceSession(rt.model_bytes, opts, providers=providers + ["CPUExecutionProvider"],
                                 disabled_optimizers=["EliminateDropout"])
     for _ in range(args.steps):
         sess.run(None, feeds)
@@ -38,17 +45,21 @@ def main():
         events = json.load(f)
     per_op = collections.Counter()
     per_node = collections.Counter()
+    shapes = {}
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
             per_op[e["args"]["op_name"]] += e["dur"]
-            per_node[(e["args"]["op_name"], e["name"][:-12])] += e["dur"]
+            key = (e["args"]["op_name"], e["name"][:-12])
+            per_node[key] += e["dur"]
+            shapes[key] = [list(d.values())[0] for d in e["args"].get("input_type_shape", [])]
     total = sum(per_op.values())
     print(f"{args.model} train step: {total / args.steps / 1000:.2f} ms of kernel time per step")
     for op, us in per_op.most_common(args.top + 4):
         print(f"  {op:22s} {us / args.steps / 1000:8.2f} ms  {100 * us / total:5.1f}%")
     print("top nodes:")
     for (op, node), us in per_node.most_common(args.top):
-        print(f"  {op:18s} {node[:50]:50s} {us / args.steps / 1000:8.2f} ms")
+        print(f"  {op:18s} {node[:40]:40s} {us / args.steps / 1000:8.2f} ms  "
+              f"{shapes[(op, node)]}")
     os.remove(path)
 
 

@@ -15,6 +15,7 @@ from onnx_ir.passes import common
 from .align_broadcast_ranks import AlignBroadcastRanks
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
+from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
 
 _REGISTERED = []
@@ -26,21 +27,23 @@ def register_pass(pass_factory):
     return pass_factory
 
 
-def default_passes():
-    """The pipeline every job runs (each pass: one module, rewrite cases in its docstring).
+def default_passes(device=None):
+    """The pipeline every job runs (each pass: one module, rewrite cases in its docstring);
+    jobs compiled for `device="cuda"` also run KeepOnCuda.
 
     `ONNXJOB_SKIP_PASSES=Name,Name` leaves those passes out (by class name), to measure
     or debug one pass at a time.
     """
     skip = {n.strip() for n in os.environ.get("ONNXJOB_SKIP_PASSES", "").split(",") if n.strip()}
-    return [p for p in _default_pipeline() if type(p).__name__ not in skip]
+    return [p for p in _default_pipeline(device) if type(p).__name__ not in skip]
 
 
-def _default_pipeline():
+def _default_pipeline(device):
     return [
         FoldReshapes(),
         FoldTransposeIntoGemm(),
         MaskBeforeMaxUnpool(),
+        *([KeepOnCuda()] if device == "cuda" else []),
         AlignBroadcastRanks(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),
@@ -48,10 +51,10 @@ def _default_pipeline():
     ]
 
 
-def build_pipeline(config=None):
+def build_pipeline(config=None, device=None):
     extra = list(config.get("passes", []) if config is not None else [])
     extra += [factory() for factory in _REGISTERED]
-    return ir_passes.PassManager(default_passes() + extra, steps=4, early_stop=True)
+    return ir_passes.PassManager(default_passes(device) + extra, steps=4, early_stop=True)
 
 
 def passes_disabled(config=None):
@@ -60,8 +63,9 @@ def passes_disabled(config=None):
     return bool(config is not None and config.get("disable_passes", False))
 
 
-def run_default_pipeline(model, config=None):
-    """Run the pipeline in place on `model`; returns the PassResult (or None if disabled).
+def run_default_pipeline(model, config=None, device=None):
+    """Run the pipeline in place on `model` (compiled for `device`, "cpu" or "cuda");
+    returns the PassResult (or None if disabled).
 
     With `function_config.dump_passes(dir)` (or `ONNXJOB_DUMP_PASSES=dir`) the graph is
     written before and after as `<dir>/<job>.before.onnx` / `.after.onnx` and the node
@@ -74,7 +78,7 @@ def run_default_pipeline(model, config=None):
     before = op_counts(model) if dump_dir else None
     if dump_dir:
         _save(model, dump_dir, "before")
-    result = build_pipeline(config)(model)
+    result = build_pipeline(config, device)(model)
     if dump_dir:
         _save(model, dump_dir, "after")
         print(format_op_count_diff(model.graph.name, before, op_counts(model)))
@@ -101,6 +105,7 @@ def op_counts(model):
     return dict(collections.Counter(node.op_type for node in model.graph))
 
 
-__all__ = ["AlignBroadcastRanks", "FoldReshapes", "FoldTransposeIntoGemm", "MaskBeforeMaxUnpool",
+__all__ = ["AlignBroadcastRanks", "FoldReshapes", "FoldTransposeIntoGemm", "KeepOnCuda",
+           "MaskBeforeMaxUnpool",
            "build_pipeline", "default_passes", "format_op_count_diff", "op_counts",
            "register_pass", "run_default_pipeline"]

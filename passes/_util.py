@@ -43,3 +43,12 @@ def replace_value(old, new):
         graph.outputs[index] = new
     ir.convenience.replace_all_uses_with(old, new)
     return True
+
+
+def add_initializer(graph, array, name):
+    """A new initializer of `graph` holding `array`."""
+    value = ir.Value(name=name, const_value=ir.tensor(array, name=name),
+                     type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                     shape=ir.Shape(array.shape))
+    graph.register_initializer(value)
+    return value

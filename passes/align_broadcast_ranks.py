@@ -16,20 +16,12 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from ._util import const_array, static_shape
+from ._util import add_initializer, const_array, static_shape
 
 BROADCASTING_OPS = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Where", "Equal", "Less", "Greater",
     "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Mod", "BitShift",
 })
-
-
-def _initializer(graph, array, name):
-    value = ir.Value(name=name, const_value=ir.tensor(array, name=name),
-                     type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                     shape=ir.Shape(array.shape))
-    graph.register_initializer(value)
-    return value
 
 
 class AlignBroadcastRanks(InPlacePass):
@@ -61,8 +53,8 @@ class AlignBroadcastRanks(InPlacePass):
         name = f"{value.name}/rank{len(shape)}"
         array = const_array(value)
         if array is not None:
-            return _initializer(graph, array.reshape(shape), name)
-        target = _initializer(graph, np.array(shape, np.int64), f"{name}/shape")
+            return add_initializer(graph, array.reshape(shape), name)
+        target = add_initializer(graph, np.array(shape, np.int64), f"{name}/shape")
         reshape = ir.node("Reshape", [value, target], name=f"{name}/reshape",
                           metadata_props=dict(node.metadata_props))
         graph.insert_before(node, reshape)

@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 
 import onnxjob as flow
+from onnxjob.runtime.session import default_session
 from bert_models import SMALL, define_jobs, optimizer_args, synthetic_batch
 
 BATCH = 8
@@ -32,7 +33,13 @@ def test_small_bert_predicts_trains_and_exports(tmp_path):
     predict_job, batch, losses = _trained_small_bert()
     assert np.isfinite(losses).all(), losses
     assert np.mean(losses[-2:]) < 0.9 * losses[0], f"the loss did not fall: {losses}"
-    assert _trained_small_bert()[2] == losses, "flow.config.seed(0) did not reproduce the run"
+    again = _trained_small_bert()[2]
+    if default_session().device == "cuda":
+        # CUDA kernels that add with atomics (the embedding gradients' ScatterND) sum in
+        # any order: a rerun agrees to rounding, not bit for bit
+        np.testing.assert_allclose(again, losses, rtol=1e-4)
+    else:
+        assert again == losses, "flow.config.seed(0) did not reproduce the run"
 
     sequence = predict_job(*batch[:3])  # dropout is the identity in predict jobs
     assert sequence.shape == (BATCH, SMALL["seq_length"], SMALL["hidden_size"])

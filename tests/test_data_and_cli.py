@@ -98,7 +98,7 @@ def test_placement_gpu_without_gpu_is_advisory():
 
 
 @pytest.mark.skipif(not runtime.cuda_usable(), reason="needs a GPU usable by onnxruntime's CUDA EP")
-def test_cuda_run_matches_cpu_reference():
+def test_cuda_run_matches_cpu_reference(monkeypatch):
     from models import define_jobs, lenet, random_batch
     train_job, eval_job = define_jobs(lenet, {"train": False})
     images, labels = random_batch()
@@ -106,10 +106,7 @@ def test_cuda_run_matches_cpu_reference():
     assert default_session().device == "cuda"
     weights = {k: v.numpy() for k, v in flow.get_all_variables().items()}
     flow.clear_default_session()
-    os.environ["ONNXJOB_DEVICE"] = "cpu"
-    try:
-        _, eval_cpu = define_jobs(lenet, {"train": False})
-        flow.load_variables(weights)
-        np.testing.assert_allclose(eval_cpu(images), out, rtol=1e-3, atol=1e-3)
-    finally:
-        del os.environ["ONNXJOB_DEVICE"]
+    monkeypatch.setenv("ONNXJOB_DEVICE", "cpu")
+    _, eval_cpu = define_jobs(lenet, {"train": False})
+    flow.load_variables(weights)
+    np.testing.assert_allclose(eval_cpu(images), out, rtol=1e-3, atol=1e-3)

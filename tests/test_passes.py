@@ -3,6 +3,7 @@ after, and equal numbers from onnxruntime before and after on random inputs."""
 import collections
 
 import numpy as np
+import pytest
 import onnx_ir as ir
 import onnxruntime as ort
 
@@ -10,7 +11,8 @@ import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
-from passes import AlignBroadcastRanks, FoldReshapes, FoldTransposeIntoGemm, MaskBeforeMaxUnpool, op_counts
+from passes import (AlignBroadcastRanks, FoldReshapes, FoldTransposeIntoGemm, KeepOnCuda,
+                    MaskBeforeMaxUnpool, op_counts)
 
 
 def build(fn, *shapes):
@@ -194,3 +196,51 @@ def test_dump_passes_writes_before_and_after(tmp_path, capsys):
     job(np.ones((3, 4), np.float32))
     assert (tmp_path / "job.before.onnx").is_file() and (tmp_path / "job.after.onnx").is_file()
     assert "Reshape" in capsys.readouterr().out
+
+
+def test_keep_on_cuda_max_unpool_becomes_scatter_elements():
+    def unpool(x, g):
+        _, idx = op("MaxPool", x, num_outputs=2, kernel_shape=[2, 2], strides=[2, 2])
+        return op("MaxUnpool", g, idx, x.builder.constant(np.array(x.shape, np.int64)),
+                  kernel_shape=[2, 2], strides=[2, 2])
+    check(KeepOnCuda(), unpool, [(2, 3, 6, 6), (2, 3, 3, 3)], {"MaxUnpool": 1},
+          {"MaxUnpool": 0, "ScatterElements": 1})
+
+
+def test_keep_on_cuda_asymmetric_conv_transpose_becomes_symmetric_and_sliced():
+    def input_grad(gy, w):     # a stride-2 SAME conv's input gradient: pads (0, 0, 1, 1)
+        return op("ConvTranspose", gy, w, strides=[2, 2], pads=[0, 0, 1, 1],
+                  output_padding=[1, 1])
+    check(KeepOnCuda(), input_grad, [(2, 4, 4, 4), (4, 3, 3, 3)], {"ConvTranspose": 1},
+          {"ConvTranspose": 1, "Slice": 1})
+    model = build(input_grad, (2, 4, 4, 4), (4, 3, 3, 3))
+    KeepOnCuda()(model)
+    conv = next(n for n in model.graph if n.op_type == "ConvTranspose")
+    pads = conv.attributes["pads"].value
+    assert pads[:2] == pads[2:], pads
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float64, np.int8])
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_keep_on_cuda_scatter_nd_of_other_types(dtype, reduction):
+    builder = GraphBuilder("g")
+    with tracing(builder):
+        data = builder.add_input("x0", (4, 3, 2), dtype)
+        updates = builder.add_input("x1", (2, 2), dtype)
+        indices = builder.constant(np.array([[1, 2], [3, 0]], np.int64))
+        y = op("Identity", op("ScatterND", data, indices, updates, reduction=reduction))
+        y.value.name = "y"
+        builder.graph.outputs.append(y.value)
+    model = ir.Model(builder.graph, ir_version=IR_VERSION)
+    rng = np.random.default_rng(0)
+    inputs = [(rng.standard_normal(s) * 50).astype(dtype) for s in [(4, 3, 2), (2, 2)]]
+    expected = run(model, inputs)
+    assert KeepOnCuda()(model).modified
+    assert op_counts(model).get("ScatterND", 0) == 0
+    np.testing.assert_array_equal(run(model, inputs), expected)
+
+
+def test_keep_on_cuda_runs_only_for_cuda_jobs():
+    from passes import default_passes
+    assert not any(isinstance(p, KeepOnCuda) for p in default_passes("cpu"))
+    assert any(isinstance(p, KeepOnCuda) for p in default_passes("cuda"))

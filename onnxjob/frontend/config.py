@@ -13,7 +13,7 @@ from onnxjob.runtime.session import default_session
 _IGNORED_FLAGS = {
     "enable_cudnn", "cudnn_buf_limit_mbyte", "cudnn_conv_force_fwd_algo",
     "cudnn_conv_force_bwd_data_algo", "cudnn_conv_force_bwd_filter_algo",
-    "cudnn_conv_heuristic_search_algo", "cudnn_conv_use_deterministic_algo_only",
+    "cudnn_conv_heuristic_search_algo",
     "enable_cudnn_fused_normalization_add_relu", "enable_inplace", "enable_inplace_in_reduce_struct",
     "enable_reused_mem", "enable_nccl", "use_nccl_inter_node_communication",
     "all_reduce_group_num", "all_reduce_lazy_ratio", "all_reduce_group_min_mbyte",
@@ -55,6 +55,8 @@ class FunctionConfig:
     Flags that only tune OneFlow's runtime are accepted and ignored; unknown names raise.
     onnxjob adds `passes(list)` (extra graph passes), `disable_passes(bool)`,
     `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)`,
+    `enable_cuda_graph(False)` (runtime/cuda_graph.py), OneFlow's
+    `cudnn_conv_use_deterministic_algo_only(True)` (onnxruntime's deterministic compute),
     `freeze_variables_after(n)` (runtime/frozen.py) and `prefetch(n)` (how many batches a
     job that makes its own data prepares ahead, runtime/pipeline.py; 0 = inline).
     """
@@ -71,7 +73,8 @@ class FunctionConfig:
         known = _IGNORED_FLAGS | {"default_data_type", "default_logical_view",
                                   "default_distribute_strategy", "default_placement_scope",
                                   "passes", "disable_passes", "dump_passes", "execution_provider",
-                                  "cudnn_conv_algo_search", "freeze_variables_after",
+                                  "cudnn_conv_algo_search", "enable_cuda_graph", "freeze_variables_after",
+                                  "cudnn_conv_use_deterministic_algo_only",
                                   "indexed_slices_optimizer_conf", "prefetch"}
         assert name in known, f"unknown function_config flag {name!r}"
 
@@ -123,6 +126,7 @@ class _ProcessConfig:
         self.legacy_model_io = False
         self.debug_mode = False
         self.random_seed = None
+        self.tf32 = None        # enable_tensor_float_32_compute; None: onnxruntime's default
         self.env_initialized = False
 
 
@@ -133,7 +137,7 @@ def started_session(sync=False):
     """The default session, started (compiled, variables drawn with `flow.config.seed`)
     and, with `sync`, with every queued run and callback finished."""
     session = default_session()
-    session.start(seed=process_config.random_seed)
+    session.start(seed=process_config.random_seed, tf32=process_config.tf32)
     if sync:
         session.sync()
     return session
@@ -159,7 +163,7 @@ def _setter(apply):
 _IGNORED_CONFIG = (
     "collect_act_event", "comm_net_worker_num", "compute_thread_pool_size",
     "disable_group_boxing_by_dst_parallel", "enable_mem_chain_merge",
-    "enable_numa_aware_cuda_malloc_host", "enable_tensor_float_32_compute", "load_library_now",
+    "enable_numa_aware_cuda_malloc_host", "load_library_now",
     "max_mdsave_worker_num", "nccl_use_compute_stream", "persistence_buf_byte",
     "rdma_mem_block_mbyte", "rdma_recv_msg_buf_mbyte", "reserved_device_mem_mbyte",
     "reserved_host_mem_mbyte", "thread_enable_local_message_queue", "use_rdma")
@@ -196,6 +200,8 @@ class _ConfigModule:
             f"flow.config.load_library({path!r}): custom OneFlow kernels cannot run on onnxruntime"))
         self.enable_model_io_v2 = _setter(lambda v=True: setattr(c, "legacy_model_io", not v))
         self.seed = _setter(lambda s: setattr(c, "random_seed", int(s)))
+        # TF32 convolutions and matmuls on the CUDA EP (on by default there, as in OneFlow)
+        self.enable_tensor_float_32_compute = _setter(lambda v=True: setattr(c, "tf32", bool(v)))
         for name in _IGNORED_CONFIG:
             setattr(self, name, _ignored())
         self.collective_boxing = ApiNamespace(

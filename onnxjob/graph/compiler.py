@@ -88,7 +88,7 @@ def compile_job(job, variable_registry=None, seed=None):
         state_outputs[var_name] = _as_output(builder, blob, f"{var_name}/next", taken)
 
     model = ir.Model(builder.graph, ir_version=IR_VERSION, producer_name="onnxjob")
-    run_default_pipeline(model, job.config)
+    run_default_pipeline(model, job.config, getattr(variable_registry, "device", None))
     # host-made inputs only other host nodes read (a resized batch that CropMirrorNormalize
     # crops on the host) are not fed to the graph
     for value in list(model.graph.inputs):

@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 
-from onnxjob.runtime import backend
+from onnxjob.runtime import backend, cuda_graph
 from onnxjob.graph.compiler import compile_job
 from onnxjob.graph.tracer import VariableRegistry
 from onnxjob.runtime.executor import Executor
@@ -34,6 +34,7 @@ class JobRuntime:
         self.compiled = compiled
         self.store = session.variable_values
         self.device = session.device
+        self.tf32 = session.tf32
         proto = compiled.to_proto()
         self.model_bytes = proto.SerializeToString()
         self._user_outputs = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
@@ -50,29 +51,95 @@ class JobRuntime:
             self.ort_session = None
             self._run = _nothing_to_compute
             return
-        try:
-            self.ort_session = backend.create_session(
-                self.model_bytes, self.device, compiled.is_train,
-                backend.cuda_provider_options(job.config))
-        except Exception as e:  # onnxruntime's own exception types
-            explained = backend.session_error(e, compiled.model)
-            if explained is None:
-                raise
-            raise explained from e
+        self._graph = None
+        graph_obstacle = cuda_graph.obstacle(job, compiled) if self.device == "cuda" else ""
+        self.ort_session = self._create_session(use_cuda_graph=graph_obstacle is None)
         order = [o.name for o in self.ort_session.get_outputs()]
         # graph output order is user outputs, watches, then state: checked, not assumed
         assert order == self._user_outputs + [o for _, o in self._state_items], order
         self._run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
             else self._run_host
-        if self.device != "cuda" and not compiled.is_train and not self._state_items:
+        if self._session_captures:
+            self._start_cuda_graph()
+        elif graph_obstacle:
+            cuda_graph.say_why(job.name, graph_obstacle)
+        if not compiled.is_train and not self._state_items:
             self._frozen = make_frozen_predictor(job.config, self.model_bytes,
-                                                 compiled.variable_inputs, self.store)
+                                                 compiled.variable_inputs, self.store,
+                                                 self._frozen_runner)
+
+    def _create_session(self, use_cuda_graph=False):
+        try:
+            session = backend.create_session(
+                self.model_bytes, self.device, self.compiled.is_train, self._cuda_options(),
+                cuda_graph=use_cuda_graph,
+                deterministic=self.job.config.get("cudnn_conv_use_deterministic_algo_only", False))
+            self._session_captures = use_cuda_graph
+            return session
+        except Exception as e:  # onnxruntime's own exception types
+            if use_cuda_graph:
+                # e.g. "all compute graph nodes have not been partitioned to the CUDA EP"
+                cuda_graph.say_why(self.job.name, str(e).strip().splitlines()[0])
+                return self._create_session(use_cuda_graph=False)
+            explained = backend.session_error(e, self.compiled.model)
+            if explained is None:
+                raise
+            raise explained from e
+
+    def _cuda_options(self):
+        return backend.cuda_provider_options(self.job.config, self.tf32)
+
+    def _frozen_runner(self, model_bytes):
+        """feeds -> outputs on `model_bytes`, this job with its variables as constants
+        (runtime/frozen.py); on CUDA replayed as a graph when this job's steps are."""
+        if self._graph is None:
+            session = backend.create_session(model_bytes, self.device, False, self._cuda_options())
+            return lambda feeds: session.run(None, feeds)
+        try:
+            session = backend.create_session(model_bytes, "cuda", False, self._cuda_options(),
+                                             cuda_graph=True)
+            runner = cuda_graph.CudaGraphRunner(session, [], [], self._user_outputs, self.store)
+        except Exception as e:  # onnxruntime's own exception types, CaptureFailed
+            cuda_graph.say_why(self.job.name, f"(frozen) {str(e).strip().splitlines()[0]}")
+            session = backend.create_session(model_bytes, "cuda", False, self._cuda_options())
+            return lambda feeds: session.run(None, feeds)
+
+        def replay(feeds):
+            if runner.fits(feeds):
+                try:
+                    return runner.run(feeds)
+                except cuda_graph.CaptureFailed as e:
+                    cuda_graph.say_why(self.job.name, f"(frozen) {e}")
+                    runner.fits = lambda feeds: False
+            return self._run(feeds)     # the fed session
+        return replay
+
+    def _start_cuda_graph(self):
+        """Replay steps as CUDA graphs (the session was created for them)."""
+        try:
+            self._graph = cuda_graph.CudaGraphRunner(
+                self.ort_session, self._variable_inputs, self._state_items,
+                self._user_outputs, self.store)
+        except cuda_graph.CaptureFailed as e:
+            self._no_cuda_graph(str(e))
+            return
+        self._run = self._run_cuda_graph
+
+    def _no_cuda_graph(self, reason):
+        """Say why once and replace the session created for graphs by a plain one."""
+        cuda_graph.say_why(self.job.name, reason)
+        self.ort_session = self._create_session(use_cuda_graph=False)
+        self._graph = None
+        self._run = self._run_cuda
 
     def run(self, feeds):
         """One run: `feeds` are the placeholders' arrays; the host pipeline adds its inputs;
         returns the user outputs and watched values (variables are updated in place)."""
         if self._pipeline is not None:
             feeds.update(self._pipeline.next_feeds())
+        frozen = self._frozen.session_for_call() if self._frozen is not None else None
+        if frozen is not None:
+            return frozen(feeds)
         return self._run(feeds)
 
     def close(self):
@@ -96,10 +163,18 @@ class JobRuntime:
             self.store[var_name] = value
         return [o.numpy() for o in outs[:n]]
 
+    def _run_cuda_graph(self, feeds):
+        if not self._graph.fits(feeds):
+            # a smaller mirrored batch than the declared shapes: not captured, and IOBinding
+            # would check the outputs against the declared shapes
+            return self._run_host(feeds)
+        try:
+            return self._graph.run(feeds)
+        except cuda_graph.CaptureFailed as e:
+            self._no_cuda_graph(str(e))
+            return self._run_cuda(feeds)
+
     def _run_host(self, feeds):
-        frozen = self._frozen.session_for_call() if self._frozen is not None else None
-        if frozen is not None:
-            return frozen.run(None, feeds)
         store = self.store
         for var_name, input_name in self._variable_inputs:
             feeds[input_name] = backend.host_array(store[var_name])
@@ -125,6 +200,7 @@ class Session(VariableRegistry):
         self.runtimes = {}
         self.is_running = False
         self.device = None
+        self.tf32 = None
         self.executor = Executor()
         self._start_lock = threading.RLock()
 
@@ -150,11 +226,12 @@ class Session(VariableRegistry):
         self.variable_values[name] = backend.to_device(array, self.device)
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self, seed=None):
+    def start(self, seed=None, tf32=None):
         """Compile every registered job (definition order) and initialise variables.
 
         `seed` (flow.config.seed) makes the initial values and every job's random nodes
-        reproducible; None draws fresh entropy."""
+        reproducible; None draws fresh entropy. `tf32`
+        (flow.config.enable_tensor_float_32_compute) allows TF32 math on the CUDA EP."""
         if self.is_running:
             return
         with self._start_lock:
@@ -164,6 +241,7 @@ class Session(VariableRegistry):
             for job in self.jobs.values():
                 requested = requested or job.config.get("execution_provider")
             self.device = backend.choose_device(requested)
+            self.tf32 = tf32
             compiled = []
             for job in self.jobs.values():
                 job_seed = None if seed is None else (seed ^ zlib.crc32(job.name.encode()))

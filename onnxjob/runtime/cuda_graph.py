@@ -1,0 +1,180 @@
+"""Job steps replayed as CUDA graphs: one launch per step instead of one per kernel.
+
+onnxruntime's CUDA EP (`enable_cuda_graph`) captures a run the first time it sees a graph
+id and replays it afterwards; a replay reads and writes the device addresses bound at
+capture, so every input and output lives in a buffer of fixed address:
+
+- feeds: one device buffer per placeholder, filled from the host before each step;
+- user outputs: one device buffer each, copied to the host after the step;
+- variables a step updates (a train job's weights and optimizer state): two buffer sets,
+  A and B. A step cannot write its new state over the inputs it is reading, so steps
+  alternate between two captured graphs, A -> B (graph id 1) and B -> A (graph id 2), and
+  the session's variable store points at whichever set holds the current values;
+- variables a job only reads: one buffer each.
+
+A buffer is refreshed from the variable store when another writer (another job, a
+checkpoint load, `flow.load_variables`) changed that variable since this job last saw
+it: the store counts writes per variable (VariableStore.versions).
+
+Jobs whose graphs cannot replay faithfully run without graphs, and the reason is printed
+once: random ops (a replay would repeat the captured step's random numbers), lists of
+tensors (shapes that change per call), outputs without a static shape, ops the CUDA EP
+does not run (onnxruntime refuses to capture a graph with CPU nodes).
+"""
+import os
+import sys
+
+import numpy as np
+import onnxruntime as ort
+
+from onnxjob.runtime import backend
+
+# ops whose results differ per run: a replay would repeat the numbers drawn at capture
+RANDOM_OPS = {"Dropout", "RandomUniform", "RandomUniformLike", "RandomNormal",
+              "RandomNormalLike", "Bernoulli", "Multinomial"}
+
+_NUMPY_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+                 "tensor(float16)": np.float16, "tensor(int32)": np.int32,
+                 "tensor(int64)": np.int64, "tensor(int8)": np.int8,
+                 "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+
+
+class CaptureFailed(RuntimeError):
+    """onnxruntime could not capture or replay the step as a CUDA graph."""
+
+
+def obstacle(job, compiled):
+    """Why `job` must run without CUDA graphs, or None when it may use them; "" when the
+    user turned them off (nothing to say)."""
+    if job.config.get("enable_cuda_graph", True) is False or \
+            os.environ.get("ONNXJOB_CUDA_GRAPH", "1") == "0":
+        return ""
+    if compiled.has_sequences:
+        return "it returns lists of tensors, whose shapes change between calls"
+    random_ops = sorted({n.op_type for n in compiled.model.graph if n.op_type in RANDOM_OPS})
+    if random_ops:
+        return (f"its random ops ({', '.join(random_ops)}) would repeat the same numbers in "
+                "every replay")
+    return None
+
+
+def say_why(job_name, reason):
+    """The one line telling that a job runs without CUDA graphs."""
+    print(f"onnxjob: job {job_name!r} runs without CUDA graphs: {reason}", file=sys.stderr)
+
+
+class CudaGraphRunner:
+    """Runs one job's steps as CUDA graph replays (see the module docstring).
+
+    `session` was created with `enable_cuda_graph`; `variable_inputs` are (variable,
+    graph input) pairs, `state_items` (variable, graph output) pairs, `user_outputs` the
+    graph outputs returned to the caller; `store` is the session's VariableStore."""
+
+    def __init__(self, session, variable_inputs, state_items, user_outputs, store):
+        self._session = session
+        self._store = store
+        outputs = {o.name: o for o in session.get_outputs()}
+        self._output_specs = [_static_spec(outputs[name]) for name in user_outputs]
+        self._variable_inputs = list(variable_inputs)
+        self._state = dict(state_items)             # variable -> graph output
+        self._feed_buffers = None                   # graph input -> device buffer
+        self._output_buffers = [_device_buffer(shape, dtype) for shape, dtype in self._output_specs]
+        self._sets = None                           # [A, B]: variable -> device buffer
+        self._bindings = None
+        self._run_options = [_graph_run_options(1), _graph_run_options(2)]
+        self._captured = [False, False]
+        self._parity = 0
+        self._seen_version = {}                     # variable -> store version in our buffer
+        self._user_outputs = list(user_outputs)
+
+    def fits(self, feeds):
+        """Whether `feeds` have the shapes and dtypes the captured graphs were bound to."""
+        if self._feed_buffers is None:
+            return True
+        for name, value in feeds.items():
+            buffer = self._feed_buffers.get(name)
+            if buffer is None or tuple(buffer.shape()) != value.shape or \
+                    _NUMPY_DTYPES.get(buffer.data_type()) != value.dtype:
+                return False
+        return True
+
+    def run(self, feeds):
+        """One step: returns the user outputs as NumPy arrays and points the store at the
+        updated variables. Raises CaptureFailed when onnxruntime cannot capture."""
+        if self._bindings is None:
+            self._bind(feeds)
+        p = self._parity
+        for name, value in feeds.items():
+            self._feed_buffers[name].update_inplace(np.ascontiguousarray(value))
+        self._refresh_variables(self._sets[p])
+        try:
+            self._session.run_with_iobinding(self._bindings[p], self._run_options[p])
+        except Exception as e:   # onnxruntime's own exception types
+            if self._captured[p]:
+                raise
+            raise CaptureFailed(str(e).strip().splitlines()[0]) from e
+        self._captured[p] = True
+        if self._state:
+            written = self._sets[1 - p]
+            for variable in self._state:
+                self._store[variable] = written[variable]
+                self._seen_version[variable] = self._store.versions[variable]
+            self._parity = 1 - p
+        return [buffer.numpy() for buffer in self._output_buffers]
+
+    def _bind(self, feeds):
+        """Allocate the fixed buffers and make the two bindings (one without state)."""
+        self._feed_buffers = {name: _device_buffer(v.shape, v.dtype) for name, v in feeds.items()}
+        set_a, set_b = {}, {}
+        for variable, _ in self._variable_inputs:
+            value = backend.host_array(self._store[variable])
+            set_a[variable] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value),
+                                                               "cuda", 0)
+            self._seen_version[variable] = self._store.versions[variable]
+            set_b[variable] = (_device_buffer(value.shape, value.dtype)
+                               if variable in self._state else set_a[variable])
+        self._sets = [set_a, set_b]
+        self._bindings = [self._make_binding(set_a, set_b), self._make_binding(set_b, set_a)]
+
+    def _make_binding(self, reads, writes):
+        binding = self._session.io_binding()
+        for name, buffer in self._feed_buffers.items():
+            binding.bind_ortvalue_input(name, buffer)
+        for variable, input_name in self._variable_inputs:
+            binding.bind_ortvalue_input(input_name, reads[variable])
+        for name, buffer in zip(self._user_outputs, self._output_buffers):
+            binding.bind_ortvalue_output(name, buffer)
+        for variable, output_name in self._state.items():
+            binding.bind_ortvalue_output(output_name, writes[variable])
+        return binding
+
+    def _refresh_variables(self, buffers):
+        """Copy into `buffers` every variable written by someone else since we saw it."""
+        store, versions, seen = self._store, self._store.versions, self._seen_version
+        for variable, _ in self._variable_inputs:
+            version = versions[variable]
+            if seen[variable] != version:
+                value = store[variable]
+                if value is not buffers[variable]:
+                    buffers[variable].update_inplace(
+                        np.ascontiguousarray(backend.host_array(value)))
+                seen[variable] = version
+
+
+def _graph_run_options(graph_id):
+    options = ort.RunOptions()
+    options.add_run_config_entry("gpu_graph_id", str(graph_id))
+    return options
+
+
+def _static_spec(node_arg):
+    """(shape, dtype) of a graph output, or CaptureFailed when its shape is not static."""
+    shape = node_arg.shape
+    if any(not isinstance(d, int) for d in shape) or node_arg.type not in _NUMPY_DTYPES:
+        raise CaptureFailed(f"output {node_arg.name!r} has no static shape and type "
+                            f"({node_arg.type}{list(shape)})")
+    return tuple(shape), _NUMPY_DTYPES[node_arg.type]
+
+
+def _device_buffer(shape, dtype):
+    return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, "cuda", 0)

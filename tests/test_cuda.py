@@ -1,0 +1,143 @@
+"""The CUDA path: device-resident variables, CUDA graph replays, and the notice when a GPU
+is present but onnxruntime cannot use it. The GPU tests skip without a usable CUDA EP;
+the notice tests run everywhere (they fake the machine)."""
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+from onnxjob.runtime import backend, cuda_libraries
+from onnxjob.runtime.session import default_session
+
+from models import BATCH, lenet, random_batch
+
+needs_cuda = pytest.mark.skipif(not backend.cuda_usable(),
+                                reason="needs a GPU usable by onnxruntime's CUDA EP")
+
+
+def define_lenet_jobs(cuda_graph, dropout=False):
+    config = flow.function_config()
+    config.execution_provider("cuda")
+    config.enable_cuda_graph(cuda_graph)
+
+    @flow.global_function(type="train", function_config=config)
+    def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float),
+                  labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        logits = lenet(images, train=dropout)
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
+        lr = flow.optimizer.PiecewiseConstantScheduler([], [0.05])
+        flow.optimizer.SGD(lr, momentum=0.9).minimize(loss)
+        return loss
+
+    @flow.global_function(type="predict", function_config=config)
+    def eval_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float)) -> tp.Numpy:
+        return lenet(images)
+
+    return train_job, eval_job
+
+
+def train_and_predict(cuda_graph, initial=None, steps=5):
+    """Alternate train steps and predictions on a few batches; return the losses, the
+    predictions, the final variables and the train job's runtime."""
+    flow.clear_default_session()
+    flow.config.seed(7)
+    train_job, eval_job = define_lenet_jobs(cuda_graph)
+    if initial is not None:
+        flow.load_variables(initial)
+    losses, predictions = [], []
+    for step in range(steps):
+        images, labels = random_batch(step)
+        losses.append(train_job(images, labels))
+        if step % 2:
+            predictions.append(eval_job(images))
+    final = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    return losses, predictions, final, default_session().runtimes["train_job"]
+
+
+@needs_cuda
+def test_cuda_graph_steps_match_plain_cuda_steps():
+    plain_losses, plain_predictions, plain_final, plain = train_and_predict(False)
+    losses, predictions, final, graphed = train_and_predict(True)
+    assert plain._graph is None and graphed._graph is not None, "graphs were not used"
+    for ours, ref in zip(losses + predictions, plain_losses + plain_predictions):
+        np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)
+    for name, value in plain_final.items():
+        np.testing.assert_allclose(final[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+@needs_cuda
+def test_cuda_graph_buffers_follow_a_checkpoint_load():
+    """Loading variables between replays must reach the captured graphs' buffers."""
+    losses, _, after, _ = train_and_predict(True, steps=4)
+    reloaded_losses, _, reloaded_after, _ = train_and_predict(True, steps=4)
+    np.testing.assert_allclose(reloaded_losses, losses, rtol=1e-5)
+    # now continue from `after` in a fresh session, and from the middle of a graph run
+    flow.clear_default_session()
+    train_job, _ = define_lenet_jobs(True)
+    images, labels = random_batch(0)
+    for _ in range(3):     # both captured graphs run, the store points into their buffers
+        train_job(images, labels)
+    flow.load_variables(after)
+    first = train_job(images, labels)
+    flow.clear_default_session()
+    train_job, _ = define_lenet_jobs(False)
+    flow.load_variables(after)
+    np.testing.assert_allclose(first, train_job(images, labels), rtol=1e-4, atol=1e-5)
+    assert np.isfinite(reloaded_after["conv1-weight"]).all()
+
+
+@needs_cuda
+def test_random_ops_run_without_cuda_graph_and_say_why(capfd):
+    train_job, _ = define_lenet_jobs(True, dropout=True)
+    images, labels = random_batch(0)
+    a, b = train_job(images, labels), train_job(images, labels)
+    assert default_session().runtimes["train_job"]._graph is None
+    assert "runs without CUDA graphs: its random ops (Dropout)" in capfd.readouterr().err
+    assert not np.array_equal(a, b)
+
+
+@needs_cuda
+def test_variables_stay_on_the_device_between_steps():
+    train_job, _ = define_lenet_jobs(True)
+    images, labels = random_batch(0)
+    train_job(images, labels)
+    train_job(images, labels)
+    stored = default_session().variable_values
+    assert all(isinstance(v, ort.OrtValue) and v.device_name().lower() == "cuda"
+               for v in stored.values())
+
+
+def test_gpu_without_cuda_provider_says_which_package(monkeypatch, capfd):
+    monkeypatch.setattr(cuda_libraries, "gpu_present", lambda: True)
+    monkeypatch.setattr(ort, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    monkeypatch.delenv("ONNXJOB_DEVICE", raising=False)
+    backend.warn_gpu_unused.cache_clear()
+    try:
+        message = backend.warn_gpu_unused()
+    finally:
+        backend.warn_gpu_unused.cache_clear()
+    assert "NVIDIA GPU" in message and "CPU-only build" in message
+    assert message in capfd.readouterr().err
+
+
+def test_gpu_with_missing_cuda_library_names_it(monkeypatch):
+    monkeypatch.setattr(ort, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+
+    def missing_cudnn(path, mode=0):
+        if path.endswith("libonnxruntime_providers_cuda.so"):
+            raise OSError("libcudnn.so.9: cannot open shared object file: No such file or directory")
+
+    monkeypatch.setattr(cuda_libraries.ctypes, "CDLL", missing_cudnn)
+    reason = cuda_libraries.provider_load_error()
+    assert "libcudnn.so.9 is not found" in reason and "LD_LIBRARY_PATH" in reason
+
+
+def test_no_notice_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(cuda_libraries, "gpu_present", lambda: False)
+    backend.warn_gpu_unused.cache_clear()
+    try:
+        assert backend.warn_gpu_unused() is None
+    finally:
+        backend.warn_gpu_unused.cache_clear()
