@@ -1,7 +1,7 @@
 """onnxjob on onnxruntime's CUDA EP vs PyTorch CUDA eager, and vs plain onnxruntime.
 
     ONNXJOB_DEVICE=cuda python bench/bench_gpu.py [--models lenet,resnet50] [--batch 64]
-        [--rounds 5] [--algo-search EXHAUSTIVE|HEURISTIC|DEFAULT] [--no-cuda-graph]
+        [--rounds 5] [--algo-search EXHAUSTIVE|HEURISTIC|DEFAULT] [--cuda-graph both|on|off]
 
 - doc LeNet (batch 100, no dropout) train step and predict, with and without CUDA graphs
   (runtime/cuda_graph.py), each phase interleaved with PyTorch eager on the same weights;
@@ -35,7 +35,8 @@ def parse():
     p.add_argument("--models", default="lenet,resnet50")
     p.add_argument("--batch", type=int, default=64, help="ResNet50 batch")
     p.add_argument("--algo-search", default=None, help="cudnn_conv_algo_search for every job")
-    p.add_argument("--no-cuda-graph", action="store_true", help="only the runs without graphs")
+    p.add_argument("--cuda-graph", default="both", choices=("both", "on", "off"),
+                   help="the runs with CUDA graphs, without, or both")
     p.add_argument("--device", default="cuda", help="cpu: the same comparison on the CPU "
                    "(a quick check of this script where no GPU is)")
     return p.parse_args()
@@ -200,7 +201,9 @@ def main():
     from common import print_table
     assert args.device == "cpu" or torch.cuda.is_available(), "PyTorch sees no GPU"
     rows, serving, firsts = [], [], []
-    graph_settings = [False] if args.no_cuda_graph or args.device == "cpu" else [True, False]
+    graph_settings = {"both": [True, False], "on": [True], "off": [False]}[args.cuda_graph]
+    if args.device == "cpu":
+        graph_settings = [False]
     for cuda_graph in graph_settings:
         if "lenet" in args.models:
             r, first = bench_lenet(flow, torch, args, cuda_graph)

@@ -27,6 +27,8 @@ def main():
     p.add_argument("--top", type=int, default=8, help="how many of the slowest nodes to list")
     p.add_argument("--batch", type=int, default=8, help="resnet50's batch size")
     p.add_argument("--device", default="cpu", help="cpu or cuda (the job is compiled for it)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="first runs left out (allocations, cuDNN's algorithm search)")
     args = p.parse_args()
     os.environ["ONNXJOB_DEVICE"] = args.device
     from common import compiled_train_job
@@ -38,7 +40,7 @@ def main():
     providers = ["CUDAExecutionProvider"] if args.device == "cuda" else []
     sess = ort.InferenceSession(rt.model_bytes, opts, providers=providers + ["CPUExecutionProvider"],
                                 disabled_optimizers=["EliminateDropout"])
-    for _ in range(args.steps):
+    for _ in range(args.warmup + args.steps):
         sess.run(None, feeds)
     path = sess.end_profiling()
     with open(path) as f:
@@ -46,8 +48,11 @@ def main():
     per_op = collections.Counter()
     per_node = collections.Counter()
     shapes = {}
+    runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
+    counted_from = runs[args.warmup] if args.warmup else 0
     for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and \
+                e["ts"] >= counted_from:
             per_op[e["args"]["op_name"]] += e["dur"]
             key = (e["args"]["op_name"], e["name"][:-12])
             per_node[key] += e["dur"]

@@ -12,7 +12,7 @@ import onnxjob.typing as tp
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from passes import (AlignBroadcastRanks, FoldReshapes, FoldTransposeIntoGemm, KeepOnCuda,
-                    MaskBeforeMaxUnpool, op_counts)
+                    MaskBeforeMaxUnpool, SplitChannelReductions, op_counts)
 
 
 def build(fn, *shapes):
@@ -244,3 +244,21 @@ def test_keep_on_cuda_runs_only_for_cuda_jobs():
     from passes import default_passes
     assert not any(isinstance(p, KeepOnCuda) for p in default_passes("cpu"))
     assert any(isinstance(p, KeepOnCuda) for p in default_passes("cuda"))
+
+
+@pytest.mark.parametrize("reduce_op,keepdims", [("ReduceMean", 1), ("ReduceSum", 0),
+                                                ("ReduceSum", 1)])
+def test_split_channel_reductions(reduce_op, keepdims):
+    def per_channel(x):     # opset 17: ReduceMean takes axes as an attribute
+        if reduce_op == "ReduceMean":
+            return op(reduce_op, x, axes=[0, 2, 3], keepdims=keepdims)
+        return op(reduce_op, x, x.builder.constant(np.array([0, 2, 3], np.int64)),
+                  keepdims=keepdims)
+    check(SplitChannelReductions(), per_channel, [(4, 3, 5, 6)], {reduce_op: 1},
+          {reduce_op: 2, "Reshape": 2})
+
+
+def test_split_channel_reductions_leaves_other_axes_alone():
+    def spatial(x):
+        return op("ReduceSum", x, x.builder.constant(np.array([2, 3], np.int64)), keepdims=1)
+    assert not SplitChannelReductions()(build(spatial, (4, 3, 5, 6))).modified

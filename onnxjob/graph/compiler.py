@@ -45,6 +45,10 @@ def _as_output(builder, blob, name, taken):
             value.shape = None
     name = builder.unique_value_name(name)
     value.name = name
+    if blob.is_dynamic and not blob.is_tensor_list and value.shape is not None:
+        # a mirrored input may be smaller than its placeholder, so may this output be:
+        # its declared shape must not promise the placeholder's dims
+        value.shape = ir.Shape([f"{name}_d{i}" for i in range(len(value.shape))])
     taken.add(value)
     builder.graph.outputs.append(value)
     return name

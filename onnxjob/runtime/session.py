@@ -52,14 +52,15 @@ class JobRuntime:
             self._run = _nothing_to_compute
             return
         self._graph = None
+        self._uncaptured = None     # a plain session for feeds the captured graphs do not fit
         graph_obstacle = cuda_graph.obstacle(job, compiled) if self.device == "cuda" else ""
-        self.ort_session = self._create_session(use_cuda_graph=graph_obstacle is None)
+        self.ort_session, captures = self._create_session(use_cuda_graph=graph_obstacle is None)
         order = [o.name for o in self.ort_session.get_outputs()]
         # graph output order is user outputs, watches, then state: checked, not assumed
         assert order == self._user_outputs + [o for _, o in self._state_items], order
         self._run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
             else self._run_host
-        if self._session_captures:
+        if captures:
             self._start_cuda_graph()
         elif graph_obstacle:
             cuda_graph.say_why(job.name, graph_obstacle)
@@ -69,13 +70,13 @@ class JobRuntime:
                                                  self._frozen_runner)
 
     def _create_session(self, use_cuda_graph=False):
+        """(onnxruntime session, whether it captures CUDA graphs)."""
         try:
             session = backend.create_session(
                 self.model_bytes, self.device, self.compiled.is_train, self._cuda_options(),
                 cuda_graph=use_cuda_graph,
                 deterministic=self.job.config.get("cudnn_conv_use_deterministic_algo_only", False))
-            self._session_captures = use_cuda_graph
-            return session
+            return session, use_cuda_graph
         except Exception as e:  # onnxruntime's own exception types
             if use_cuda_graph:
                 # e.g. "all compute graph nodes have not been partitioned to the CUDA EP"
@@ -128,7 +129,7 @@ class JobRuntime:
     def _no_cuda_graph(self, reason):
         """Say why once and replace the session created for graphs by a plain one."""
         cuda_graph.say_why(self.job.name, reason)
-        self.ort_session = self._create_session(use_cuda_graph=False)
+        self.ort_session, _ = self._create_session(use_cuda_graph=False)
         self._graph = None
         self._run = self._run_cuda
 
@@ -165,20 +166,22 @@ class JobRuntime:
 
     def _run_cuda_graph(self, feeds):
         if not self._graph.fits(feeds):
-            # a smaller mirrored batch than the declared shapes: not captured, and IOBinding
-            # would check the outputs against the declared shapes
-            return self._run_host(feeds)
+            # a smaller mirrored batch than the first: the session that captures would
+            # replay its graph for the first shapes; a plain session runs this one
+            if self._uncaptured is None:
+                self._uncaptured, _ = self._create_session(use_cuda_graph=False)
+            return self._run_host(feeds, self._uncaptured)
         try:
             return self._graph.run(feeds)
         except cuda_graph.CaptureFailed as e:
             self._no_cuda_graph(str(e))
             return self._run_cuda(feeds)
 
-    def _run_host(self, feeds):
+    def _run_host(self, feeds, session=None):
         store = self.store
         for var_name, input_name in self._variable_inputs:
             feeds[input_name] = backend.host_array(store[var_name])
-        outs = self.ort_session.run(None, feeds)
+        outs = (session or self.ort_session).run(None, feeds)
         n = self._n_user
         for var_name, value in zip(self._state_names, outs[n:]):
             store[var_name] = backend.from_host(value, self.device)
