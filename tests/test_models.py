@@ -109,7 +109,10 @@ def test_export_train_job_checks_and_computes_the_same_step(tmp_path):
     onnx.checker.check_model(model, full_check=True)
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    outs = dict(zip(names, sess.run(None, {"images": images, "labels": labels})))
+    # the state goes in as inputs, from the initial values exported beside them
+    initial = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    state = {k: initial[f"{k}/initial"] for k in before}
+    outs = dict(zip(names, sess.run(None, {"images": images, "labels": labels, **state})))
     np.testing.assert_allclose(outs["output_0"], loss, rtol=1e-5, atol=1e-6)
     for k in before:
         np.testing.assert_allclose(outs[f"{k}/next"], after[k], rtol=1e-5, atol=1e-6, err_msg=k)

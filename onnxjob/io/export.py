@@ -1,11 +1,31 @@
 """Export a compiled job as a self-contained `.onnx` file.
 
-Variables become initializers holding their current values, so the file runs in plain
-onnxruntime with only the job's placeholders as inputs. Each node keeps the user's
-`file:line` in its `source` metadata property.
+A predict job's variables become initializers holding their current values, so the file
+runs in plain onnxruntime with only the job's placeholders as inputs.
+
+A train job becomes a **train step**: forward, backward and the optimizer's update, with
+every variable it updates (weights, optimizer state, step counter) a graph input and its
+new value a `<variable>/next` output. The current values travel in the file as
+initializers named `<input>/initial`, which no node reads: a caller reads them once, feeds
+the placeholders and the state, and feeds each step's `/next` outputs back as the next
+step's state. (They are not defaults of the inputs: onnxruntime-node does not let a caller
+override an input that has an initializer, and silently keeps the initializer.) Variables
+the step reads but never updates become constants. The model's metadata property
+`onnxjob.train_step` describes this in JSON (documented in the README):
+
+    {"format": "onnxjob.train_step", "version": 1,
+     "feeds":   [{"name", "shape", "dtype"}, ...],            the placeholders
+     "outputs": [{"name", "shape", "dtype"}, ...],            what the job returns
+     "state":   [{"variable", "input", "output", "initial", "shape", "dtype"}, ...],
+     "fixed":   [{"variable", "initializer", "shape", "dtype"}, ...]}   constants
+
+Each node keeps the user's `file:line` in its `source` metadata property.
 """
+import json
+
 import numpy as np
 import onnx
+from onnx import helper
 
 from onnxjob.graph.compiler import check_model
 from onnxjob.frontend.config import started_session
@@ -18,7 +38,9 @@ def job_model_proto(job_fn, with_variables=True):
     runtime = session.runtimes[name]
     proto = onnx.ModelProto()
     proto.CopyFrom(runtime.compiled.to_proto())
-    if with_variables:
+    if with_variables and runtime.compiled.is_train:
+        _make_train_step(proto, runtime.compiled, session)
+    elif with_variables:
         graph = proto.graph
         keep = []
         variable_of_input = {i: v for v, i in runtime.compiled.variable_inputs.items()}
@@ -33,8 +55,51 @@ def job_model_proto(job_fn, with_variables=True):
     return proto
 
 
+TRAIN_STEP_FORMAT = "onnxjob.train_step"
+
+
+def _make_train_step(proto, compiled, session):
+    """Give every variable input an initializer (its current value) and describe the
+    step's feeds, outputs and state pairs in the model's metadata (module docstring)."""
+    graph = proto.graph
+    info = {v.name: v for v in list(graph.input) + list(graph.output)}
+
+    def describe(name, **extra):
+        tensor = info[name].type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param
+                for d in tensor.shape.dim]
+        dtype = helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
+        return {**extra, **({"name": name} if not extra else {}), "shape": dims, "dtype": dtype}
+
+    state, fixed, constant_inputs = [], [], set()
+    for variable, input_name in compiled.variable_inputs.items():
+        value = np.asarray(session.variable_numpy(variable))
+        output_name = compiled.state_outputs.get(variable)
+        if output_name is None:
+            fixed.append(describe(input_name, variable=variable, initializer=input_name))
+            graph.initializer.append(onnx.numpy_helper.from_array(value, input_name))
+            constant_inputs.add(input_name)
+        else:
+            initial = f"{input_name}/initial"
+            state.append(describe(input_name, variable=variable, input=input_name,
+                                  output=output_name, initial=initial))
+            graph.initializer.append(onnx.numpy_helper.from_array(value, initial))
+    kept = [i for i in graph.input if i.name not in constant_inputs]
+    del graph.input[:]
+    graph.input.extend(kept)
+    outputs = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
+    description = {"format": TRAIN_STEP_FORMAT, "version": 1,
+                   "feeds": [describe(n) for n in compiled.placeholder_names],
+                   "outputs": [describe(n) for n in outputs],
+                   "state": state, "fixed": fixed}
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = TRAIN_STEP_FORMAT, json.dumps(description)
+
+
 def export(job_fn, path, check=True):
-    """Write `job_fn`'s graph with current variable values to `path` (checked by onnx)."""
+    """Write `job_fn`'s graph with current variable values to `path` (checked by onnx):
+    a predict job's variables as constants, a train job as a train step (module
+    docstring)."""
     proto = job_model_proto(job_fn)
     if check:
         check_model(proto)
