@@ -1,4 +1,6 @@
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -6,6 +8,20 @@ import onnxjob as flow
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MNIST = os.path.abspath(os.path.join(HERE, "..", "..", "shared", "data", "mnist.npz"))
+_OWN_CACHE = []
+
+
+def pytest_configure(config):
+    """The run's own session cache (runtime/session_cache.py), removed at the end: the
+    tests use it (a graph built twice is loaded from it) without filling the user's."""
+    if "ONNXJOB_CACHE_DIR" not in os.environ:
+        _OWN_CACHE.append(tempfile.mkdtemp(prefix="onnxjob-test-cache-"))
+        os.environ["ONNXJOB_CACHE_DIR"] = _OWN_CACHE[0]
+
+
+def pytest_unconfigure(config):
+    for folder in _OWN_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

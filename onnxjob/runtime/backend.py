@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime as ort
 
 from onnxjob.errors import DeviceUnavailableError, TraceError
-from onnxjob.runtime import cuda_libraries
+from onnxjob.runtime import cuda_libraries, session_cache
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -116,9 +116,10 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
 
 
 def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=False,
-                   deterministic=False):
+                   deterministic=False, cached=False):
     """An InferenceSession on `device`, checked: no silent CPU fallback. `cuda_graph`
-    asks the CUDA EP to capture the run as a CUDA graph (runtime/cuda_graph.py)."""
+    asks the CUDA EP to capture the run as a CUDA graph (runtime/cuda_graph.py); `cached`
+    (CPU only) reuses or stores onnxruntime's optimized model (runtime/session_cache.py)."""
     opts = session_options(is_train, device=device, deterministic=deterministic)
     cuda_options = dict(cuda_options or {})
     if cuda_graph:
@@ -127,8 +128,19 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
     # NOTE: EliminateDropout removes a Dropout whose mask is unused even in training mode;
     # train graphs must keep dropping, so it is disabled for them.
     disabled = ["EliminateDropout"] if is_train else None
+    cache_path = session_cache.cached_model_path(model_bytes, is_train, opts.use_deterministic_compute) \
+        if cached and device == "cpu" else None
+    if cache_path is not None and os.path.isfile(cache_path):
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session_cache.touch(cache_path)
+        return ort.InferenceSession(cache_path, opts, providers=providers)
+    written = None
+    if cache_path is not None:
+        written = opts.optimized_model_filepath = session_cache.writing_to(cache_path)
     sess = ort.InferenceSession(model_bytes, opts, providers=providers,
                                 disabled_optimizers=disabled)
+    if written is not None:
+        session_cache.publish(written, cache_path)
     if device == "cuda" and CUDA not in sess.get_providers():
         raise DeviceUnavailableError(f"onnxruntime fell back to {sess.get_providers()} although "
                                      "the CUDA execution provider was requested")

@@ -74,7 +74,7 @@ class JobRuntime:
         try:
             session = backend.create_session(
                 self.model_bytes, self.device, self.compiled.is_train, self._cuda_options(),
-                cuda_graph=use_cuda_graph,
+                cuda_graph=use_cuda_graph, cached=True,
                 deterministic=self.job.config.get("cudnn_conv_use_deterministic_algo_only", False))
             return session, use_cuda_graph
         except Exception as e:  # onnxruntime's own exception types
