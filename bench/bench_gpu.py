@@ -109,7 +109,7 @@ def bench_lenet(flow, torch, args, cuda_graph):
 def bench_resnet(flow, torch, args, cuda_graph):
     import onnxjob.typing as tp
     from common import interleaved
-    from resnet_twin import ResNet50Twin, smoothed_softmax_ce
+    from bench_resnet import torch_side
     from zoo import model_args, model_builder, smoothed_labels
     flow.clear_default_session()
     build, margs, batch = model_builder("resnet50"), model_args(), args.batch
@@ -139,24 +139,7 @@ def bench_resnet(flow, torch, args, cuda_graph):
     train_job(x, y)
     first = time.perf_counter() - start
     values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
-    weights = {k: torch.tensor(v, device=args.device,
-                               requires_grad=k.rsplit("-", 1)[1] in ("weight", "bias", "gamma", "beta"))
-               for k, v in values.items() if k.startswith("Resnet-")}
-    twin = ResNet50Twin(weights)
-    opt = torch.optim.SGD([w for w in weights.values() if w.requires_grad], lr=0.01,
-                          momentum=0.875, weight_decay=1.0 / 32768)
-    tx, ty = torch.tensor(x, device=args.device), torch.tensor(y, device=args.device)
-
-    def torch_train():
-        opt.zero_grad(set_to_none=True)
-        loss = smoothed_softmax_ce(twin.forward(tx, training=True), ty)
-        loss.backward()
-        opt.step()
-        return loss.item()
-
-    def torch_predict(batch_x):
-        with torch.no_grad():
-            return twin.forward(torch.from_numpy(batch_x).to(args.device), training=False).cpu().numpy()
+    torch_train, torch_predict = torch_side(torch, values, x, y, args.device)
 
     calls = max(1, args.calls // 2)
     train = interleaved({"onnxjob": lambda: train_job(x, y), "torch": torch_train},

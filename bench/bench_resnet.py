@@ -30,15 +30,17 @@ def parse():
     return p.parse_args()
 
 
-def torch_side(torch, values, x, y):
+def torch_side(torch, values, x, y, device="cpu"):
+    """PyTorch's train step and predict on tests/resnet_twin.py with the job's `values`,
+    on `device`; predict(batch) copies a host batch in (default: `x`, already there)."""
     from resnet_twin import ResNet50Twin, smoothed_softmax_ce
-    weights = {k: torch.tensor(v, requires_grad=k.rsplit("-", 1)[1] in
+    weights = {k: torch.tensor(v, device=device, requires_grad=k.rsplit("-", 1)[1] in
                                ("weight", "bias", "gamma", "beta"))
                for k, v in values.items() if k.startswith("Resnet-")}
     twin = ResNet50Twin(weights)
     trainable = [w for w in weights.values() if w.requires_grad]
     opt = torch.optim.SGD(trainable, lr=0.01, momentum=0.875, weight_decay=1.0 / 32768)
-    tx, ty = torch.tensor(x), torch.tensor(y)
+    tx, ty = torch.tensor(x, device=device), torch.tensor(y, device=device)
 
     def train_step():
         opt.zero_grad(set_to_none=True)
@@ -47,9 +49,10 @@ def torch_side(torch, values, x, y):
         opt.step()
         return loss.item()
 
-    def predict():
+    def predict(batch=None):
         with torch.no_grad():
-            return twin.forward(tx, training=False).numpy()
+            inputs = tx if batch is None else torch.from_numpy(batch).to(device)
+            return twin.forward(inputs, training=False).cpu().numpy()
     return train_step, predict
 
 
