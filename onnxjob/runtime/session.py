@@ -24,9 +24,12 @@ class JobRuntime:
     """A compiled job bound to an onnxruntime session and the session's variables.
 
     On CUDA the variables are device-resident OrtValues bound with IOBinding, so a step
-    never copies weights through the host. On CPU the variables are owned NumPy arrays
-    that onnxruntime reads in place; plain `run` is used there because IOBinding costs
-    ~30 us more per call for no saved copy.
+    never copies weights through the host, and steps replay as CUDA graphs where the job
+    allows it (runtime/cuda_graph.py; otherwise one line says why). On CPU the variables
+    are owned NumPy arrays that onnxruntime reads in place; plain `run` is used there
+    because IOBinding costs ~30 us more per call for no saved copy. Predict jobs switch to
+    a session with their variables as constants once those stop changing
+    (runtime/frozen.py).
     """
 
     def __init__(self, job, compiled, session):
