@@ -1,6 +1,7 @@
 """Command line.
 
     python -m onnxjob run script.py [ARGS...]           run a script written for OneFlow
+    python -m onnxjob run --nproc N script.py [ARGS...] N data-parallel ranks (onnxjob/launch.py)
     python -m onnxjob export script.py:job -o m.onnx    write a job function as an .onnx file
 
 `run` executes the script as `__main__` with `import oneflow` (and
@@ -55,6 +56,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m onnxjob")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a script written for OneFlow with onnxjob")
+    run.add_argument("--nproc", type=int, default=1,
+                     help="ranks of a data-parallel run on this machine (torch.distributed)")
     run.add_argument("script", help="the script (its `import oneflow` gets onnxjob)")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     exp = sub.add_parser("export", help="write a job function as an .onnx file")
@@ -62,6 +65,9 @@ def main(argv=None):
     exp.add_argument("-o", "--output", required=True, help="the .onnx file to write")
     exp.add_argument("--checkpoint", help="load variables from this checkpoint directory first")
     args = parser.parse_args(argv)
+    if args.command == "run" and args.nproc > 1:
+        from onnxjob.launch import launch
+        sys.exit(launch(_script_path(parser, args.script), args.args, args.nproc))
     if args.command == "run":
         run_script(_script_path(parser, args.script), args.args)
     else:

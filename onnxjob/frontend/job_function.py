@@ -9,6 +9,7 @@ from onnxjob import dtypes
 from onnxjob.frontend import results
 from onnxjob import typing as tp
 from onnxjob.frontend.config import FunctionConfig, process_config, started_session
+from onnxjob.runtime import distributed
 from onnxjob.runtime.session import default_session
 from onnxjob.train.optimizer import resolve_optimizer
 from onnxjob.source_info import user_location
@@ -77,7 +78,9 @@ class JobFunction:
         Returns (placeholder names, output Blobs, output tree); the optimizer of the old
         `config.train.*` API is resolved onto the builder here.
         """
-        args = [_placeholders(builder, ann, pname)
+        # a data-parallel train step sees this rank's rows (runtime/distributed.py)
+        split = self.is_train and distributed.enabled()
+        args = [_placeholders(builder, ann, pname, split)
                 for pname, ann in zip(self.param_names, self.param_annotations)]
         ret = self.func(*args)
         blobs = []
@@ -115,6 +118,9 @@ class JobFunction:
             device_feeds = _exact_numpy_feeds(self._numpy_params, args, returns_before_run)
         if device_feeds is None:
             device_feeds = self._checked_feeds(args)
+        if self.is_train and session.data_parallel:
+            device_feeds = [{name: distributed.local_rows(value) for name, value in feeds.items()}
+                            for feeds in device_feeds]
         if len(device_feeds) > 1 and self.is_train:
             raise NotImplementedError(
                 f"{user_location()}: job {self.name!r} got mirrored inputs for "
@@ -133,14 +139,18 @@ class JobFunction:
         return executor.run_sync(call)
 
 
-def _placeholders(builder, annotation, name):
-    """The placeholder Blob(s) of one parameter (a tuple of them for Tuple[...])."""
+def _placeholders(builder, annotation, name, split=False):
+    """The placeholder Blob(s) of one parameter (a tuple of them for Tuple[...]); with
+    `split`, a Numpy placeholder holds this rank's share of the batch."""
     if typing.get_origin(annotation) is tuple:
-        return tuple(_placeholders(builder, a, f"{name}_{i}")
+        return tuple(_placeholders(builder, a, f"{name}_{i}", split)
                      for i, a in enumerate(typing.get_args(annotation)))
     dynamic = issubclass(annotation, (tp.ListNumpyDef,))
     tensor_list = issubclass(annotation, tp.ListListNumpyDef)
-    blob = builder.add_input(name, annotation.shape, annotation.np_dtype(), dynamic=dynamic,
+    shape = annotation.shape
+    if split and issubclass(annotation, tp.NumpyDef):
+        shape = distributed.local_batch(shape, f"placeholder {name!r}")
+    blob = builder.add_input(name, shape, annotation.np_dtype(), dynamic=dynamic,
                              tensor_list=tensor_list)
     blob.is_dynamic = dynamic or tensor_list
     return blob

@@ -14,7 +14,8 @@ class CompiledGraph:
     """An emitted job graph and how its inputs/outputs map to the job's world."""
 
     def __init__(self, model, placeholder_names, variable_inputs, output_names, output_tree,
-                 state_outputs, watch_outputs, has_sequences, is_train, sources=None):
+                 state_outputs, watch_outputs, has_sequences, is_train, sources=None,
+                 gradient_outputs=None):
         self.model = model                      # onnx_ir.Model after passes
         self.placeholder_names = placeholder_names
         self.variable_inputs = variable_inputs  # variable name -> graph input fed with it
@@ -25,6 +26,8 @@ class CompiledGraph:
         self.has_sequences = has_sequences
         self.is_train = is_train
         self.sources = sources or {}            # graph input -> host node feeding it
+        # variable -> output of its gradient (data-parallel train jobs only)
+        self.gradient_outputs = gradient_outputs or {}
 
     @property
     def variable_names(self):
@@ -64,6 +67,7 @@ def compile_job(job, variable_registry=None, seed=None):
     """
     builder = GraphBuilder(job.name, is_train=job.is_train, variable_registry=variable_registry,
                            seed=seed)
+    grads = {}      # the gradients made outputs: only for a data-parallel step
     with tracing(builder):
         placeholder_names, blobs, tree = job.trace(builder)
         optimizer = builder.optimizer
@@ -74,8 +78,10 @@ def compile_job(job, variable_registry=None, seed=None):
                     "flow.optimizer.SGD(lr_scheduler).minimize(loss) in its body "
                     "(OneFlow: Check failed: job().job_conf().train_conf().has_model_update_conf())",
                     location=job.location)
-            grads = autodiff.backward(builder, builder.losses)
-            optimizer.apply(builder, grads, job.name)
+            all_grads = autodiff.backward(builder, builder.losses)
+            optimizer.apply(builder, all_grads, job.name)
+            if getattr(variable_registry, "data_parallel", False):
+                grads = all_grads
         elif optimizer is not None:
             raise TraceError(f"predict job {job.name!r} calls minimize(); declare it with "
                              "@flow.global_function(type=\"train\") (OneFlow: Check failed: "
@@ -90,6 +96,9 @@ def compile_job(job, variable_registry=None, seed=None):
     state_outputs = {}
     for var_name, blob in builder.state_updates.items():
         state_outputs[var_name] = _as_output(builder, blob, f"{var_name}/next", taken)
+    # a data-parallel step is cut at its gradients (runtime/data_parallel.py)
+    gradient_outputs = {var_name: _as_output(builder, grad, f"{var_name}/grad", taken)
+                        for var_name, grad in grads.items()}
 
     model = ir.Model(builder.graph, ir_version=IR_VERSION, producer_name="onnxjob")
     run_default_pipeline(model, job.config, getattr(variable_registry, "device", None))
@@ -105,7 +114,8 @@ def compile_job(job, variable_registry=None, seed=None):
         isinstance(v.type, ir.SequenceType) for v in model.graph.inputs)
     sources = {n: src for n, src in builder.sources.items() if n in used_inputs}
     return CompiledGraph(model, placeholder_names, variable_inputs, output_names, tree,
-                         state_outputs, watch_named, has_sequences, job.is_train, sources)
+                         state_outputs, watch_named, has_sequences, job.is_train, sources,
+                         gradient_outputs)
 
 
 def _watch_outputs(builder):

@@ -17,6 +17,7 @@ import numpy as np
 from onnxjob import dtypes
 from onnxjob.errors import CheckpointError
 from onnxjob.frontend.config import started_session
+from onnxjob.runtime import distributed
 
 _META_DIM = re.compile(r"dim:\s*(-?\d+)")
 _META_TYPE = re.compile(r"data_type:\s*(k\w+)")
@@ -140,8 +141,23 @@ def _safe_child(root, name):
 
 
 def save(path, var_dict=None):
-    """Write every variable to `path` atomically (refuses a file or non-empty directory)."""
+    """Write every variable to `path` atomically (refuses a file or non-empty directory).
+    In a data-parallel run only rank 0 writes (the ranks hold the same values) and every
+    rank returns once the checkpoint is there."""
     session = started_session(sync=True)
+    if session.data_parallel:
+        if distributed.world()[0] == 0:
+            try:
+                _write(path, session, var_dict)
+            finally:
+                distributed.barrier()
+        else:
+            distributed.barrier()
+        return
+    _write(path, session, var_dict)
+
+
+def _write(path, session, var_dict):
     if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
         raise AssertionError(f"Non-empty directory {path} already exists!")
     if var_dict is None:

@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 
-from onnxjob.runtime import backend, cuda_graph
+from onnxjob.runtime import backend, cuda_graph, data_parallel, distributed
 from onnxjob.graph.compiler import compile_job
 from onnxjob.graph.tracer import VariableRegistry
 from onnxjob.runtime.executor import Executor
@@ -53,6 +53,15 @@ class JobRuntime:
             # refuses a graph without outputs)
             self.ort_session = None
             self._run = _nothing_to_compute
+            return
+        if compiled.gradient_outputs:
+            if self.device != "cpu":
+                raise NotImplementedError("data-parallel training runs on the CPU (gloo) so "
+                                          "far; set ONNXJOB_DEVICE=cpu")
+            self.ort_session = None
+            self._run = data_parallel.DataParallelStep(
+                self.model_bytes, compiled, self.store,
+                lambda model: backend.create_session(model, "cpu", is_train=True)).run
             return
         self._graph = None
         self._uncaptured = None     # a plain session for feeds the captured graphs do not fit
@@ -207,6 +216,7 @@ class Session(VariableRegistry):
         self.is_running = False
         self.device = None
         self.tf32 = None
+        self.data_parallel = False      # a rank of a data-parallel run (runtime/distributed.py)
         self.executor = Executor()
         self._start_lock = threading.RLock()
 
@@ -248,12 +258,17 @@ class Session(VariableRegistry):
                 requested = requested or job.config.get("execution_provider")
             self.device = backend.choose_device(requested)
             self.tf32 = tf32
+            self.data_parallel = distributed.enabled()
             compiled = []
             for job in self.jobs.values():
                 job_seed = None if seed is None else (seed ^ zlib.crc32(job.name.encode()))
                 compiled.append((job, compile_job(job, self, job_seed)))
             assert self.jobs, "the session has no job function to run"
             self._init_variables(seed)
+            if self.data_parallel:
+                values = {n: self.variable_numpy(n) for n in self.variable_values}
+                for name, value in distributed.broadcast_from_rank0(values).items():
+                    self.variable_values[name] = backend.to_device(value, self.device)
             for job, graph in compiled:
                 self.runtimes[job.name] = JobRuntime(job, graph, self)
             self.is_running = True

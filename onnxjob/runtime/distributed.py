@@ -1,0 +1,116 @@
+"""Data-parallel training over `torch.distributed` (the optional extra
+`pip install onnxjob[distributed]`); onnxjob has no communication layer of its own.
+
+A process is one rank when the launcher's environment says so: `torchrun` or
+`python -m onnxjob run --nproc N script.py` set RANK, WORLD_SIZE, MASTER_ADDR and
+MASTER_PORT. Then:
+
+- a train job's placeholders hold the rank's share of the batch: the caller passes the whole
+  (global) batch on every rank, as OneFlow's consistent view takes it, and rank r feeds rows
+  [r * B/W, (r + 1) * B/W) (B must divide by the world size W);
+- the step runs as two onnxruntime sessions cut from the one train graph at the gradients
+  (runtime/data_parallel.py): forward + backward, then the gradients averaged across ranks
+  in one flat bucket per dtype (all_reduce), then the optimizer's update;
+- the variables start equal everywhere (broadcast from rank 0 when the session starts), and
+  stay equal, since every rank applies the same averaged gradients;
+- a step's outputs come back as the whole batch's: a scalar (a mean loss) averaged over the
+  ranks, a per-example output gathered in rank order;
+- checkpoints are written by rank 0 only; every rank waits for the write.
+
+Batch norm normalizes each rank's share with that share's statistics (as OneFlow and
+PyTorch's DDP do without sync batch norm), so a model with batch norm matches a single
+full-batch run only approximately. Gloo runs on the CPU; the CUDA path is not built yet.
+"""
+import datetime
+import functools
+import os
+
+import numpy as np
+
+
+def world():
+    """(rank, world size) from the launcher's environment; (0, 1) outside one."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def enabled():
+    return world()[1] > 1
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_distributed():
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        raise ImportError("data-parallel training (WORLD_SIZE > 1) runs on torch.distributed: "
+                          "pip install 'onnxjob[distributed]'") from None
+    if not dist.is_initialized():
+        timeout = float(os.environ.get("ONNXJOB_DIST_TIMEOUT", "120"))
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+    return torch, dist
+
+
+def broadcast_from_rank0(arrays):
+    """{name: array} as rank 0 has it, on every rank (one broadcast per array)."""
+    torch, dist = _torch_distributed()
+    out = {}
+    for name, array in arrays.items():
+        tensor = torch.from_numpy(np.ascontiguousarray(array).copy())
+        dist.broadcast(tensor, src=0)
+        out[name] = tensor.numpy()
+    return out
+
+
+def average(arrays):
+    """The element-wise mean over the ranks of each array, all_reduced as one flat bucket
+    per dtype (one collective per step, as DDP's buckets)."""
+    torch, dist = _torch_distributed()
+    size = world()[1]
+    out = [None] * len(arrays)
+    by_dtype = {}
+    for i, array in enumerate(arrays):
+        by_dtype.setdefault(np.dtype(array.dtype), []).append(i)
+    for dtype, indices in by_dtype.items():
+        flat = np.concatenate([np.ravel(arrays[i]) for i in indices])
+        bucket = torch.from_numpy(flat)
+        dist.all_reduce(bucket)
+        flat = bucket.numpy() / dtype.type(size)
+        offset = 0
+        for i in indices:
+            n = arrays[i].size
+            out[i] = flat[offset:offset + n].reshape(arrays[i].shape).astype(dtype, copy=False)
+            offset += n
+    return out
+
+
+def whole_batch(array):
+    """A step output as the whole batch's: scalars averaged, others gathered by rank."""
+    torch, dist = _torch_distributed()
+    array = np.ascontiguousarray(array)
+    if array.ndim == 0:
+        return average([array])[0]
+    parts = [torch.empty(array.shape, dtype=torch.from_numpy(array).dtype)
+             for _ in range(world()[1])]
+    dist.all_gather(parts, torch.from_numpy(array))
+    return np.concatenate([p.numpy() for p in parts], axis=0)
+
+
+def barrier():
+    _torch_distributed()[1].barrier()
+
+
+def local_rows(array):
+    """This rank's share of a global batch (rows along the first axis)."""
+    rank, size = world()
+    share = array.shape[0] // size
+    return array[rank * share:(rank + 1) * share]
+
+
+def local_batch(shape, where):
+    """A placeholder's shape on this rank: the batch axis divided by the world size."""
+    size = world()[1]
+    if not shape or shape[0] % size:
+        raise ValueError(f"{where}: a train job's batch axis must divide by the world size "
+                         f"{size} for data-parallel training, got shape {tuple(shape)}")
+    return (shape[0] // size,) + tuple(shape[1:])

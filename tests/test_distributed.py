@@ -1,0 +1,129 @@
+"""Data-parallel training over torch.distributed (gloo, CPU): two ranks launched with
+`python -m onnxjob run --nproc 2` end with the weights of one process trained on the whole
+batch; a failing rank stops the run; the checkpoint rank 0 writes loads in one process."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+
+torch = pytest.importorskip("torch", reason="data-parallel training needs torch.distributed "
+                                            "(pip install 'onnxjob[distributed]')")
+if not torch.distributed.is_available():
+    pytest.skip("this PyTorch build has no torch.distributed", allow_module_level=True)
+
+NETS = {
+    "mlp": """
+        flat = flow.reshape(images, [images.shape[0], -1])
+        hidden = flow.layers.dense(flat, 32, activation=flow.nn.relu, kernel_initializer=init,
+                                   name="hidden")
+        logits = flow.layers.dense(hidden, 10, kernel_initializer=init, name="output")""",
+    "lenet": """
+        conv = flow.layers.conv2d(images, 8, 5, padding="SAME", activation=flow.nn.relu,
+                                  kernel_initializer=init, name="conv1")
+        pool = flow.nn.max_pool2d(conv, ksize=2, strides=2, padding="SAME")
+        flat = flow.reshape(pool, [pool.shape[0], -1])
+        logits = flow.layers.dense(flat, 10, kernel_initializer=init, name="dense")""",
+}
+
+
+def write_script(tmp_path, net, fail_rank=None):
+    body = textwrap.indent(textwrap.dedent(NETS[net]).strip(), "    ")
+    script = tmp_path / f"{net}_train.py"
+    script.write_text(f"""import json, os, sys
+import numpy as np
+import onnxjob as flow
+import onnxjob.typing as tp
+
+BATCH = 8
+
+@flow.global_function(type="train")
+def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float),
+              labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+    init = flow.truncated_normal(0.1)
+{body}
+    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                       momentum=0.9).minimize(loss)
+    return loss
+
+if len(sys.argv) > 2:           # load a checkpoint, print the variables
+    flow.load_variables(flow.checkpoint.get(sys.argv[2]))
+    print(json.dumps({{k: v.numpy().tolist() for k, v in flow.get_all_variables().items()}}))
+    sys.exit(0)
+rank = int(os.environ.get("RANK", "0"))
+flow.config.seed(5 + rank)      # the ranks draw different values: rank 0's are broadcast
+rng = np.random.default_rng(0)
+losses = []
+for step in range(3):
+    x = rng.random((BATCH, 1, 28, 28), dtype=np.float32)
+    y = rng.integers(0, 10, BATCH).astype(np.int32)
+    losses.append(train_job(x, y).tolist())
+    if rank == {fail_rank!r}:
+        raise RuntimeError("rank {fail_rank} fails on purpose")
+flow.checkpoint.save(sys.argv[1])
+if rank == 0:
+    print(json.dumps(losses))
+""")
+    return script
+
+
+def run(script, nproc, *args):
+    command = [sys.executable, "-m", "onnxjob", "run"] + (["--nproc", str(nproc)] if nproc > 1 else [])
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    return subprocess.run(command + [str(script)] + [str(a) for a in args], capture_output=True,
+                          text=True, timeout=300, env={**env, "ONNXJOB_DEVICE": "cpu"})
+
+
+def loaded(script, checkpoint):
+    """The variables of `checkpoint` as a single process loads them."""
+    result = run(script, 1, checkpoint.parent / "unused", checkpoint)
+    assert result.returncode == 0, result.stderr
+    return {k: np.array(v) for k, v in json.loads(result.stdout).items()}
+
+
+@pytest.mark.parametrize("net", sorted(NETS))
+def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, net):
+    script = write_script(tmp_path, net)
+    two = run(script, 2, tmp_path / "two")
+    assert two.returncode == 0, two.stderr
+    one = run(script, 1, tmp_path / "one")
+    assert one.returncode == 0, one.stderr
+    # the whole batch's per-example losses, gathered in rank order
+    np.testing.assert_allclose(json.loads(two.stdout), json.loads(one.stdout), rtol=1e-5)
+    # rank 0's checkpoint loads in a single process, equal to the single-process weights
+    two_ranks, one_rank = loaded(script, tmp_path / "two"), loaded(script, tmp_path / "one")
+    assert sorted(two_ranks) == sorted(one_rank)
+    for name, value in one_rank.items():
+        np.testing.assert_allclose(two_ranks[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_failing_rank_stops_the_run(tmp_path):
+    script = write_script(tmp_path, "mlp", fail_rank=1)
+    start = time.perf_counter()
+    result = run(script, 2, tmp_path / "ck")
+    assert result.returncode != 0
+    assert "rank 1 fails on purpose" in result.stderr
+    assert "rank 1 of 2 exited with status" in result.stderr
+    assert time.perf_counter() - start < 60
+
+
+def test_the_batch_must_divide_by_the_world_size(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    import onnxjob.typing as tp
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((8, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.zeros_initializer())
+        loss = flow.math.reduce_mean(flow.matmul(x, w))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    with pytest.raises(ValueError, match="must divide by the world size 3"):
+        job(np.zeros((8, 2), np.float32))
