@@ -33,9 +33,10 @@ NETS = {
 }
 
 
-def write_script(tmp_path, net, fail_rank=None):
+def write_script(tmp_path, net, fail_rank=None, mean_loss=False):
     body = textwrap.indent(textwrap.dedent(NETS[net]).strip(), "    ")
     script = tmp_path / f"{net}_train.py"
+    reduce = "flow.math.reduce_mean" if mean_loss else ""
     script.write_text(f"""import json, os, sys
 import numpy as np
 import onnxjob as flow
@@ -48,7 +49,7 @@ def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float)
               labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
     init = flow.truncated_normal(0.1)
 {body}
-    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+    loss = {reduce}(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
     flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
                        momentum=0.9).minimize(loss)
     return loss
@@ -88,9 +89,10 @@ def loaded(script, checkpoint):
     return {k: np.array(v) for k, v in json.loads(result.stdout).items()}
 
 
-@pytest.mark.parametrize("net", sorted(NETS))
-def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, net):
-    script = write_script(tmp_path, net)
+@pytest.mark.parametrize("net,mean_loss", [("mlp", False), ("lenet", False), ("mlp", True)])
+def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, net, mean_loss):
+    """Per-example losses come back gathered (the whole batch's), a mean loss averaged."""
+    script = write_script(tmp_path, net, mean_loss=mean_loss)
     two = run(script, 2, tmp_path / "two")
     assert two.returncode == 0, two.stderr
     one = run(script, 1, tmp_path / "one")

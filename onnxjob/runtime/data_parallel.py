@@ -53,6 +53,9 @@ class DataParallelStep:
         self._b = create_session(_extract(model, graph_inputs + self._grads,
                                           [o for _, o in self._state_b]).SerializeToString())
         self._variable_of = {i: v for v, i in compiled.variable_inputs.items()}
+        placeholders = {i.name: i for i in model.graph.input}
+        first = placeholders[compiled.placeholder_names[0]] if compiled.placeholder_names else None
+        self._rows = first.type.tensor_type.shape.dim[0].dim_value if first is not None else 0
         order = [o.name for o in self._a.get_outputs()]
         assert order == self._user + self._grads + [o for _, o in self._state_a], order
         self._inputs_a = [i.name for i in self._a.get_inputs()]
@@ -82,4 +85,4 @@ class DataParallelStep:
             self._store[variable] = value
         for (variable, _), value in zip(self._state_b, results_b):
             self._store[variable] = value
-        return [distributed.whole_batch(v) for v in results_a[:n_user]]
+        return [distributed.whole_batch(v, self._rows) for v in results_a[:n_user]]

@@ -13,8 +13,8 @@ MASTER_PORT. Then:
   in one flat bucket per dtype (all_reduce), then the optimizer's update;
 - the variables start equal everywhere (broadcast from rank 0 when the session starts), and
   stay equal, since every rank applies the same averaged gradients;
-- a step's outputs come back as the whole batch's: a scalar (a mean loss) averaged over the
-  ranks, a per-example output gathered in rank order;
+- a step's outputs come back as the whole batch's: a per-example output (one row per
+  example of the rank's share) gathered in rank order, any other (a mean loss) averaged;
 - checkpoints are written by rank 0 only; every rank waits for the write.
 
 Batch norm normalizes each rank's share with that share's statistics (as OneFlow and
@@ -84,12 +84,16 @@ def average(arrays):
     return out
 
 
-def whole_batch(array):
-    """A step output as the whole batch's: scalars averaged, others gathered by rank."""
+def whole_batch(array, rows):
+    """A step output as the whole batch's: one with a row per example (its first axis has
+    this rank's `rows`) gathered in rank order, any other (a mean loss) averaged. (With
+    one row per rank, an output of shape (1,) counts as a reduced value.)"""
     torch, dist = _torch_distributed()
-    array = np.ascontiguousarray(array)
-    if array.ndim == 0:
+    array = np.asarray(array)    # (np.ascontiguousarray would make a 0-d array 1-d)
+    per_example = array.ndim >= 1 and array.shape[0] == rows and (rows > 1 or array.ndim > 1)
+    if not per_example:
         return average([array])[0]
+    array = np.ascontiguousarray(array)
     parts = [torch.empty(array.shape, dtype=torch.from_numpy(array).dtype)
              for _ in range(world()[1])]
     dist.all_gather(parts, torch.from_numpy(array))
