@@ -1,8 +1,8 @@
 """Data-parallel scaling on the CPU: 2 ranks x 1 thread against 1 process x 2 threads.
 
-    python bench/bench_data_parallel.py [--batch 100] [--steps 30]
+    python bench/bench_data_parallel.py [--steps 30]
 
-The doc LeNet train step on a global batch of `--batch` (each rank computes half of it,
+The doc LeNet train step on a global batch of 100 (each rank computes half of it,
 runtime/distributed.py) through `python -m onnxjob run --nproc 2`, against the same script
 in one process with two intra-op threads. Each run times its steps after 5 warm-up steps
 (median); the ratio is two ranks / one process (< 1: the ranks are faster).
@@ -20,24 +20,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = """
 import json, os, statistics, sys, time
 sys.path.insert(0, {tests!r})
-import numpy as np
-import onnxjob as flow
-import onnxjob.typing as tp
-from models import lenet
+from models import define_jobs, lenet, random_batch
 
-BATCH, STEPS = {batch}, {steps}
-
-@flow.global_function(type="train")
-def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float),
-              labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
-    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, lenet(images))
-    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
-                       momentum=0).minimize(loss)
-    return loss
-
-rng = np.random.default_rng(0)
-x = rng.random((BATCH, 1, 28, 28), dtype=np.float32)
-y = rng.integers(0, 10, BATCH).astype(np.int32)
+STEPS = {steps}
+train_job, _ = define_jobs(lenet)       # the doc LeNet, SGD 0.1
+x, y = random_batch()
 times = []
 for step in range(5 + STEPS):
     start = time.perf_counter()
@@ -59,17 +46,16 @@ def timed(script, nproc, threads):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--batch", type=int, default=100)
     p.add_argument("--steps", type=int, default=30)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "lenet_dp.py")
         with open(script, "w") as f:
             f.write(textwrap.dedent(SCRIPT).format(tests=os.path.join(HERE, "..", "tests"),
-                                                   batch=args.batch, steps=args.steps))
+                                                   steps=args.steps))
         one = timed(script, 1, 2)
         two = timed(script, 2, 1)
-    print(f"doc LeNet train step, global batch {args.batch}, median of {args.steps} steps")
+    print(f"doc LeNet train step, global batch 100, median of {args.steps} steps")
     print(f"  1 process x 2 threads  {one * 1e3:8.1f} ms")
     print(f"  2 ranks   x 1 thread   {two * 1e3:8.1f} ms   ratio {two / one:.2f}")
 

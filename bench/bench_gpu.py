@@ -110,6 +110,7 @@ def bench_resnet(flow, torch, args, cuda_graph):
     import onnxjob.typing as tp
     from common import interleaved
     from bench_resnet import torch_side
+    from common import first_call, resnet_batch
     from zoo import model_args, model_builder, smoothed_labels
     flow.clear_default_session()
     build, margs, batch = model_builder("resnet50"), model_args(), args.batch
@@ -132,12 +133,8 @@ def bench_resnet(flow, torch, args, cuda_graph):
         predict_jobs[size] = flow.global_function(type="predict", function_config=config)(
             named(predict, f"predict_b{size}"))
 
-    rng = np.random.default_rng(0)
-    x = rng.random((batch, 3, 224, 224), dtype=np.float32)
-    y = rng.integers(0, 1000, batch).astype(np.int32)
-    start = time.perf_counter()
-    train_job(x, y)
-    first = time.perf_counter() - start
+    x, y = resnet_batch(batch)
+    first = first_call(train_job, x, y)
     values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
     torch_train, torch_predict = torch_side(torch, values, x, y, args.device)
 

@@ -13,9 +13,7 @@ Needs ../shared/clients/oneflow-benchmark beside the repository.
 import argparse
 import os
 import sys
-import time
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -62,19 +60,14 @@ def main():
     import torch
     torch.set_num_threads(args.threads)
     import onnxjob as flow
-    from common import interleaved, print_table
+    from common import first_call, interleaved, print_table, resnet_batch
     from zoo import define_jobs, model_args, model_builder
 
     batch = args.batch
     train_job, predict_job = define_jobs(model_builder("resnet50"), model_args(args.fused),
                                          224, 0.01, batch)
-    rng = np.random.default_rng(0)
-    x = rng.random((batch, 3, 224, 224), dtype=np.float32)
-    y = rng.integers(0, 1000, batch).astype(np.int32)
-
-    start = time.perf_counter()
-    train_job(x, y)
-    first_call = time.perf_counter() - start
+    x, y = resnet_batch(batch)
+    first = first_call(train_job, x, y)
     values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
     torch_train, torch_predict = torch_side(torch, values, x, y)
 
@@ -91,7 +84,7 @@ def main():
                  (f"{label} predict (fed)", fed["onnxjob"], fed["torch"]),
                  (f"{label} predict (frozen)", frozen["onnxjob"], frozen["torch"])],
                 f"onnxjob vs PyTorch {torch.__version__} eager, {args.threads} threads")
-    print(f"first train call (trace + autodiff + passes + session + step): {first_call:.2f} s")
+    print(f"first train call (trace + autodiff + passes + session + step): {first:.2f} s")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,21 @@ def add_timing_args(parser, rounds=7, calls=10):
     return parser
 
 
+def resnet_batch(batch, size=224, seed=0):
+    """A random ImageNet-shaped batch: images (batch, 3, size, size) and int32 labels."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return (rng.random((batch, 3, size, size), dtype=np.float32),
+            rng.integers(0, 1000, batch).astype(np.int32))
+
+
+def first_call(fn, *args):
+    """Seconds of one call of `fn(*args)` (a job's first: compile, sessions, first step)."""
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
 def time_calls(fn, calls):
     """Seconds per call of `fn()` averaged over `calls` calls."""
     start = time.perf_counter()
