@@ -1,4 +1,5 @@
 """The parameter / return signature matrix of OneFlow's test_global_function_signature."""
+import os
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -221,3 +222,33 @@ def test_user_node_names_never_collide_with_generated_ones():
 
     x = np.array([-1.0, 0.5, 2.0], np.float32)  # onnxruntime rejects duplicate node names
     np.testing.assert_allclose(foo(x), np.maximum(x, 0) * 2)
+
+
+def test_env_machine_and_ctrl_port_give_the_rendezvous(monkeypatch):
+    monkeypatch.setenv("MASTER_ADDR", "unset")          # (restored after the test)
+    monkeypatch.delenv("MASTER_ADDR")
+    monkeypatch.setenv("MASTER_PORT", "29400")          # set by a launcher: kept
+    flow.env.machine([{"addr": "10.0.0.7"}, {"addr": "10.0.0.8"}])
+    flow.env.ctrl_port(9988)
+    assert os.environ["MASTER_ADDR"] == "10.0.0.7" and os.environ["MASTER_PORT"] == "29400"
+
+
+def test_consistent_train_job_over_two_devices_gives_the_single_device_result():
+    def losses(devices):
+        flow.clear_default_session()
+        flow.config.gpu_device_num(devices)
+        flow.config.seed(1)
+
+        @flow.global_function(type="train")
+        def train(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+            w = flow.get_variable("w", (3, 2), initializer=flow.random_normal_initializer())
+            loss = flow.math.reduce_mean(flow.math.square(flow.matmul(x, w)))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                               momentum=0.9).minimize(loss)
+            return loss
+
+        x = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+        return [float(train(x)) for _ in range(3)]
+
+    one = losses(1)
+    assert losses(2) == one and one[-1] < one[0]

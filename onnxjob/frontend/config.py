@@ -1,5 +1,6 @@
 """`flow.function_config()` and the process-wide `flow.config` / `flow.env` setters."""
 import copy
+import os
 import sys
 import traceback
 import warnings
@@ -210,13 +211,30 @@ class _ConfigModule:
     __getattr__ = missing_api("flow.config")
 
 
+def _rendezvous(variable, value):
+    """Set a torch.distributed rendezvous variable unless the launcher already did."""
+    os.environ.setdefault(variable, str(value))
+
+
 class _EnvModule:
-    """flow.env: machine settings (accepted; onnxjob runs in one process)."""
+    """flow.env: machine settings. `machine([{"addr": ...}, ...])` and `ctrl_port(p)` give
+    a data-parallel run's rendezvous (MASTER_ADDR = the first machine, MASTER_PORT = the
+    port; runtime/distributed.py) where the launcher set none; the rest is accepted and
+    ignored."""
 
     def __init__(self):
-        for name in ("machine", "ctrl_port", "data_port", "grpc_use_no_signal", "log_dir",
+        for name in ("data_port", "grpc_use_no_signal", "log_dir",
                      "logtostderr", "logbuflevel", "init_bootstrap_confs", "all_device_placement"):
             setattr(self, name, _ignored())
+        self.machine = _setter(self._machine)
+        self.ctrl_port = _setter(lambda port: _rendezvous("MASTER_PORT", int(port)))
+
+    @staticmethod
+    def _machine(machines):
+        machines = list(machines)
+        if machines:
+            first = machines[0]
+            _rendezvous("MASTER_ADDR", first["addr"] if isinstance(first, dict) else first)
 
     __getattr__ = missing_api("flow.env")
 
