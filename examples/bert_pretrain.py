@@ -24,6 +24,7 @@ import oneflow_compat  # noqa: F401  (lets `import onnxjob` find the repository 
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.compat import import_oneflow_module
+from loss_plot import save_loss_plot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARK = os.environ.get("ONEFLOW_BENCHMARK", os.path.join(
@@ -114,22 +115,6 @@ def accuracies(predict_job, batches):
     return mlm_hits / mlm_total, nsp_hits / nsp_total
 
 
-def save_loss_plot(losses, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    losses = np.asarray(losses)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for column, label in enumerate(("total", "masked LM", "next sentence")):
-        ax.plot(losses[:, column], label=label, linewidth=0.8)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def main():
     from tqdm import tqdm
     args = parse()
@@ -155,7 +140,10 @@ def main():
             bar.set_postfix(loss=f"{losses[-1][0]:.3f}", mlm=f"{losses[-1][1]:.3f}",
                             seq_s=f"{rate * args.batch_size:.0f}")
     mlm_after, nsp_after = accuracies(predict_job, held_out)
-    save_loss_plot(losses, os.path.join(args.out, "losses.png"))
+    columns = np.asarray(losses)
+    save_loss_plot(os.path.join(args.out, "losses.png"),
+                   {label: columns[:, i] for i, label in
+                    enumerate(("total", "masked LM", "next sentence"))})
     flow.export(predict_job, os.path.join(args.out, "bert_encoder.onnx"))
     print(f"held-out masked-token accuracy {mlm_before:.3f} -> {mlm_after:.3f}, "
           f"next-sentence accuracy {nsp_before:.3f} -> {nsp_after:.3f}; "

@@ -19,6 +19,7 @@ import oneflow_compat  # noqa: F401  (lets `import onnxjob` find the repository 
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.compat import import_oneflow_module
+from loss_plot import save_loss_plot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARK = os.environ.get("ONEFLOW_BENCHMARK", os.path.join(
@@ -77,21 +78,6 @@ def save_grid(images, path):
     Image.fromarray(grid, mode="L").resize((224, 224), Image.NEAREST).save(path)
 
 
-def save_loss_plot(d_losses, g_losses, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(d_losses, label="discriminator", linewidth=0.8)
-    ax.plot(g_losses, label="generator", linewidth=0.8)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def main():
     from tqdm import tqdm
     args = parse()
@@ -121,7 +107,8 @@ def main():
                 bar.set_postfix(d_loss=f"{d_losses[-1]:.3f}", g_loss=f"{g_losses[-1]:.3f}",
                                 img_s=f"{rate * args.batch_size:.0f}")
         save_grid(sample(fixed_z), os.path.join(args.out, f"epoch_{epoch}.png"))
-    save_loss_plot(d_losses, g_losses, os.path.join(args.out, "losses.png"))
+    save_loss_plot(os.path.join(args.out, "losses.png"),
+                   {"discriminator": d_losses, "generator": g_losses})
     flow.export(sample, os.path.join(args.out, "generator.onnx"))
     print(f"final losses: discriminator {np.mean(d_losses[-100:]):.3f}, generator "
           f"{np.mean(g_losses[-100:]):.3f} (means of the last 100 steps); wrote "

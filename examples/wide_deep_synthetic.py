@@ -26,6 +26,7 @@ import oneflow_compat  # noqa: F401  (lets `import onnxjob` find the repository 
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.compat import install_oneflow_alias
+from loss_plot import save_loss_plot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARK = os.environ.get("ONEFLOW_BENCHMARK", os.path.join(
@@ -110,19 +111,6 @@ def held_out_auc(score, batches):
     return roc_auc_score(labels, scores), roc_auc_score(labels, planted)
 
 
-def save_loss_plot(losses, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(losses, linewidth=0.8)
-    ax.set_xlabel("step")
-    ax.set_ylabel("log loss")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def main():
     from tqdm import tqdm
     args = parse()
@@ -143,7 +131,7 @@ def main():
             rate = bar.format_dict["rate"] or 0.0
             bar.set_postfix(loss=f"{losses[-1]:.4f}", rows_s=f"{rate * args.batch_size:.0f}")
     auc_after, _ = held_out_auc(score, held_out)
-    save_loss_plot(losses, os.path.join(args.out, "losses.png"))
+    save_loss_plot(os.path.join(args.out, "losses.png"), {None: losses}, ylabel="log loss")
     flow.export(score, os.path.join(args.out, "wide_deep.onnx"))
     print(f"held-out AUC {auc_before:.4f} -> {auc_after:.4f} (the planted probabilities: "
           f"{best:.4f}); wrote {args.out}/losses.png, wide_deep.onnx")
