@@ -1,4 +1,5 @@
 """Small helpers shared by the passes."""
+import numpy as np
 import onnx_ir as ir
 
 
@@ -52,3 +53,30 @@ def add_initializer(graph, array, name):
                      shape=ir.Shape(array.shape))
     graph.register_initializer(value)
     return value
+
+
+class NodeEmitter:
+    """Emits a rewrite's nodes just before `anchor`, carrying its source metadata, each
+    named `<anchor>/<tag>_<op><n>` (and its output the same)."""
+
+    def __init__(self, graph, anchor, tag):
+        self.graph, self.anchor = graph, anchor
+        self.meta = dict(anchor.metadata_props)
+        self.prefix = f"{anchor.name or anchor.op_type}/{tag}_"
+        self.count = 0
+
+    def const(self, array):
+        """A new initializer holding `array`."""
+        self.count += 1
+        return add_initializer(self.graph, np.asarray(array), f"{self.prefix}c{self.count}")
+
+    def node(self, op_type, inputs, shape, dtype, **attributes):
+        """The output of a new `op_type` node, of `shape` and element type `dtype`."""
+        self.count += 1
+        name = f"{self.prefix}{op_type}{self.count}"
+        node = ir.node(op_type, inputs, attributes=attributes, name=name,
+                       metadata_props=dict(self.meta))
+        self.graph.insert_before(self.anchor, node)
+        out = node.outputs[0]
+        out.name, out.shape, out.type = name, ir.Shape(shape), ir.TensorType(dtype)
+        return out

@@ -18,33 +18,9 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from ._util import add_initializer, attr, replace_value, static_shape
+from ._util import NodeEmitter, attr, replace_value, static_shape
 
 _SCATTER_ND_ON_CUDA = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
-
-
-class _Emitter:
-    """Emits the replacement of `anchor` just before it, with its source metadata."""
-
-    def __init__(self, graph, anchor):
-        self.graph, self.anchor = graph, anchor
-        self.meta = dict(anchor.metadata_props)
-        self.prefix = anchor.name or anchor.op_type
-        self.count = 0
-
-    def const(self, array):
-        self.count += 1
-        return add_initializer(self.graph, np.asarray(array), f"{self.prefix}/cuda_c{self.count}")
-
-    def node(self, op_type, inputs, shape, dtype, **attributes):
-        self.count += 1
-        name = f"{self.prefix}/cuda_{op_type}{self.count}"
-        node = ir.node(op_type, inputs, attributes=attributes, name=name,
-                       metadata_props=dict(self.meta))
-        self.graph.insert_before(self.anchor, node)
-        out = node.outputs[0]
-        out.name, out.shape, out.type = name, ir.Shape(shape), ir.TensorType(dtype)
-        return out
 
 
 def _max_unpool(graph, node):
@@ -52,7 +28,7 @@ def _max_unpool(graph, node):
     grad, indices = node.inputs[0], node.inputs[1]
     if shape is None or static_shape(grad) is None:
         return None
-    e = _Emitter(graph, node)
+    e = NodeEmitter(graph, node, "cuda")
     dtype = grad.type.dtype
     total = int(np.prod(shape))
     zeros = e.node("ConstantOfShape", [e.const(np.array([total], np.int64))], (total,), dtype,
@@ -79,7 +55,7 @@ def _asymmetric_conv_transpose(graph, node):
                               for i in range(nd)]
     attributes = {name: a.value for name, a in node.attributes.items()}
     attributes["pads"] = low + low
-    e = _Emitter(graph, node)
+    e = NodeEmitter(graph, node, "cuda")
     dtype = node.outputs[0].type.dtype
     full = e.node("ConvTranspose", list(node.inputs), wide, dtype, **attributes)
     starts = [begin[i] - low[i] for i in range(nd)]
@@ -99,7 +75,7 @@ def _scatter_nd(graph, node):
     k = i_shape[-1]
     rows, rest = int(np.prod(i_shape[:-1])), list(d_shape[k:])
     strides = [int(np.prod(d_shape[j + 1:k])) for j in range(k)]
-    e = _Emitter(graph, node)
+    e = NodeEmitter(graph, node, "cuda")
     dtype, int64 = data.type.dtype, ir.DataType.INT64
     if indices.type.dtype != int64:
         indices = e.node("Cast", [indices], i_shape, int64, to=int64)

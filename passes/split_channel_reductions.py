@@ -9,10 +9,9 @@ matrix, and a general one for other axis sets; both steps here are matrix reduct
 A mean of equal-sized group means is the mean, so ReduceMean stays ReduceMean.
 """
 import numpy as np
-import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from ._util import add_initializer, attr, const_array, replace_value, static_shape
+from ._util import NodeEmitter, attr, const_array, replace_value, static_shape
 
 # the first opset where the op takes its axes as an input rather than an attribute
 _AXES_INPUT_SINCE = {"ReduceSum": 13, "ReduceMean": 18}
@@ -50,30 +49,18 @@ class SplitChannelReductions(InPlacePass):
     @staticmethod
     def _split(graph, node, shape, out_shape, opset):
         n, c = shape[0], shape[1]
-        prefix = node.name or node.op_type
-        meta = dict(node.metadata_props)
-        dtype = node.outputs[0].type
-        steps = []
+        e = NodeEmitter(graph, node, "split")
+        dtype = node.outputs[0].type.dtype
 
-        def emit(op_type, inputs, out, tag, **attributes):
-            created = ir.node(op_type, inputs, attributes=attributes, name=f"{prefix}/{tag}",
-                              metadata_props=dict(meta))
-            value = created.outputs[0]
-            value.name, value.shape, value.type = f"{prefix}/{tag}", ir.Shape(out), dtype
-            steps.append(created)
-            return value
-
-        def reduce(x, axis, out, tag):
+        def reduce(x, axis, out):
             if opset >= _AXES_INPUT_SINCE[node.op_type]:
-                axes = add_initializer(graph, np.array([axis], np.int64), f"{prefix}/{tag}_axes")
-                return emit(node.op_type, [x, axes], out, tag, keepdims=1)
-            return emit(node.op_type, [x], out, tag, axes=[axis], keepdims=1)
+                return e.node(node.op_type, [x, e.const(np.array([axis], np.int64))], out, dtype,
+                              keepdims=1)
+            return e.node(node.op_type, [x], out, dtype, axes=[axis], keepdims=1)
 
-        rows = add_initializer(graph, np.array([n, c, -1], np.int64), f"{prefix}/rows_shape")
-        matrix = emit("Reshape", [node.inputs[0], rows], (n, c, int(np.prod(shape[2:]))), "rows")
-        per_row = reduce(matrix, 2, (n, c, 1), "per_row")
-        per_channel = reduce(per_row, 0, (1, c, 1), "per_channel")
-        target = add_initializer(graph, np.array(out_shape, np.int64), f"{prefix}/out_shape")
-        result = emit("Reshape", [per_channel, target], out_shape, "split")
-        graph.insert_before(node, steps)
-        return result
+        matrix = e.node("Reshape", [node.inputs[0], e.const(np.array([n, c, -1], np.int64))],
+                        (n, c, int(np.prod(shape[2:]))), dtype)
+        per_row = reduce(matrix, 2, (n, c, 1))
+        per_channel = reduce(per_row, 0, (1, c, 1))
+        return e.node("Reshape", [per_channel, e.const(np.array(out_shape, np.int64))],
+                      out_shape, dtype)
