@@ -3,8 +3,8 @@ machine, as `torchrun --nproc-per-node N` would start them (runtime/distributed.
 
 Each rank is `python -m onnxjob run script.py ARGS` with RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set. The launcher waits for all of them; when one fails, it
-stops the others at once (no rank is left waiting in a collective), says which rank
-failed, and exits with that rank's status.
+names every rank that failed within a few seconds, stops the others (no rank is left
+waiting in a collective), and exits with the first failed rank's status.
 """
 import os
 import socket
@@ -19,6 +19,21 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _report_failure(ranks, grace=5.0):
+    """Name every rank that failed, after giving the others `grace` seconds to end on
+    their own (a rank whose peer died fails in its next collective, often before the
+    peer's process has finished exiting); returns the first failed rank's status."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(p.poll() is None for p in ranks):
+        time.sleep(0.05)
+    failed = [(rank, p.poll()) for rank, p in enumerate(ranks) if p.poll() not in (None, 0)]
+    for rank, code in failed:
+        print(f"onnxjob: rank {rank} of {len(ranks)} exited with status {code}", file=sys.stderr)
+    if any(p.poll() is None for p in ranks):
+        print("onnxjob: stopping the other ranks", file=sys.stderr)
+    return failed[0][1]
+
+
 def launch(script, args, nproc):
     """Run `nproc` ranks of `script`; returns the exit status for the launcher."""
     port = str(_free_port())
@@ -31,12 +46,8 @@ def launch(script, args, nproc):
     try:
         while True:
             codes = [p.poll() for p in ranks]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                rank, code = failed[0]
-                print(f"onnxjob: rank {rank} of {nproc} exited with status {code}; "
-                      "stopping the other ranks", file=sys.stderr)
-                return code
+            if any(c not in (None, 0) for c in codes):
+                return _report_failure(ranks)
             if all(c == 0 for c in codes):
                 return 0
             time.sleep(0.05)

@@ -51,6 +51,18 @@ def _torch_distributed():
     return torch, dist
 
 
+def shutdown():
+    """Leave the process group (the session closes): gloo's threads must be stopped before
+    the interpreter exits, or the C++ runtime may abort the process ("terminate called
+    without an active exception"). No barrier: a rank that failed must not wait here."""
+    if not _torch_distributed.cache_info().currsize:
+        return
+    _, dist = _torch_distributed()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _torch_distributed.cache_clear()
+
+
 def broadcast_from_rank0(arrays):
     """{name: array} as rank 0 has it, on every rank (one broadcast per array)."""
     torch, dist = _torch_distributed()

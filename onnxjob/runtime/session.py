@@ -290,6 +290,8 @@ class Session(VariableRegistry):
             self.executor.shutdown()
             for runtime in self.runtimes.values():
                 runtime.close()
+            if self.data_parallel:
+                distributed.shutdown()
 
 
 _default = [Session()]
