@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -75,11 +74,11 @@ if rank == 0:
     return script
 
 
-def run(script, nproc, *args):
+def run(script, nproc, *args, timeout=300):
     command = [sys.executable, "-m", "onnxjob", "run"] + (["--nproc", str(nproc)] if nproc > 1 else [])
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     return subprocess.run(command + [str(script)] + [str(a) for a in args], capture_output=True,
-                          text=True, timeout=300, env={**env, "ONNXJOB_DEVICE": "cpu"})
+                          text=True, timeout=timeout, env={**env, "ONNXJOB_DEVICE": "cpu"})
 
 
 def loaded(script, checkpoint):
@@ -108,12 +107,11 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, net, mean_l
 
 def test_a_failing_rank_stops_the_run(tmp_path):
     script = write_script(tmp_path, "mlp", fail_rank=1)
-    start = time.perf_counter()
-    result = run(script, 2, tmp_path / "ck")
+    # a rank left waiting in a collective would hang the run: the 60 s limit catches it
+    result = run(script, 2, tmp_path / "ck", timeout=60)
     assert result.returncode != 0
     assert "rank 1 fails on purpose" in result.stderr
     assert "rank 1 of 2 exited with status" in result.stderr
-    assert time.perf_counter() - start < 60
 
 
 def test_the_batch_must_divide_by_the_world_size(monkeypatch):
