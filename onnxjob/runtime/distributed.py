@@ -27,6 +27,8 @@ import os
 
 import numpy as np
 
+from onnxjob.errors import TraceError
+
 
 def world():
     """(rank, world size) from the launcher's environment; (0, 1) outside one."""
@@ -127,6 +129,7 @@ def local_batch(shape, where):
     """A placeholder's shape on this rank: the batch axis divided by the world size."""
     size = world()[1]
     if not shape or shape[0] % size:
-        raise ValueError(f"{where}: a train job's batch axis must divide by the world size "
+        # a TraceError (a ValueError) names the user's line that called the job
+        raise TraceError(f"{where}: a train job's batch axis must divide by the world size "
                          f"{size} for data-parallel training, got shape {tuple(shape)}")
     return (shape[0] // size,) + tuple(shape[1:])
