@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import onnxjob as flow
+from zoo import cnns_dir
 
 torch = pytest.importorskip("torch", reason="data-parallel training needs torch.distributed "
                                             "(pip install 'onnxjob[distributed]')")
@@ -29,40 +30,61 @@ NETS = {
         pool = flow.nn.max_pool2d(conv, ksize=2, strides=2, padding="SAME")
         flat = flow.reshape(pool, [pool.shape[0], -1])
         logits = flow.layers.dense(flat, 10, kernel_initializer=init, name="dense")""",
+    # batch norm over the whole batch: the ranks' statistics are synchronized
+    "conv_bn": """
+        conv = flow.layers.conv2d(images, 8, 3, padding="SAME", kernel_initializer=init,
+                                  use_bias=False, name="conv1")
+        normed = flow.layers.batch_normalization(conv, axis=1, momentum=0.9, name="bn1")
+        pool = flow.nn.max_pool2d(flow.nn.relu(normed), ksize=2, strides=2, padding="SAME")
+        flat = flow.reshape(pool, [pool.shape[0], -1])
+        dense = flow.layers.dense(flat, 16, kernel_initializer=init, name="dense")
+        logits = flow.layers.batch_normalization(dense, axis=1, name="bn2")""",
+    # OneFlow-Benchmark's ResNet50 builder, unchanged (53 batch norms; its 7x7 average pool
+    # needs 224x224 images), at batch 4
+    "resnet50": """
+        logits = zoo.model_builder("resnet50")(images, zoo.model_args())""",
 }
+SHAPES = {"resnet50": (4, 3, 224, 224)}      # (batch, channels, height, width)
+LEARNING_RATES = {"resnet50": 0.01}
+# ResNet50 compares after one step: in the second, a ReLU input that rounds to the other
+# side of 0 in one of the runs moves its channel's gradients (by < 1e-5 absolute, measured)
+STEPS = {"resnet50": 1}
 
 
 def write_script(tmp_path, net, fail_rank=None, mean_loss=False):
     body = textwrap.indent(textwrap.dedent(NETS[net]).strip(), "    ")
     script = tmp_path / f"{net}_train.py"
     reduce = "flow.math.reduce_mean" if mean_loss else ""
+    shape = SHAPES.get(net, (8, 1, 28, 28))
     script.write_text(f"""import json, os, sys
 import numpy as np
 import onnxjob as flow
 import onnxjob.typing as tp
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import zoo
 
-BATCH = 8
+BATCH = {shape[0]}
 
 @flow.global_function(type="train")
-def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float),
+def train_job(images: tp.Numpy.Placeholder({shape!r}, dtype=flow.float),
               labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
     init = flow.truncated_normal(0.1)
 {body}
     loss = {reduce}(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
-    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [{LEARNING_RATES.get(net, 0.1)}]),
                        momentum=0.9).minimize(loss)
     return loss
 
-if len(sys.argv) > 2:           # load a checkpoint, print the variables
+if len(sys.argv) > 2:           # load a checkpoint, save the variables as .npz
     flow.load_variables(flow.checkpoint.get(sys.argv[2]))
-    print(json.dumps({{k: v.numpy().tolist() for k, v in flow.get_all_variables().items()}}))
+    np.savez(sys.argv[3], **{{k: v.numpy() for k, v in flow.get_all_variables().items()}})
     sys.exit(0)
 rank = int(os.environ.get("RANK", "0"))
 flow.config.seed(5 + rank)      # the ranks draw different values: rank 0's are broadcast
 rng = np.random.default_rng(0)
 losses = []
-for step in range(3):
-    x = rng.random((BATCH, 1, 28, 28), dtype=np.float32)
+for step in range({STEPS.get(net, 3)}):
+    x = rng.random({shape!r}, dtype=np.float32)
     y = rng.integers(0, 10, BATCH).astype(np.int32)
     losses.append(train_job(x, y).tolist())
     if rank == {fail_rank!r}:
@@ -83,14 +105,20 @@ def run(script, nproc, *args, timeout=300):
 
 def loaded(script, checkpoint):
     """The variables of `checkpoint` as a single process loads them."""
-    result = run(script, 1, checkpoint.parent / "unused", checkpoint)
+    saved = checkpoint.parent / f"{checkpoint.name}.npz"
+    result = run(script, 1, checkpoint.parent / "unused", checkpoint, saved)
     assert result.returncode == 0, result.stderr
-    return {k: np.array(v) for k, v in json.loads(result.stdout).items()}
+    with np.load(saved) as variables:
+        return dict(variables)
 
 
-@pytest.mark.parametrize("net,mean_loss", [("mlp", False), ("lenet", False), ("mlp", True)])
+@pytest.mark.parametrize("net,mean_loss", [("mlp", False), ("lenet", False), ("mlp", True),
+                                           ("conv_bn", True), ("resnet50", True)])
 def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, net, mean_loss):
-    """Per-example losses come back gathered (the whole batch's), a mean loss averaged."""
+    """Per-example losses come back gathered (the whole batch's), a mean loss averaged;
+    batch norm normalizes with the whole batch's statistics."""
+    if net == "resnet50":
+        cnns_dir()      # skips without OneFlow-Benchmark's files
     script = write_script(tmp_path, net, mean_loss=mean_loss)
     two = run(script, 2, tmp_path / "two")
     assert two.returncode == 0, two.stderr

@@ -5,6 +5,7 @@ import onnx_ir as ir
 from onnxjob.errors import TraceError
 from onnxjob.graph import autodiff
 from onnxjob.graph.tracer import GraphBuilder, tracing
+from onnxjob.runtime import distributed
 from passes import run_default_pipeline
 
 IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13; opset 17 needs 8
@@ -68,6 +69,9 @@ def compile_job(job, variable_registry=None, seed=None):
     builder = GraphBuilder(job.name, is_train=job.is_train, variable_registry=variable_registry,
                            seed=seed)
     grads = {}      # the gradients made outputs: only for a data-parallel step
+    data_parallel = job.is_train and getattr(variable_registry, "data_parallel", False)
+    if data_parallel:
+        builder.data_parallel_ranks = distributed.world()[1]
     with tracing(builder):
         placeholder_names, blobs, tree = job.trace(builder)
         optimizer = builder.optimizer
@@ -80,7 +84,7 @@ def compile_job(job, variable_registry=None, seed=None):
                     location=job.location)
             all_grads = autodiff.backward(builder, builder.losses)
             optimizer.apply(builder, all_grads, job.name)
-            if getattr(variable_registry, "data_parallel", False):
+            if data_parallel:
                 grads = all_grads
         elif optimizer is not None:
             raise TraceError(f"predict job {job.name!r} calls minimize(); declare it with "

@@ -23,10 +23,15 @@ class Primitive:
       gradients of its parts.
     """
 
-    __slots__ = ("op_type", "infer", "grad", "differentiable", "lower", "expand")
+    __slots__ = ("op_type", "infer", "grad", "differentiable", "lower", "expand", "domain",
+                 "node_type")
 
-    def __init__(self, op_type, infer, grad, differentiable, lower=None, expand=None):
+    def __init__(self, op_type, infer, grad, differentiable, lower=None, expand=None,
+                 domain=""):
         self.op_type = op_type
+        # a node outside the ONNX domain is named without the domain's prefix
+        self.domain = domain
+        self.node_type = op_type[len(domain) + 1:] if domain else op_type
         self.infer = infer
         self.grad = grad
         self.differentiable = differentiable
@@ -34,9 +39,12 @@ class Primitive:
         self.expand = expand
 
 
-def register(op_type, infer, grad=None, differentiable=True, lower=None):
-    """Add a primitive. `differentiable=False`: its outputs never carry gradients."""
-    _TABLE[op_type] = Primitive(op_type, infer, grad, differentiable, lower=lower)
+def register(op_type, infer, grad=None, differentiable=True, lower=None, domain=""):
+    """Add a primitive. `differentiable=False`: its outputs never carry gradients.
+    `domain`: the node's ONNX domain when it is not an ONNX op; `op_type` is then
+    "<domain>.<node type>" (see primitives/collectives.py)."""
+    _TABLE[op_type] = Primitive(op_type, infer, grad, differentiable, lower=lower,
+                                domain=domain)
 
 
 def register_composite(name, expand, grad=None, differentiable=True):

@@ -175,6 +175,7 @@ class GraphBuilder:
         self.optimizer = None
         self.gradients = {}        # id(Blob) -> its gradient Blob (filled by autodiff)
         self.loss_elem_count = 1   # autodiff's 1/N scale, undone for watch_diff
+        self.data_parallel_ranks = 1   # > 1: a data-parallel train step (runtime/distributed.py)
         self.location_override = None
         self._counter = itertools.count()
         self._const_cache = {}
@@ -276,13 +277,15 @@ class GraphBuilder:
                             type=ir.TensorType(dtypes.from_numpy(dt).ir_dtype),
                             shape=ir.Shape(shape)) for i, (shape, dt) in enumerate(out_types)]
         ir_attrs = {k: ir.tensor(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
-        node = ir.node(op_type, [x.value if x is not None else None for x in inputs],
+        node = ir.node(prim.node_type, [x.value if x is not None else None for x in inputs],
                        attributes=ir_attrs, outputs=outputs, name=node_name,
-                       metadata_props={"source": location})
+                       domain=prim.domain, metadata_props={"source": location})
+        if prim.domain:
+            self.graph.opset_imports.setdefault(prim.domain, 1)
         self.graph.append(node)
         blobs = [Blob(self, v, shape, dt) for v, (shape, dt) in zip(outputs, out_types)]
         dynamic = any(x is not None and x.is_dynamic for x in inputs)
-        traced = TracedNode(node, list(inputs), blobs, attrs, location)
+        traced = TracedNode(node, list(inputs), blobs, attrs, location, op_type=prim.op_type)
         for b in blobs:
             b.producer = traced
             b.is_dynamic = dynamic

@@ -3,6 +3,8 @@
 Names, shapes, default initializers and train/predict behaviour follow OneFlow 0.5's
 `ops/layers.py`; the functional forms they call live in conv.py, normalization.py, ...
 """
+import os
+
 import numpy as np
 
 from onnxjob.errors import TraceError, missing_api
@@ -179,9 +181,15 @@ def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_m
     c, dt = x.shape[axis], x.np_dtype
     gamma = gamma if gamma is not None else as_blob(np.ones(c, dt), like=x)
     beta = beta if beta is not None else as_blob(np.zeros(c, dt), like=x)
+    # a data-parallel step normalizes with the whole batch's statistics (sync batch norm),
+    # unless ONNXJOB_SYNC_BATCH_NORM=0 asks for each rank's own (DDP without SyncBatchNorm)
+    ranks = builder.data_parallel_ranks
+    if os.environ.get("ONNXJOB_SYNC_BATCH_NORM", "1") == "0":
+        ranks = 1
     y, mean, var = op("onnxjob.BatchNormTrain", x, gamma, beta, axis=axis,
-                      epsilon=float(epsilon), num_outputs=3)
-    count = int(np.prod(x.shape)) // c
+                      epsilon=float(epsilon), ranks=ranks if ranks > 1 else None,
+                      num_outputs=3)
+    count = int(np.prod(x.shape)) // c * ranks
     m = as_blob(momentum, like=mean)
     unbias = count / max(count - 1, 1)
     builder.state_updates[moving_mean.name] = (

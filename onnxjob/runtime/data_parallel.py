@@ -1,9 +1,11 @@
-"""One data-parallel train step: the train graph cut at its gradients into two sessions,
-with the gradients averaged across ranks between them (runtime/distributed.py)."""
+"""One data-parallel train step: the train graph cut at its gradients into two parts,
+with the gradients averaged across ranks between them (runtime/distributed.py). The
+first part runs as stages where it holds collectives (runtime/staged.py)."""
 import onnx
 import onnx.utils
 
 from onnxjob.runtime import backend, distributed
+from onnxjob.runtime.staged import StagedSession
 
 
 def _ancestors_reach(graph, sources, targets):
@@ -34,8 +36,8 @@ def _extract(model, inputs, outputs):
 
 class DataParallelStep:
     """Runs a train job compiled with its gradients as extra outputs
-    (`compiled.gradient_outputs`): session A, forward + backward on this rank's rows; the
-    averaged gradients; session B, the optimizer's update. Variables stay NumPy arrays
+    (`compiled.gradient_outputs`): part A, forward + backward on this rank's rows (staged
+    at synchronized batch norms); the averaged gradients; session B, the optimizer's update. Variables stay NumPy arrays
     in the session's store, as on one CPU."""
 
     def __init__(self, model_bytes, compiled, store, create_session):
@@ -48,17 +50,17 @@ class DataParallelStep:
         self._state_a = [(v, o) for v, o in compiled.state_outputs.items() if o not in updated]
         self._state_b = [(v, o) for v, o in compiled.state_outputs.items() if o in updated]
         graph_inputs = [i.name for i in model.graph.input]
-        self._a = create_session(_extract(model, graph_inputs, self._user + self._grads +
-                                          [o for _, o in self._state_a]).SerializeToString())
+        self._a = StagedSession(_extract(model, graph_inputs, self._user + self._grads +
+                                         [o for _, o in self._state_a]), create_session)
         self._b = create_session(_extract(model, graph_inputs + self._grads,
                                           [o for _, o in self._state_b]).SerializeToString())
         self._variable_of = {i: v for v, i in compiled.variable_inputs.items()}
         placeholders = {i.name: i for i in model.graph.input}
         first = placeholders[compiled.placeholder_names[0]] if compiled.placeholder_names else None
         self._rows = first.type.tensor_type.shape.dim[0].dim_value if first is not None else 0
-        order = [o.name for o in self._a.get_outputs()]
+        order = self._a.output_names
         assert order == self._user + self._grads + [o for _, o in self._state_a], order
-        self._inputs_a = [i.name for i in self._a.get_inputs()]
+        self._inputs_a = self._a.input_names
         self._inputs_b = [i.name for i in self._b.get_inputs()]
 
     def _feeds(self, names, feeds, extra=None):
@@ -73,7 +75,7 @@ class DataParallelStep:
         return out
 
     def run(self, feeds):
-        results_a = self._a.run(None, self._feeds(self._inputs_a, feeds))
+        results_a = self._a.run(self._feeds(self._inputs_a, feeds))
         n_user, n_grads = len(self._user), len(self._grads)
         # the gradients, and the state the forward pass updates (batch norm's moving
         # statistics), averaged: every rank then holds the same variables

@@ -17,9 +17,11 @@ MASTER_PORT. Then:
   example of the rank's share) gathered in rank order, any other (a mean loss) averaged;
 - checkpoints are written by rank 0 only; every rank waits for the write.
 
-Batch norm normalizes each rank's share with that share's statistics (as OneFlow and
-PyTorch's DDP do without sync batch norm), so a model with batch norm matches a single
-full-batch run only approximately. Gloo runs on the CPU; the CUDA path is not built yet.
+Batch norm normalizes with the whole batch's statistics (synchronized batch norm, as
+PyTorch's SyncBatchNorm; graph/primitives/batch_norm.py), so a model with batch norm
+trains as one process on the whole batch would; ONNXJOB_SYNC_BATCH_NORM=0 normalizes each
+rank's share with its own statistics instead (fewer collectives; DDP without
+SyncBatchNorm). Gloo runs on the CPU; the CUDA path is not built yet.
 """
 import datetime
 import functools
@@ -76,25 +78,49 @@ def broadcast_from_rank0(arrays):
     return out
 
 
+def _by_dtype(arrays):
+    """{dtype: (indices of `arrays` with it, their values as one flat array)}: one bucket
+    per dtype, one collective per bucket (as DDP's buckets)."""
+    indices = {}
+    for i, array in enumerate(arrays):
+        indices.setdefault(np.dtype(array.dtype), []).append(i)
+    return {dtype: (where, np.concatenate([np.ravel(arrays[i]) for i in where]))
+            for dtype, where in indices.items()}
+
+
+def _unflatten(flat, arrays, where, out, lead=()):
+    """Cut `flat` (with leading axes `lead`) back into the shapes of arrays[i], i in where."""
+    offset = 0
+    for i in where:
+        n = arrays[i].size
+        out[i] = flat[..., offset:offset + n].reshape(lead + arrays[i].shape)
+        offset += n
+
+
 def average(arrays):
-    """The element-wise mean over the ranks of each array, all_reduced as one flat bucket
-    per dtype (one collective per step, as DDP's buckets)."""
+    """The element-wise mean over the ranks of each array."""
     torch, dist = _torch_distributed()
     size = world()[1]
     out = [None] * len(arrays)
-    by_dtype = {}
-    for i, array in enumerate(arrays):
-        by_dtype.setdefault(np.dtype(array.dtype), []).append(i)
-    for dtype, indices in by_dtype.items():
-        flat = np.concatenate([np.ravel(arrays[i]) for i in indices])
+    for dtype, (where, flat) in _by_dtype(arrays).items():
         bucket = torch.from_numpy(flat)
         dist.all_reduce(bucket)
-        flat = bucket.numpy() / dtype.type(size)
-        offset = 0
-        for i in indices:
-            n = arrays[i].size
-            out[i] = flat[offset:offset + n].reshape(arrays[i].shape).astype(dtype, copy=False)
-            offset += n
+        _unflatten((bucket.numpy() / dtype.type(size)).astype(dtype, copy=False), arrays,
+                   where, out)
+    return out
+
+
+def all_gather(arrays):
+    """Each array as every rank has it: shape (world size,) + its shape, rank r's at [r]."""
+    torch, dist = _torch_distributed()
+    size = world()[1]
+    out = [None] * len(arrays)
+    for _, (where, flat) in _by_dtype(arrays).items():
+        parts = [torch.empty(flat.shape, dtype=torch.from_numpy(flat).dtype)
+                 for _ in range(size)]
+        dist.all_gather(parts, torch.from_numpy(flat))
+        gathered = torch.stack(parts)
+        _unflatten(gathered.numpy(), arrays, where, out, lead=(size,))
     return out
 
 
@@ -102,16 +128,12 @@ def whole_batch(array, rows):
     """A step output as the whole batch's: one with a row per example (its first axis has
     this rank's `rows`) gathered in rank order, any other (a mean loss) averaged. (With
     one row per rank, an output of shape (1,) counts as a reduced value.)"""
-    torch, dist = _torch_distributed()
     array = np.asarray(array)    # (np.ascontiguousarray would make a 0-d array 1-d)
     per_example = array.ndim >= 1 and array.shape[0] == rows and (rows > 1 or array.ndim > 1)
     if not per_example:
         return average([array])[0]
-    array = np.ascontiguousarray(array)
-    parts = [torch.empty(array.shape, dtype=torch.from_numpy(array).dtype)
-             for _ in range(world()[1])]
-    dist.all_gather(parts, torch.from_numpy(array))
-    return np.concatenate([p.numpy() for p in parts], axis=0)
+    gathered = all_gather([np.ascontiguousarray(array)])[0]     # (W, rows, ...)
+    return gathered.reshape((-1,) + array.shape[1:])
 
 
 def barrier():

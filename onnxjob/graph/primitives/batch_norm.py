@@ -26,6 +26,7 @@ import numpy as np
 
 from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.registry import register_composite
+from onnxjob.graph.primitives.collectives import DOMAIN
 from onnxjob.graph.tracer import as_blob, int64_constant, op
 
 
@@ -46,6 +47,21 @@ def _scale(x, per_channel, bshape):
     return op("Mul", x, reshape_to(per_channel, bshape))
 
 
+def _row(x, i):
+    return op("Gather", x, int64_constant(x, i), axis=0)
+
+
+def _whole_batch_statistics(mean, var, ranks):
+    """The whole batch's (mean, var) of shape (C,) from each rank's (see the docstring)."""
+    c = mean.shape[0]
+    stats = op("Concat", reshape_to(mean, (1, c)), reshape_to(var, (1, c)), axis=0)
+    gathered = op(f"{DOMAIN}.AllGather", stats, ranks=ranks)           # (W, 2, C)
+    average = op("ReduceMean", gathered, axes=[0], keepdims=0)          # (2, C)
+    spread = op("Sub", gathered, average)
+    spread = op("ReduceMean", op("Mul", spread, spread), axes=[0], keepdims=0)
+    return _row(average, 0), op("Add", _row(average, 1), _row(spread, 0))
+
+
 def _expand(inputs, attrs, num_outputs):
     x, gamma, beta = inputs
     axes, bshape, _ = _layout(x, attrs["axis"])
@@ -54,6 +70,9 @@ def _expand(inputs, attrs, num_outputs):
     var = op("ReduceMean", op("Mul", centered, centered), axes=axes, keepdims=1)
     c = x.shape[attrs["axis"]]
     mean, var = reshape_to(mean, (c,)), reshape_to(var, (c,))
+    if attrs.get("ranks", 1) > 1:
+        mean, var = _whole_batch_statistics(mean, var, attrs["ranks"])
+        centered = op("Sub", x, reshape_to(mean, bshape))
     if attrs["axis"] == 1:
         y = op("BatchNormalization", x, gamma, beta, mean, var, epsilon=float(attrs["epsilon"]))
     else:
@@ -77,10 +96,16 @@ def _grad(n, g, need):
                  inv_std)
     dx = None
     if need[0]:
+        sum_dy, sum_dy_centered = d_beta, d_gamma
+        if n.attrs.get("ranks", 1) > 1:     # the whole batch's sums / W (see the docstring)
+            c = d_beta.shape[0]
+            sums = op(f"{DOMAIN}.AllReduceMean", op(
+                "Concat", reshape_to(d_beta, (1, c)), reshape_to(d_gamma, (1, c)), axis=0))
+            sum_dy, sum_dy_centered = _row(sums, 0), _row(sums, 1)
         inv_n = as_blob(1.0 / count, like=dy)
         a = op("Mul", gamma, inv_std)
-        b = op("Neg", op("Mul", op("Mul", a, inv_std), op("Mul", d_gamma, inv_n)))
-        c = op("Neg", op("Mul", a, op("Mul", d_beta, inv_n)))
+        b = op("Neg", op("Mul", op("Mul", a, inv_std), op("Mul", sum_dy_centered, inv_n)))
+        c = op("Neg", op("Mul", a, op("Mul", sum_dy, inv_n)))
         dx = op("Add", op("Add", _scale(dy, a, bshape), _scale(centered, b, bshape)),
                 reshape_to(c, bshape))
     return [dx, d_gamma if need[1] else None, d_beta if need[2] else None]
