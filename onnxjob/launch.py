@@ -3,8 +3,9 @@ machine, as `torchrun --nproc-per-node N` would start them (runtime/distributed.
 
 Each rank is `python -m onnxjob run script.py ARGS` with RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set. The launcher waits for all of them; when one fails, it
-names every rank that failed within a few seconds, stops the others (no rank is left
-waiting in a collective), and exits with the first failed rank's status.
+names every rank that failed within a few seconds, and every rank still running then as
+stalled (its peers gave up waiting for it in a collective, after ONNXJOB_DIST_TIMEOUT), stops
+those (no rank is left waiting), and exits with the first failed rank's status.
 """
 import os
 import socket
@@ -29,8 +30,11 @@ def _report_failure(ranks, grace=5.0):
     failed = [(rank, p.poll()) for rank, p in enumerate(ranks) if p.poll() not in (None, 0)]
     for rank, code in failed:
         print(f"onnxjob: rank {rank} of {len(ranks)} exited with status {code}", file=sys.stderr)
-    if any(p.poll() is None for p in ranks):
-        print("onnxjob: stopping the other ranks", file=sys.stderr)
+    for rank, p in enumerate(ranks):
+        if p.poll() is None:
+            print(f"onnxjob: rank {rank} of {len(ranks)} is still running: stopping it (if the "
+                  "failed ranks timed out in a collective, this rank stalled before reaching it)",
+                  file=sys.stderr)
     return failed[0][1]
 
 

@@ -51,12 +51,12 @@ LEARNING_RATES = {"resnet50": 0.01}
 STEPS = {"resnet50": 1}
 
 
-def write_script(tmp_path, net, fail_rank=None, mean_loss=False):
+def write_script(tmp_path, net, fail_rank=None, mean_loss=False, stall_rank=None):
     body = textwrap.indent(textwrap.dedent(NETS[net]).strip(), "    ")
     script = tmp_path / f"{net}_train.py"
     reduce = "flow.math.reduce_mean" if mean_loss else ""
     shape = SHAPES.get(net, (8, 1, 28, 28))
-    script.write_text(f"""import json, os, sys
+    script.write_text(f"""import json, os, sys, time
 import numpy as np
 import onnxjob as flow
 import onnxjob.typing as tp
@@ -89,6 +89,8 @@ for step in range({STEPS.get(net, 3)}):
     losses.append(train_job(x, y).tolist())
     if rank == {fail_rank!r}:
         raise RuntimeError("rank {fail_rank} fails on purpose")
+    if rank == {stall_rank!r}:
+        time.sleep(120)         # never reaches the next step's all-reduce
 flow.checkpoint.save(sys.argv[1])
 if rank == 0:
     print(json.dumps(losses))
@@ -96,11 +98,12 @@ if rank == 0:
     return script
 
 
-def run(script, nproc, *args, timeout=300):
+def run(script, nproc, *args, timeout=300, env=None):
     command = [sys.executable, "-m", "onnxjob", "run"] + (["--nproc", str(nproc)] if nproc > 1 else [])
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     return subprocess.run(command + [str(script)] + [str(a) for a in args], capture_output=True,
-                          text=True, timeout=timeout, env={**env, "ONNXJOB_DEVICE": "cpu"})
+                          text=True, timeout=timeout,
+                          env={**environ, "ONNXJOB_DEVICE": "cpu", **(env or {})})
 
 
 def loaded(script, checkpoint):
@@ -140,6 +143,14 @@ def test_a_failing_rank_stops_the_run(tmp_path):
     assert result.returncode != 0
     assert "rank 1 fails on purpose" in result.stderr
     assert "rank 1 of 2 exited with status" in result.stderr
+
+
+def test_a_stalled_rank_is_named(tmp_path):
+    script = write_script(tmp_path, "mlp", stall_rank=1)
+    result = run(script, 2, tmp_path / "ck", timeout=60, env={"ONNXJOB_DIST_TIMEOUT": "3"})
+    assert result.returncode != 0
+    assert "rank 0 of 2 waited 3 s (ONNXJOB_DIST_TIMEOUT) in an all-reduce" in result.stderr
+    assert "rank 1 of 2 is still running: stopping it" in result.stderr
 
 
 def test_the_batch_must_divide_by_the_world_size(monkeypatch):

@@ -23,6 +23,7 @@ trains as one process on the whole batch would; ONNXJOB_SYNC_BATCH_NORM=0 normal
 rank's share with its own statistics instead (fewer collectives; DDP without
 SyncBatchNorm). Gloo runs on the CPU; the CUDA path is not built yet.
 """
+import contextlib
 import datetime
 import functools
 import os
@@ -30,6 +31,29 @@ import os
 import numpy as np
 
 from onnxjob.errors import TraceError
+
+
+class StalledRankError(RuntimeError):
+    """A collective waited longer than ONNXJOB_DIST_TIMEOUT for the other ranks."""
+
+
+def _timeout_s():
+    return float(os.environ.get("ONNXJOB_DIST_TIMEOUT", "120"))
+
+
+@contextlib.contextmanager
+def _collective(what):
+    """Turn gloo's timeout into an error that says which rank waited, in what, how long
+    (the launcher names the rank that never came: onnxjob/launch.py)."""
+    try:
+        yield
+    except RuntimeError as e:
+        if "Timed out" not in str(e) and "timed out" not in str(e):
+            raise
+        rank, size = world()
+        raise StalledRankError(
+            f"rank {rank} of {size} waited {_timeout_s():g} s (ONNXJOB_DIST_TIMEOUT) in {what} "
+            "for the other ranks: one of them stalled or died before reaching it") from e
 
 
 def world():
@@ -50,8 +74,7 @@ def _torch_distributed():
         raise ImportError("data-parallel training (WORLD_SIZE > 1) runs on torch.distributed: "
                           "pip install 'onnxjob[distributed]'") from None
     if not dist.is_initialized():
-        timeout = float(os.environ.get("ONNXJOB_DIST_TIMEOUT", "120"))
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=_timeout_s()))
     return torch, dist
 
 
@@ -73,7 +96,8 @@ def broadcast_from_rank0(arrays):
     out = {}
     for name, array in arrays.items():
         tensor = torch.from_numpy(np.ascontiguousarray(array).copy())
-        dist.broadcast(tensor, src=0)
+        with _collective("the broadcast of the initial variables"):
+            dist.broadcast(tensor, src=0)
         out[name] = tensor.numpy()
     return out
 
@@ -104,7 +128,8 @@ def average(arrays):
     out = [None] * len(arrays)
     for dtype, (where, flat) in _by_dtype(arrays).items():
         bucket = torch.from_numpy(flat)
-        dist.all_reduce(bucket)
+        with _collective("an all-reduce"):
+            dist.all_reduce(bucket)
         _unflatten((bucket.numpy() / dtype.type(size)).astype(dtype, copy=False), arrays,
                    where, out)
     return out
@@ -118,7 +143,8 @@ def all_gather(arrays):
     for _, (where, flat) in _by_dtype(arrays).items():
         parts = [torch.empty(flat.shape, dtype=torch.from_numpy(flat).dtype)
                  for _ in range(size)]
-        dist.all_gather(parts, torch.from_numpy(flat))
+        with _collective("an all-gather"):
+            dist.all_gather(parts, torch.from_numpy(flat))
         gathered = torch.stack(parts)
         _unflatten(gathered.numpy(), arrays, where, out, lead=(size,))
     return out
@@ -137,7 +163,8 @@ def whole_batch(array, rows):
 
 
 def barrier():
-    _torch_distributed()[1].barrier()
+    with _collective("a barrier"):
+        _torch_distributed()[1].barrier()
 
 
 def local_rows(array):

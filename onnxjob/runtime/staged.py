@@ -8,6 +8,8 @@ reads their results. A ResNet50 step with synchronized batch norm has one stage 
 batch-norm depth forward and backward (about a hundred); a graph without collectives is
 one stage.
 """
+import numpy as np
+import onnxruntime as ort
 from onnx import helper
 
 from onnxjob.graph.primitives.collectives import DOMAIN
@@ -81,14 +83,21 @@ class StagedSession:
 
     def run(self, feeds):
         """The graph's outputs (in order) for `feeds` {input name: array}."""
-        values = dict(feeds)
+        # between stages values stay onnxruntime's (OrtValues): no copy of the activations
+        # the backward stages read; only the collectives' small inputs become arrays
+        values = {name: _ort_value(array) for name, array in feeds.items()}
         for stage in self._stages:
             if stage.session is not None:
-                results = stage.session.run(stage.outputs, {n: values[n] for n in stage.inputs})
+                results = stage.session.run_with_ort_values(
+                    stage.outputs, {n: values[n] for n in stage.inputs})
                 values.update(zip(stage.outputs, results))
             for kind, perform in _COLLECTIVES.items():
                 nodes = [n for n in stage.collectives if n.op_type == kind]
                 if nodes:
-                    results = perform([values[n.input[0]] for n in nodes])
-                    values.update((n.output[0], r) for n, r in zip(nodes, results))
-        return [values[name] for name in self.output_names]
+                    results = perform([values[n.input[0]].numpy() for n in nodes])
+                    values.update((n.output[0], _ort_value(r)) for n, r in zip(nodes, results))
+        return [values[name].numpy() for name in self.output_names]
+
+
+def _ort_value(array):
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
