@@ -24,7 +24,9 @@ def parse():
     from common import add_timing_args
     p = add_timing_args(argparse.ArgumentParser(), rounds=9, calls=3)
     p.add_argument("variants", nargs="+", metavar="NAME=ENV=value,...")
-    p.add_argument("--model", default="lenet", choices=["lenet", "mlp"])
+    p.add_argument("--model", default="lenet", choices=["lenet", "mlp", "resnet50"],
+                   help="resnet50: OneFlow-Benchmark's at batch 8, against the first variant "
+                        "(no PyTorch step)")
     return p.parse_args()
 
 
@@ -72,12 +74,16 @@ def main():
     for text in args.variants:
         name, env = parse_variant(text)
         candidates[name], feeds = compile_train_step(flow, args.model, env)
-    candidates["torch"] = torch_train(torch, args.model, feeds)
+    first = next(iter(candidates))
+    if args.model == "resnet50":
+        reference, label = first, f"the variant {first!r}"
+    else:
+        candidates["torch"] = torch_train(torch, args.model, feeds)
+        reference, label = "torch", f"PyTorch {torch.__version__} eager"
     medians = interleaved(candidates, args.rounds, args.calls)
-    rows = [(f"{args.model} train: {name}", medians[name], medians["torch"])
+    rows = [(f"{args.model} train: {name}", medians[name], medians[reference])
             for name in candidates if name != "torch"]
-    print_table(rows, f"{args.threads} threads, medians (ratio = variant / PyTorch "
-                f"{torch.__version__} eager)")
+    print_table(rows, f"{args.threads} threads, medians (ratio = variant / {label})")
 
 
 if __name__ == "__main__":

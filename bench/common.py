@@ -1,6 +1,7 @@
 """Helpers shared by the benchmarks: the doc models' train jobs, interleaved rounds,
 medians, ratio tables. Callers put tests/ on sys.path (models.py lives there)."""
 import json
+import math
 import statistics
 import time
 
@@ -36,15 +37,23 @@ def time_calls(fn, calls):
     return (time.perf_counter() - start) / calls
 
 
-def interleaved(candidates, rounds, calls, warmup=3):
-    """{name: median seconds/call} with the candidates' rounds interleaved (A B A B ...)."""
-    for fn in candidates.values():
-        for _ in range(warmup):
-            fn()
+def interleaved(candidates, rounds, calls, warmup=3, min_block_s=0.25):
+    """{name: median seconds/call} with the candidates' rounds interleaved (A B A B ...).
+
+    Each round times a block of at least `calls` calls lasting at least `min_block_s`:
+    after a call, onnxruntime's and PyTorch's idle threads keep spinning for a while and
+    take cores from whichever framework runs next; in short blocks that dominates (the doc
+    MLP's PyTorch step measured 6.2 ms in blocks of 10 calls after onnxjob's, 2.4 ms in
+    blocks of 200).
+    """
+    block = {}
+    for name, fn in candidates.items():
+        per_call = time_calls(fn, warmup)
+        block[name] = max(calls, math.ceil(min_block_s / max(per_call, 1e-9)))
     samples = {name: [] for name in candidates}
     for _ in range(rounds):
         for name, fn in candidates.items():
-            samples[name].append(time_calls(fn, calls))
+            samples[name].append(time_calls(fn, block[name]))
     return {name: statistics.median(s) for name, s in samples.items()}
 
 

@@ -167,3 +167,13 @@ def test_an_async_run_that_fails_is_reported_and_reraised(capsys):
         flow.sync_default_session()
     assert "asynchronous job run" in capsys.readouterr().err
     assert len(got) == 1, "no callback for the failed run"
+
+
+def test_idle_onnxruntime_threads_spin_briefly(monkeypatch):
+    """Idle intra-op threads sleep after ONNXJOB_SPIN_US (default 100) us, rather than
+    spinning on the cores the caller's next work needs (bench/common.py measures it)."""
+    from onnxjob.runtime import backend
+    key = "session.intra_op.spin_duration_us"
+    assert backend.session_options(is_train=True).get_session_config_entry(key) == "100"
+    monkeypatch.setenv("ONNXJOB_SPIN_US", "0")
+    assert backend.session_options(is_train=False).get_session_config_entry(key) == "0"

@@ -107,6 +107,13 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
     if threads:
         opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
+    # Idle intra-op threads spin at most ONNXJOB_SPIN_US (100) microseconds before they
+    # sleep: onnxruntime's default spinning kept both cores busy for tens of milliseconds
+    # after a run, slowing whatever the caller did next (a data pipeline, PyTorch: its doc
+    # MLP step took 10 ms instead of 1.4 right after an onnxjob step); a step's own ops
+    # follow each other within microseconds, so they still find the threads awake.
+    opts.add_session_config_entry("session.intra_op.spin_duration_us",
+                                  os.environ.get("ONNXJOB_SPIN_US", "100"))
     if is_train and device == "cpu":
         # The memory pattern plans one block for every intermediate of the run and keeps it
         # beside the arena: a ResNet50 batch-32 train step peaked at 7.2 GB with it and
