@@ -171,7 +171,7 @@ def test_an_async_run_that_fails_is_reported_and_reraised(capsys):
 
 def test_idle_onnxruntime_threads_spin_briefly(monkeypatch):
     """Idle intra-op threads sleep after ONNXJOB_SPIN_US (default 100) us, rather than
-    spinning on the cores the caller's next work needs (bench/common.py measures it)."""
+    spinning on the cores the caller's next work needs (bench/bench_spin.py measures it)."""
     from onnxjob.runtime import backend
     key = "session.intra_op.spin_duration_us"
     assert backend.session_options(is_train=True).get_session_config_entry(key) == "100"
