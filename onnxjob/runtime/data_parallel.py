@@ -37,8 +37,8 @@ def _extract(model, inputs, outputs):
 class DataParallelStep:
     """Runs a train job compiled with its gradients as extra outputs
     (`compiled.gradient_outputs`): part A, forward + backward on this rank's rows (staged
-    at synchronized batch norms); the averaged gradients; session B, the optimizer's update. Variables stay NumPy arrays
-    in the session's store, as on one CPU."""
+    at synchronized batch norms); the averaged gradients; session B, the optimizer's
+    update. Variables stay NumPy arrays in the session's store, as on one CPU."""
 
     def __init__(self, model_bytes, compiled, store, create_session):
         model = onnx.load_from_string(model_bytes)

@@ -8,9 +8,10 @@ MASTER_PORT. Then:
 - a train job's placeholders hold the rank's share of the batch: the caller passes the whole
   (global) batch on every rank, as OneFlow's consistent view takes it, and rank r feeds rows
   [r * B/W, (r + 1) * B/W) (B must divide by the world size W);
-- the step runs as two onnxruntime sessions cut from the one train graph at the gradients
-  (runtime/data_parallel.py): forward + backward, then the gradients averaged across ranks
-  in one flat bucket per dtype (all_reduce), then the optimizer's update;
+- the step is the one train graph cut at the gradients (runtime/data_parallel.py):
+  forward + backward (one onnxruntime session, or stages where synchronized batch norms
+  exchange statistics: runtime/staged.py), then the gradients averaged across ranks in one
+  flat bucket per dtype (all_reduce), then the optimizer's update (a second session);
 - the variables start equal everywhere (broadcast from rank 0 when the session starts), and
   stay equal, since every rank applies the same averaged gradients;
 - a step's outputs come back as the whole batch's: a per-example output (one row per

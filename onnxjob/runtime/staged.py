@@ -48,29 +48,27 @@ class StagedSession:
         types = {v.name: v for v in list(graph.input) + list(graph.output) + list(graph.value_info)}
         initializers = {t.name: t for t in graph.initializer}
         stage_of = {}                   # value name -> the stage that makes it
+        crossing = set(self.output_names)   # values read outside the stage that makes them
         stages = [_Stage()]
         for node in graph.node:         # (topologically sorted)
             k = max((stage_of.get(name, 0) for name in node.input if name), default=0)
             if node.domain == DOMAIN:
+                crossing.add(node.input[0])
                 stages[k].collectives.append(node)
                 types[node.output[0]] = _collective_type(node, types[node.input[0]])
                 stage_of[node.output[0]] = k + 1
                 if len(stages) == k + 1:
                     stages.append(_Stage())
             else:
+                crossing.update(n for n in node.input if n and stage_of.get(n, k) != k)
                 stages[k].nodes.append(node)
                 stage_of.update((out, k) for out in node.output if out)
         opsets = [o for o in model.opset_import if o.domain != DOMAIN]
         for k, stage in enumerate(stages):
             made = {out for node in stage.nodes for out in node.output if out}
             read = {name for node in stage.nodes for name in node.input if name}
-            read_later = set(self.output_names)
-            for other in stages[k:]:
-                read_later.update(name for node in other.collectives for name in node.input)
-            for other in stages[k + 1:]:
-                read_later.update(name for node in other.nodes for name in node.input)
             stage.inputs = sorted(read - made - initializers.keys())
-            stage.outputs = sorted(made & read_later)
+            stage.outputs = sorted(made & crossing)
             if not stage.nodes:
                 continue
             part = helper.make_graph(
