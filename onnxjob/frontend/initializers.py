@@ -18,19 +18,41 @@ class Initializer:
         return f"{self.kind}({', '.join(f'{k}={v}' for k, v in self.params.items())})"
 
     def sample(self, shape, np_dtype, rng):
-        return np.asarray(_SAMPLERS[self.kind](shape, rng, **self.params)).astype(np_dtype, copy=False)
+        draw = _draw_dtype(np_dtype)
+        return np.asarray(_SAMPLERS[self.kind](shape, rng, draw, **self.params)).astype(np_dtype, copy=False)
 
 
-def _truncated(shape, rng, mean, stddev):
-    """Normal(mean, stddev) resampled until |x - mean| < 2 stddev (drawn in float32)."""
-    out = rng.standard_normal(size=shape, dtype=np.float32)
+def _draw_dtype(np_dtype):
+    """The dtype random floats are drawn in: float32 unless the variable is float64
+    (NumPy draws float32 directly, about 3x faster than float64 plus a cast; ResNet50's
+    25M weights took 0.5 s the other way)."""
+    return np.float64 if np.dtype(np_dtype) == np.float64 else np.float32
+
+
+def _normal(rng, mean, stddev, shape, draw):
+    out = rng.standard_normal(size=shape, dtype=draw)
+    out *= draw(stddev)
+    out += draw(mean)
+    return out
+
+
+def _uniform_real(rng, low, high, shape, draw):
+    out = rng.random(size=shape, dtype=draw)
+    out *= draw(high - low)
+    out += draw(low)
+    return out
+
+
+def _truncated(shape, rng, draw, mean, stddev):
+    """Normal(mean, stddev) resampled until |x - mean| < 2 stddev."""
+    out = rng.standard_normal(size=shape, dtype=draw)
     bad = np.flatnonzero(np.abs(out) >= 2.0)
     while bad.size:
         flat = out.reshape(-1)
-        flat[bad] = rng.standard_normal(size=bad.size, dtype=np.float32)
+        flat[bad] = rng.standard_normal(size=bad.size, dtype=draw)
         bad = bad[np.abs(flat[bad]) >= 2.0]
-    out *= np.float32(stddev)
-    out += np.float32(mean)
+    out *= draw(stddev)
+    out += draw(mean)
     return out
 
 
@@ -45,39 +67,39 @@ def _fans(shape, data_format):
     return fan_in, fan_out
 
 
-def _variance_scaling(shape, rng, scale, mode, distribution, data_format):
+def _variance_scaling(shape, rng, draw, scale, mode, distribution, data_format):
     fan_in, fan_out = _fans(shape, data_format)
     fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
     s = scale / max(1.0, fan)
     if distribution == "truncated_normal":
-        return _truncated(shape, rng, 0.0, math.sqrt(s) / 0.87962566103423978)
+        return _truncated(shape, rng, draw, 0.0, math.sqrt(s) / 0.87962566103423978)
     if distribution == "random_normal":
-        return rng.normal(0.0, math.sqrt(s), size=shape)
+        return _normal(rng, 0.0, math.sqrt(s), shape, draw)
     limit = math.sqrt(3.0 * s)
-    return rng.uniform(-limit, limit, size=shape)
+    return _uniform_real(rng, -limit, limit, shape, draw)
 
 
-def _uniform(shape, rng, minval, maxval, integer):
+def _uniform(shape, rng, draw, minval, maxval, integer):
     if integer:
         return rng.integers(int(minval), int(maxval), size=shape, endpoint=True)
-    return rng.uniform(minval, maxval, size=shape)
+    return _uniform_real(rng, minval, maxval, shape, draw)
 
 
-def _kaiming(shape, rng, distribution, mode, nonlinearity, negative_slope, data_format):
+def _kaiming(shape, rng, draw, distribution, mode, nonlinearity, negative_slope, data_format):
     fan_in, fan_out = _fans(shape, data_format)
     fan = fan_in if mode == "fan_in" else fan_out
     gain = {None: 1.0, "linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
             "leaky_relu": math.sqrt(2.0 / (1 + negative_slope ** 2))}[nonlinearity]
     std = gain / math.sqrt(fan)
     if distribution == "random_normal":
-        return rng.normal(0.0, std, size=shape)
-    return rng.uniform(-math.sqrt(3.0) * std, math.sqrt(3.0) * std, size=shape)
+        return _normal(rng, 0.0, std, shape, draw)
+    return _uniform_real(rng, -math.sqrt(3.0) * std, math.sqrt(3.0) * std, shape, draw)
 
 
 _SAMPLERS = {
-    "constant": lambda shape, rng, value: np.full(shape, value),
+    "constant": lambda shape, rng, draw, value: np.full(shape, value),
     "truncated_normal": _truncated,
-    "random_normal": lambda shape, rng, mean, stddev: rng.normal(mean, stddev, size=shape),
+    "random_normal": lambda shape, rng, draw, mean, stddev: _normal(rng, mean, stddev, shape, draw),
     "random_uniform": _uniform,
     "variance_scaling": _variance_scaling,
     "kaiming": _kaiming,

@@ -276,9 +276,8 @@ class GraphBuilder:
                                 f"{node_name}/out{i}" if i else f"{node_name}/out"),
                             type=ir.TensorType(dtypes.from_numpy(dt).ir_dtype),
                             shape=ir.Shape(shape)) for i, (shape, dt) in enumerate(out_types)]
-        ir_attrs = {k: ir.tensor(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
         node = ir.node(prim.node_type, [x.value if x is not None else None for x in inputs],
-                       attributes=ir_attrs, outputs=outputs, name=node_name,
+                       attributes={k: _ir_attr(k, v) for k, v in attrs.items()}, outputs=outputs, name=node_name,
                        domain=prim.domain, metadata_props={"source": location})
         if prim.domain:
             self.graph.opset_imports.setdefault(prim.domain, 1)
@@ -368,3 +367,27 @@ def as_blob(x, like=None, dtype=None):
         dtype = like.np_dtype if like is not None else None
     arr = np.asarray(x, dtype=dtype)
     return builder.constant(arr)
+
+
+def _ir_attr(name, value):
+    """`value` as an onnx_ir attribute. The common kinds are built directly: onnx_ir's own
+    inference checks every value against its runtime Protocols, slow enough to be a tenth
+    of a ResNet50 trace."""
+    kind = type(value)
+    if kind is int or kind is bool:
+        return ir.AttrInt64(name, int(value))
+    if kind is float:
+        return ir.AttrFloat32(name, value)
+    if kind is str:
+        return ir.AttrString(name, value)
+    if kind is np.ndarray:
+        return ir.AttrTensor(name, ir.tensor(value))
+    if (kind is list or kind is tuple) and value:
+        kinds = {type(x) for x in value}
+        if kinds <= {int, bool}:
+            return ir.AttrInt64s(name, [int(x) for x in value])
+        if kinds == {float}:
+            return ir.AttrFloat32s(name, list(value))
+        if kinds == {str}:
+            return ir.AttrStrings(name, list(value))
+    return value    # anything else: onnx_ir converts it
