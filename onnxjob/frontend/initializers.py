@@ -18,8 +18,8 @@ class Initializer:
         return f"{self.kind}({', '.join(f'{k}={v}' for k, v in self.params.items())})"
 
     def sample(self, shape, np_dtype, rng):
-        draw = _draw_dtype(np_dtype)
-        return np.asarray(_SAMPLERS[self.kind](shape, rng, draw, **self.params)).astype(np_dtype, copy=False)
+        values = _SAMPLERS[self.kind](shape, rng, _draw_dtype(np_dtype), **self.params)
+        return np.asarray(values).astype(np_dtype, copy=False)
 
 
 def _draw_dtype(np_dtype):

@@ -277,8 +277,9 @@ class GraphBuilder:
                             type=ir.TensorType(dtypes.from_numpy(dt).ir_dtype),
                             shape=ir.Shape(shape)) for i, (shape, dt) in enumerate(out_types)]
         node = ir.node(prim.node_type, [x.value if x is not None else None for x in inputs],
-                       attributes={k: _ir_attr(k, v) for k, v in attrs.items()}, outputs=outputs, name=node_name,
-                       domain=prim.domain, metadata_props={"source": location})
+                       attributes={k: _ir_attr(k, v) for k, v in attrs.items()},
+                       outputs=outputs, name=node_name, domain=prim.domain,
+                       metadata_props={"source": location})
         if prim.domain:
             self.graph.opset_imports.setdefault(prim.domain, 1)
         self.graph.append(node)
