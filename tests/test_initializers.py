@@ -90,3 +90,25 @@ def test_config_seed_makes_every_random_draw_reproducible():
     assert (first[4:] == 0).any()  # the dropout really dropped
     assert not np.array_equal(first, _random_job_outputs(8))
     assert not np.array_equal(_random_job_outputs(None), _random_job_outputs(None))
+
+
+def _initial_value_of_w(other_variables):
+    """The seeded initial value of variable "w" in a session that also defines
+    `other_variables` variables before it."""
+    flow.clear_default_session()
+    flow.config.seed(3)
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        for i in range(other_variables):
+            x = x + flow.get_variable(f"other_{i}", (4,),
+                                      initializer=flow.random_normal_initializer())
+        return flow.get_variable("w", (4,), initializer=flow.random_normal_initializer()) + x * 0
+
+    return job(np.zeros(4, np.float32))
+
+
+def test_a_variables_initial_value_depends_on_the_seed_and_its_name_only():
+    alone = _initial_value_of_w(0)
+    np.testing.assert_array_equal(alone, _initial_value_of_w(3))
+    assert np.std(alone) > 0.1      # drawn, not a constant
