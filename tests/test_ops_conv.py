@@ -510,3 +510,27 @@ def test_conv2d_transpose_takes_its_output_channels_from_the_weight():
                                         padding="SAME")
 
     assert job(x, w).shape == (2, 3, 8, 8)
+
+
+def test_overlapping_max_pool_gradient_leaves_no_input_sized_constant(tmp_path):
+    """The zeros the gradient scatters into are made at run time: onnxruntime would fold a
+    ConstantOfShape into an initializer of the input's size, kept for the session's life."""
+    shape = (4, 8, 32, 32)
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder(shape)) -> tp.Numpy:
+        w = flow.get_variable("w", (1, 8, 1, 1), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_sum(flow.nn.max_pool2d(x * w, 3, 2, "SAME"))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    job(np.random.default_rng(0).random(shape, dtype=np.float32))
+    flow.export(job, str(tmp_path / "step.onnx"))
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(tmp_path / "step.onnx"), opts, providers=["CPUExecutionProvider"])
+    import onnx
+    optimized = onnx.load(str(tmp_path / "optimized.onnx"))
+    sizes = [int(np.prod(t.dims)) for t in optimized.graph.initializer]
+    assert max(sizes) < np.prod(shape), sorted(sizes)[-3:]
