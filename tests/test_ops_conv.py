@@ -2,6 +2,7 @@
 shuffles: forward values and gradients against PyTorch and finite differences, the float64
 lowerings, shape rules, dtypes and errors."""
 import numpy as np
+import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
@@ -530,7 +531,6 @@ def test_overlapping_max_pool_gradient_leaves_no_input_sized_constant(tmp_path):
     opts = ort.SessionOptions()
     opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     ort.InferenceSession(str(tmp_path / "step.onnx"), opts, providers=["CPUExecutionProvider"])
-    import onnx
     optimized = onnx.load(str(tmp_path / "optimized.onnx"))
     sizes = [int(np.prod(t.dims)) for t in optimized.graph.initializer]
     assert max(sizes) < np.prod(shape), sorted(sizes)[-3:]

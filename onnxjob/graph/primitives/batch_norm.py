@@ -108,6 +108,7 @@ def _grad(n, g, need):
         a = op("Mul", gamma, inv_std)
         b = op("Neg", op("Mul", op("Mul", a, inv_std), op("Mul", sum_dy_centered, inv_n)))
         c = op("Neg", op("Mul", a, op("Mul", sum_dy, inv_n)))
+        spread = _scale(centered, b, bshape)
         if n.attrs["axis"] == 1:
             # a * dy + c as one inference BatchNormalization (mean 0, var + eps exactly 1):
             # one pass over dy where Mul and Add take two. NOTE: eps is not 0 because
@@ -115,11 +116,9 @@ def _grad(n, g, need):
             channels, eps = x.shape[1], 1e-5
             zeros = as_blob(np.zeros(channels, dy.np_dtype), like=dy)
             var = as_blob(np.ones(channels, dy.np_dtype) - dy.np_dtype.type(eps), like=dy)
-            dx = op("Add", op("BatchNormalization", dy, a, c, zeros, var, epsilon=eps),
-                    _scale(centered, b, bshape))
+            dx = op("Add", op("BatchNormalization", dy, a, c, zeros, var, epsilon=eps), spread)
         else:
-            dx = op("Add", op("Add", _scale(dy, a, bshape), _scale(centered, b, bshape)),
-                    reshape_to(c, bshape))
+            dx = op("Add", op("Add", _scale(dy, a, bshape), spread), reshape_to(c, bshape))
     return [dx, d_gamma if need[1] else None, d_beta if need[2] else None]
 
 
