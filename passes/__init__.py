@@ -17,6 +17,7 @@ from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
+from .relu_mask_as_mul import ReluMaskAsMul
 from .split_channel_reductions import SplitChannelReductions
 
 _REGISTERED = []
@@ -30,7 +31,8 @@ def register_pass(pass_factory):
 
 def default_passes(device=None):
     """The pipeline every job runs (each pass: one module, rewrite cases in its docstring);
-    jobs compiled for `device="cuda"` also run KeepOnCuda and SplitChannelReductions.
+    jobs compiled for `device="cuda"` also run KeepOnCuda and SplitChannelReductions, the
+    others ReluMaskAsMul.
 
     `ONNXJOB_SKIP_PASSES=Name,Name` leaves those passes out (by class name), to measure
     or debug one pass at a time.
@@ -44,7 +46,7 @@ def _default_pipeline(device):
         FoldReshapes(),
         FoldTransposeIntoGemm(),
         MaskBeforeMaxUnpool(),
-        *([KeepOnCuda(), SplitChannelReductions()] if device == "cuda" else []),
+        *([KeepOnCuda(), SplitChannelReductions()] if device == "cuda" else [ReluMaskAsMul()]),
         AlignBroadcastRanks(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),
@@ -107,6 +109,6 @@ def op_counts(model):
 
 
 __all__ = ["AlignBroadcastRanks", "FoldReshapes", "FoldTransposeIntoGemm", "KeepOnCuda",
-           "MaskBeforeMaxUnpool", "SplitChannelReductions",
+           "MaskBeforeMaxUnpool", "ReluMaskAsMul", "SplitChannelReductions",
            "build_pipeline", "default_passes", "format_op_count_diff", "op_counts",
            "register_pass", "run_default_pipeline"]

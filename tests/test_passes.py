@@ -12,7 +12,7 @@ import onnxjob.typing as tp
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from passes import (AlignBroadcastRanks, FoldReshapes, FoldTransposeIntoGemm, KeepOnCuda,
-                    MaskBeforeMaxUnpool, SplitChannelReductions, op_counts)
+                    MaskBeforeMaxUnpool, ReluMaskAsMul, SplitChannelReductions, op_counts)
 
 
 def build(fn, *shapes):
@@ -117,6 +117,46 @@ def test_mask_before_max_unpool_needs_the_same_tensor():
     model = build(lambda x, g: _relu_pool_gradient(x, g, lambda r: op("Neg", r)),
                   (2, 3, 6, 6), (2, 3, 3, 3))
     assert not MaskBeforeMaxUnpool()(model).modified
+
+
+def _relu_gradient(x, g):
+    """The gradient of Relu(x) for the cotangent g, as the autodiff emits it."""
+    zero = x.builder.constant(np.zeros((), np.float32))
+    return op("Where", op("Greater", op("Relu", x), zero), g, zero)
+
+
+def test_relu_mask_as_mul():
+    check(ReluMaskAsMul(), _relu_gradient, [(2, 3, 4, 4), (2, 3, 4, 4)],
+          {"Where": 1, "Greater": 1}, {"Where": 0, "Greater": 1, "Cast": 1, "Mul": 1})
+
+
+def test_relu_mask_as_mul_after_mask_before_max_unpool():
+    """The pooled-side mask MaskBeforeMaxUnpool leaves is a ReLU mask too; zeros and ties
+    (constant windows) come out the same."""
+    model = build(_relu_pool_gradient, (1, 2, 4, 4), (1, 2, 2, 2))
+    x = np.array([0.0, 0.5, -1.0, 0.5], np.float32).repeat(8).reshape(1, 2, 4, 4)
+    g = np.arange(1, 9, dtype=np.float32).reshape(1, 2, 2, 2)
+    expected = run(model, [x, g])
+    assert MaskBeforeMaxUnpool()(model).modified
+    assert ReluMaskAsMul()(model).modified
+    assert op_counts(model).get("Where", 0) == 0
+    np.testing.assert_array_equal(run(model, [x, g]), expected)
+
+
+def test_relu_mask_as_mul_leaves_other_masks_alone():
+    """A Where over a mask of something else than a ReLU output (a guard that may hide
+    inf or NaN) is kept."""
+    def guarded(x, g):
+        zero = x.builder.constant(np.zeros((), np.float32))
+        return op("Where", op("Greater", x, zero), op("Log", g), zero)
+    model = build(guarded, (2, 3), (2, 3))
+    assert not ReluMaskAsMul()(model).modified
+
+
+def test_relu_mask_as_mul_runs_only_for_cpu_jobs():
+    from passes import default_passes
+    assert any(isinstance(p, ReluMaskAsMul) for p in default_passes("cpu"))
+    assert not any(isinstance(p, ReluMaskAsMul) for p in default_passes("cuda"))
 
 
 def test_align_broadcast_ranks_computed_scalar():
