@@ -106,16 +106,34 @@ def _flipped_transposed(w, group):
     """A Conv weight (M, C/g, *k) as the weight of its adjoint: every kernel flipped and
     the channel axes swapped within each group, (C, M/g, *k)."""
     nd = len(w.shape) - 2
-    flipped = w
-    if any(k != 1 for k in w.shape[2:]):  # (a 1x1 kernel is its own flip)
-        flipped = op("Slice", w, *(int64_constant(w, v) for v in (
-            [-1] * nd, [np.iinfo(np.int64).min] * nd, _spatial_axes(nd + 2), [-1] * nd)))
     m, cg, kernel = w.shape[0], w.shape[1], list(w.shape[2:])
     if group == 1:
-        return op("Transpose", flipped, perm=[1, 0] + _spatial_axes(nd + 2))
-    grouped = reshape_to(flipped, [group, m // group, cg] + kernel)
-    swapped = op("Transpose", grouped, perm=[0, 2, 1] + list(range(3, nd + 3)))
-    return reshape_to(swapped, [group * cg, m // group] + kernel)
+        swapped = op("Transpose", w, perm=[1, 0] + _spatial_axes(nd + 2))
+    else:
+        grouped = reshape_to(w, [group, m // group, cg] + kernel)
+        swapped = op("Transpose", grouped, perm=[0, 2, 1] + list(range(3, nd + 3)))
+        swapped = reshape_to(swapped, [group * cg, m // group] + kernel)
+    return _flip_kernels(swapped)
+
+
+def _flip_kernels(w):
+    """`w` (A, B, *k) with every kernel reversed along each spatial axis.
+
+    Reversing every axis of a kernel reverses its row-major flattening, so for float32 and
+    float64 this is a MatMul of the (A*B, K) kernels with the K x K reversal permutation.
+    NOTE: onnxruntime's CPU Slice with negative steps took 4.8 ms on a (512, 512, 3, 3)
+    weight and the MatMul 0.64 ms (0.94 / 0.10 ms at 256 x 256), once per train step.
+    """
+    k = int(np.prod(w.shape[2:]))
+    if k == 1:  # a 1x1 kernel is its own flip
+        return w
+    nd = len(w.shape) - 2
+    if w.np_dtype in (np.float32, np.float64):
+        rows = reshape_to(w, [w.shape[0] * w.shape[1], k])
+        reversal = as_blob(np.eye(k, dtype=w.np_dtype)[::-1].copy(), like=w)
+        return reshape_to(op("MatMul", rows, reversal), list(w.shape))
+    return op("Slice", w, *(int64_constant(w, v) for v in (
+        [-1] * nd, [np.iinfo(np.int64).min] * nd, _spatial_axes(nd + 2), [-1] * nd)))
 
 
 def _checked_lowering(op_type, infer, build, lowered=(np.float64,)):
