@@ -31,6 +31,14 @@ def test_normal_uniform_constant():
     assert set(np.unique(ints)) == {0, 1, 2, 3}
 
 
+def test_constant_initializer_is_made_in_the_variables_dtype():
+    """No float detour: an int64 constant beyond float32's 24 bits stays exact."""
+    big = sample(flow.constant_initializer(2 ** 40 + 1), shape=(3,), dtype=np.int64)
+    assert big.dtype == np.int64 and np.all(big == 2 ** 40 + 1)
+    zeros = sample(flow.zeros_initializer(), dtype=np.float64)
+    assert zeros.dtype == np.float64 and zeros.shape == SHAPE and not zeros.any()
+
+
 def test_xavier_and_kaiming_scales():
     fan_in, fan_out = 128, 256
     limit = math.sqrt(6.0 / (fan_in + fan_out))

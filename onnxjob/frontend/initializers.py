@@ -18,6 +18,8 @@ class Initializer:
         return f"{self.kind}({', '.join(f'{k}={v}' for k, v in self.params.items())})"
 
     def sample(self, shape, np_dtype, rng):
+        if self.kind == "constant":
+            return _constant(shape, np_dtype, self.params["value"])
         values = _SAMPLERS[self.kind](shape, rng, _draw_dtype(np_dtype), **self.params)
         return np.asarray(values).astype(np_dtype, copy=False)
 
@@ -96,8 +98,16 @@ def _kaiming(shape, rng, draw, distribution, mode, nonlinearity, negative_slope,
     return _uniform_real(rng, -math.sqrt(3.0) * std, math.sqrt(3.0) * std, shape, draw)
 
 
+def _constant(shape, np_dtype, value):
+    """`value` everywhere, made in the variable's dtype (no cast pass after); zeros come
+    from np.zeros, whose large arrays the OS maps lazily: optimizer slots that the first
+    step replaces are never written."""
+    if np.ndim(value) == 0 and value == 0:
+        return np.zeros(shape, np_dtype)
+    return np.full(shape, value, np_dtype)
+
+
 _SAMPLERS = {
-    "constant": lambda shape, rng, draw, value: np.full(shape, value),
     "truncated_normal": _truncated,
     "random_normal": lambda shape, rng, draw, mean, stddev: _normal(rng, mean, stddev, shape, draw),
     "random_uniform": _uniform,

@@ -172,11 +172,15 @@ def session_error(error, model):
     return None
 
 
-def to_device(array, device):
+def to_device(array, device, fresh=False):
     """The stored form of a variable value on `device`: a CUDA OrtValue, or on the CPU an
-    owned C-contiguous array (a copy, so later changes to `array` do not leak in)."""
+    owned C-contiguous array (a copy, so later changes to `array` do not leak in).
+    `fresh`: `array` was just made and nothing else holds it, so on the CPU it is kept
+    as it is when C-contiguous (initial values: no second pass over their memory)."""
     if device == "cuda":
         return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), "cuda", 0)
+    if fresh:
+        return np.ascontiguousarray(array)
     return np.array(array, order="C", copy=True)
 
 
