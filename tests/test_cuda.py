@@ -141,3 +141,14 @@ def test_no_notice_without_a_gpu(monkeypatch):
         assert backend.warn_gpu_unused() is None
     finally:
         backend.warn_gpu_unused.cache_clear()
+
+
+def test_driver_library_found_as_find_library_finds_it(monkeypatch, tmp_path):
+    """The loader-cache check agrees with ctypes.util.find_library here, and a libcuda on
+    LD_LIBRARY_PATH counts."""
+    import ctypes.util
+    assert cuda_libraries._driver_library_installed() == \
+        (ctypes.util.find_library("cuda") is not None)
+    (tmp_path / "libcuda.so.1").write_bytes(b"")
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"/nonexistent:{tmp_path}")
+    assert cuda_libraries._driver_library_installed()
