@@ -60,6 +60,11 @@ def build_pipeline(config=None, device=None):
     return ir_passes.PassManager(default_passes(device) + extra, steps=4, early_stop=True)
 
 
+def has_user_passes(config=None):
+    """Whether the pipeline for `config` runs passes beyond the default ones."""
+    return bool(_REGISTERED or (config is not None and config.get("passes")))
+
+
 def passes_disabled(config=None):
     if os.environ.get("ONNXJOB_DISABLE_PASSES", "") not in ("", "0"):
         return True
@@ -110,5 +115,5 @@ def op_counts(model):
 
 __all__ = ["AlignBroadcastRanks", "FoldReshapes", "FoldTransposeIntoGemm", "KeepOnCuda",
            "MaskBeforeMaxUnpool", "ReluMaskAsMul", "SplitChannelReductions",
-           "build_pipeline", "default_passes", "format_op_count_diff", "op_counts",
+           "build_pipeline", "default_passes", "format_op_count_diff", "has_user_passes", "op_counts",
            "register_pass", "run_default_pipeline"]

@@ -57,3 +57,66 @@ def test_the_cache_drops_the_least_recently_used_models(tmp_path):
     session_cache.touch(str(tmp_path / "old.onnx"))        # used just now
     session_cache._trim(str(tmp_path), 2000)
     assert sorted(os.listdir(tmp_path)) == ["new.onnx", "old.onnx"]
+
+
+def _lenet_start_counting_pipelines(monkeypatch, config=None):
+    """Define the LeNet jobs in a fresh session and start it; returns how many times the
+    pass pipeline ran and the train job's runtime."""
+    from onnxjob.graph import compiler
+    from onnxjob.frontend.config import started_session
+    runs = []
+    real = compiler.run_default_pipeline
+
+    def counting(model, *args, **kwargs):
+        runs.append(model.graph.name)
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(compiler, "run_default_pipeline", counting)
+    flow.clear_default_session()
+    flow.config.seed(3)
+    define_jobs(lenet)
+    started_session()
+    return runs, default_session().runtimes["train_job"]
+
+
+def test_a_second_start_takes_the_passes_result_from_the_cache(tmp_path, monkeypatch):
+    from passes import op_counts
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
+    runs, first = _lenet_start_counting_pipelines(monkeypatch)
+    assert "train_job" in runs
+    assert any(name.endswith(".passes.onnx") for name in os.listdir(tmp_path))
+    first_bytes, first_ops = first.model_bytes, op_counts(first.compiled.model)
+    images, labels = random_batch()
+    first_losses = [first.run({"images": images, "labels": labels})[0] for _ in range(2)]
+    runs, second = _lenet_start_counting_pipelines(monkeypatch)
+    assert runs == [], "the passes ran again on an unchanged graph"
+    assert second.model_bytes == first_bytes
+    assert op_counts(second.compiled.model) == first_ops     # the graph after the passes
+    assert second.compiled.variable_inputs == first.compiled.variable_inputs
+    losses = [second.run({"images": images, "labels": labels})[0] for _ in range(2)]
+    np.testing.assert_allclose(losses, first_losses, rtol=1e-6)
+
+
+def test_the_passes_cache_key_follows_skipped_passes_and_user_passes(tmp_path, monkeypatch):
+    import onnx_ir as ir
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
+    _lenet_start_counting_pipelines(monkeypatch)
+    monkeypatch.setenv("ONNXJOB_SKIP_PASSES", "FoldReshapes")
+    runs, _ = _lenet_start_counting_pipelines(monkeypatch)
+    assert "train_job" in runs, "another pipeline must not reuse the first one's result"
+    monkeypatch.delenv("ONNXJOB_SKIP_PASSES")
+
+    class Nothing(ir.passes.InPlacePass):
+        def call(self, model):
+            return ir.passes.PassResult(model, False)
+
+    from passes import register_pass, _REGISTERED
+    register_pass(Nothing)
+    try:
+        before = sorted(os.listdir(tmp_path))
+        runs, _ = _lenet_start_counting_pipelines(monkeypatch)
+        assert "train_job" in runs, "a user pass's result must not come from the cache"
+    finally:
+        _REGISTERED.remove(Nothing)
+    assert [n for n in sorted(os.listdir(tmp_path)) if n.endswith(".passes.onnx")] == \
+        [n for n in before if n.endswith(".passes.onnx")]

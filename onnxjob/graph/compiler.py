@@ -3,7 +3,7 @@ import onnx
 import onnx_ir as ir
 
 from onnxjob.errors import TraceError
-from onnxjob.graph import autodiff
+from onnxjob.graph import autodiff, pass_cache
 from onnxjob.graph.tracer import GraphBuilder, tracing
 from onnxjob.runtime import distributed
 from passes import run_default_pipeline
@@ -12,12 +12,17 @@ IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13; opset 17 needs 8
 
 
 class CompiledGraph:
-    """An emitted job graph and how its inputs/outputs map to the job's world."""
+    """An emitted job graph and how its inputs/outputs map to the job's world.
+
+    The graph is held as an onnx_ir.Model (after the passes), as its serialized bytes, or
+    both: a job whose passes came from the cache (graph/pass_cache.py) has only the bytes
+    until something asks for `model`."""
 
     def __init__(self, model, placeholder_names, variable_inputs, output_names, output_tree,
                  state_outputs, watch_outputs, has_sequences, is_train, sources=None,
-                 gradient_outputs=None):
-        self.model = model                      # onnx_ir.Model after passes
+                 gradient_outputs=None, serialized=None):
+        self._model = model
+        self._serialized = serialized
         self.placeholder_names = placeholder_names
         self.variable_inputs = variable_inputs  # variable name -> graph input fed with it
         self.output_names = output_names        # user-visible outputs, in tree order
@@ -34,8 +39,25 @@ class CompiledGraph:
     def variable_names(self):
         return list(self.variable_inputs)
 
+    @property
+    def model(self):
+        """The graph after the passes, as an onnx_ir.Model."""
+        if self._model is None:
+            self._model = ir.from_proto(self.to_proto())
+        return self._model
+
+    def serialized(self):
+        """The graph after the passes as ONNX bytes (what onnxruntime loads)."""
+        if self._serialized is None:
+            self._serialized = ir.to_proto(self._model).SerializeToString()
+        return self._serialized
+
     def to_proto(self):
-        return ir.to_proto(self.model)
+        if self._serialized is None:
+            return ir.to_proto(self._model)
+        proto = onnx.ModelProto()
+        proto.ParseFromString(self._serialized)
+        return proto
 
 
 def _as_output(builder, blob, name, taken):
@@ -105,21 +127,40 @@ def compile_job(job, variable_registry=None, seed=None):
                         for var_name, grad in grads.items()}
 
     model = ir.Model(builder.graph, ir_version=IR_VERSION, producer_name="onnxjob")
-    run_default_pipeline(model, job.config, getattr(variable_registry, "device", None))
+    model, serialized, used_inputs = _run_passes(model, builder, job.config,
+                                                 getattr(variable_registry, "device", None))
+    variable_inputs = {n: b.value.name for n, b in builder.variables.items()
+                       if b.value.name in used_inputs}
+    has_sequences = any(b.is_tensor_list for b in blobs) or any(
+        isinstance(v.type, ir.SequenceType) for v in builder.graph.inputs
+        if v.name in used_inputs)
+    sources = {n: src for n, src in builder.sources.items() if n in used_inputs}
+    return CompiledGraph(model, placeholder_names, variable_inputs, output_names, tree,
+                         state_outputs, watch_named, has_sequences, job.is_train, sources,
+                         gradient_outputs, serialized)
+
+
+def _run_passes(model, builder, config, device):
+    """(model after the passes or None, its bytes or None, names of its graph inputs): the
+    pipeline's result from the cache (graph/pass_cache.py, bytes only), else the passes
+    run on `model` and their result is stored."""
+    cache_path = None
+    if pass_cache.enabled(config):
+        cache_path = pass_cache.path_for(ir.to_proto(model).SerializeToString(), config, device)
+        cached = pass_cache.load(cache_path)
+        if cached is not None:
+            return None, cached, set(pass_cache.graph_input_names(cached))
+    run_default_pipeline(model, config, device)
     # host-made inputs only other host nodes read (a resized batch that CropMirrorNormalize
     # crops on the host) are not fed to the graph
     for value in list(model.graph.inputs):
         if value.name in builder.sources and not value.uses() and value not in model.graph.outputs:
             model.graph.inputs.remove(value)
-    used_inputs = {v.name for v in model.graph.inputs}
-    variable_inputs = {n: b.value.name for n, b in builder.variables.items()
-                       if b.value.name in used_inputs}
-    has_sequences = any(b.is_tensor_list for b in blobs) or any(
-        isinstance(v.type, ir.SequenceType) for v in model.graph.inputs)
-    sources = {n: src for n, src in builder.sources.items() if n in used_inputs}
-    return CompiledGraph(model, placeholder_names, variable_inputs, output_names, tree,
-                         state_outputs, watch_named, has_sequences, job.is_train, sources,
-                         gradient_outputs)
+    serialized = None
+    if cache_path is not None:
+        serialized = ir.to_proto(model).SerializeToString()
+        pass_cache.store(cache_path, serialized)
+    return model, serialized, {v.name for v in model.graph.inputs}
 
 
 def _watch_outputs(builder):

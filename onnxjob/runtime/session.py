@@ -39,8 +39,7 @@ class JobRuntime:
         self.store = session.variable_values
         self.device = session.device
         self.tf32 = session.tf32
-        proto = compiled.to_proto()
-        self.model_bytes = proto.SerializeToString()
+        self.model_bytes = compiled.serialized()
         self._user_outputs = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
         self._state_items = list(compiled.state_outputs.items())
         self._n_user = len(self._user_outputs)
