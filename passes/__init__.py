@@ -115,5 +115,5 @@ def op_counts(model):
 
 __all__ = ["AlignBroadcastRanks", "FoldReshapes", "FoldTransposeIntoGemm", "KeepOnCuda",
            "MaskBeforeMaxUnpool", "ReluMaskAsMul", "SplitChannelReductions",
-           "build_pipeline", "default_passes", "format_op_count_diff", "has_user_passes", "op_counts",
-           "register_pass", "run_default_pipeline"]
+           "build_pipeline", "default_passes", "format_op_count_diff", "has_user_passes",
+           "op_counts", "register_pass", "run_default_pipeline"]
