@@ -143,7 +143,8 @@ def compile_job(job, variable_registry=None, seed=None):
 def _run_passes(model, builder, config, device):
     """(model after the passes or None, its bytes or None, names of its graph inputs): the
     pipeline's result from the cache (graph/pass_cache.py, bytes only), else the passes
-    run on `model` and their result is stored."""
+    run on `model` and their result is stored. NOTE: what this does after the passes is
+    cached with them: a change here needs pass_cache.FORMAT bumped."""
     cache_path = None
     if pass_cache.enabled(config):
         cache_path = pass_cache.path_for(ir.to_proto(model).SerializeToString(), config, device)
