@@ -8,8 +8,8 @@ times slower than its vectorized Cast and Mul: at (8, 256, 56, 56), Greater + Wh
 is one kernel reading less memory, so the pass is left out there.
 
 The result differs only where G is inf or NaN at a masked position (Where gives 0, the
-multiply NaN): a gradient that is already non-finite, which loss scaling and
-`flow.watch` report either way.
+multiply NaN): a gradient that is already non-finite upstream; the NaN then reaches the
+weight gradients, so a dynamic loss scale skips that step (with Where it might not).
 """
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
