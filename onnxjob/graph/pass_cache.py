@@ -1,6 +1,7 @@
 """On-disk cache of what the pass pipeline (passes/) made of a job's graph, so that a
 later process compiling the same job skips the passes and the serialization of their
-result (ResNet50's train graph: ~0.3 s of a ~0.85 s start with a filled session cache).
+result (ResNet50's train session start with a filled session cache: 0.85-0.88 s before,
+0.68-0.75 s with this cache).
 
 The key is the SHA-256 of the graph before the passes (its serialized bytes), the device
 it is compiled for, ONNXJOB_SKIP_PASSES, the onnx-ir version and the source of the

@@ -285,13 +285,12 @@ class Session(VariableRegistry):
         def draw(item):
             name, spec = item
             stream = np.random.SeedSequence(root.entropy, spawn_key=(zlib.crc32(name.encode()),))
-            value = spec.initializer.sample(spec.shape, spec.np_dtype, np.random.default_rng(stream))
-            return backend.to_device(value, self.device, fresh=True)
+            return spec.initializer.sample(spec.shape, spec.np_dtype, np.random.default_rng(stream))
 
         workers = min(os.cpu_count() or 1, 4)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             for (name, _), value in zip(todo, pool.map(draw, todo)):
-                self.variable_values[name] = value
+                self.variable_values[name] = backend.to_device(value, self.device, fresh=True)
 
     def sync(self):
         self.executor.sync()
