@@ -120,3 +120,22 @@ def test_a_variables_initial_value_depends_on_the_seed_and_its_name_only():
     alone = _initial_value_of_w(0)
     np.testing.assert_array_equal(alone, _initial_value_of_w(3))
     assert np.std(alone) > 0.1      # drawn, not a constant
+
+
+def test_initial_values_keep_their_shape_and_are_not_shared():
+    """Initial values are stored without a copy: a 0-d variable stays 0-d, and two
+    variables with the same constant initializer are two arrays."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        scale = flow.get_variable("scale", (), initializer=flow.constant_initializer(2.0))
+        zeros_a = flow.get_variable("zeros_a", (3,), initializer=flow.zeros_initializer())
+        zeros_b = flow.get_variable("zeros_b", (3,), initializer=flow.zeros_initializer())
+        return x * scale + zeros_a + zeros_b
+
+    np.testing.assert_array_equal(job(np.ones(3, np.float32)), [2, 2, 2])
+    values = flow.get_all_variables()
+    assert values["scale"].numpy().shape == ()
+    a, b = (flow.get_all_variables()[n].numpy() for n in ("zeros_a", "zeros_b"))
+    assert not np.shares_memory(a, b)

@@ -191,8 +191,8 @@ def to_device(array, device, fresh=False):
     as it is when C-contiguous (initial values: no second pass over their memory)."""
     if device == "cuda":
         return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), "cuda", 0)
-    if fresh:
-        return np.ascontiguousarray(array)
+    if fresh and isinstance(array, np.ndarray) and array.flags.c_contiguous:
+        return array    # NOTE: not np.ascontiguousarray, which makes a 0-d array 1-d
     return np.array(array, order="C", copy=True)
 
 
