@@ -3,6 +3,7 @@
 Every traced node and every user-facing error names the first stack frame outside the
 onnxjob package (as JAX's `source_info_util` does).
 """
+import functools
 import os
 import sys
 
@@ -10,6 +11,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_PREFIXES = (_PACKAGE_DIR + os.sep,)
 
 
+@functools.lru_cache(maxsize=1024)     # called for every frame of every traced op
 def _is_internal(filename):
     if filename.startswith("<frozen"):  # importlib, runpy: never the user's line
         return True
