@@ -120,3 +120,30 @@ def test_the_passes_cache_key_follows_skipped_passes_and_user_passes(tmp_path, m
         _REGISTERED.remove(Nothing)
     assert [n for n in sorted(os.listdir(tmp_path)) if n.endswith(".passes.onnx")] == \
         [n for n in before if n.endswith(".passes.onnx")]
+
+
+def _small_model(alpha=0.5, shape=(2, 3), constant=1.0, source="user.py:3"):
+    import onnx_ir as ir
+    from onnxjob.graph.compiler import IR_VERSION
+    from onnxjob.graph.tracer import GraphBuilder, op, tracing
+    builder = GraphBuilder("g")
+    with tracing(builder):
+        x = builder.add_input("x", shape, np.float32)
+        y = op("LeakyRelu", op("Add", x, builder.constant(np.full(shape, constant, np.float32))),
+               alpha=alpha)
+        builder.graph.outputs.append(y.value)
+    model = ir.Model(builder.graph, ir_version=IR_VERSION)
+    for node in model.graph:
+        node.metadata_props["source"] = source
+    return model
+
+
+def test_the_passes_cache_key_changes_with_anything_in_the_graph():
+    """graph_digest stands for the serialized graph: equal for equal graphs, different when
+    an attribute, a shape, a constant's bytes or a node's source line differ."""
+    from onnxjob.graph.pass_cache import graph_digest
+    base = graph_digest(_small_model())
+    assert graph_digest(_small_model()) == base
+    for changed in (dict(alpha=0.25), dict(shape=(2, 4)), dict(constant=2.0),
+                    dict(source="user.py:4")):
+        assert graph_digest(_small_model(**changed)) != base, changed

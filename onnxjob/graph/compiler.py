@@ -146,8 +146,9 @@ def _run_passes(model, builder, config, device):
     run on `model` and their result is stored. NOTE: what this does after the passes is
     cached with them: a change here needs pass_cache.FORMAT bumped."""
     cache_path = None
-    if pass_cache.enabled(config):
-        cache_path = pass_cache.path_for(ir.to_proto(model).SerializeToString(), config, device)
+    digest = pass_cache.graph_digest(model) if pass_cache.enabled(config) else None
+    if digest is not None:
+        cache_path = pass_cache.path_for(digest, config, device)
         cached = pass_cache.load(cache_path)
         if cached is not None:
             return None, cached, set(pass_cache.graph_input_names(cached))
