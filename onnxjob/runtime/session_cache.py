@@ -12,7 +12,8 @@ went through them.
 Folder: ONNXJOB_CACHE_DIR, else $XDG_CACHE_HOME/onnxjob, else ~/.cache/onnxjob;
 ONNXJOB_CACHE_DIR=off turns the cache off. It keeps at most ONNXJOB_CACHE_MB megabytes
 (default 1024), dropping the least recently used models first. Only CPU sessions are
-cached (the CUDA EP's optimized form was not checked on a GPU).
+cached (the CUDA EP's optimized form was not checked on a GPU). The pass pipeline's
+results share the folder and the limit (graph/pass_cache.py, `*.passes.onnx`).
 """
 import functools
 import hashlib
