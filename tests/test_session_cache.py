@@ -3,6 +3,7 @@ import os
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 import onnxjob as flow
 from onnxjob.runtime import session_cache
@@ -147,3 +148,30 @@ def test_the_passes_cache_key_changes_with_anything_in_the_graph():
     for changed in (dict(alpha=0.25), dict(shape=(2, 4)), dict(constant=2.0),
                     dict(source="user.py:4")):
         assert graph_digest(_small_model(**changed)) != base, changed
+
+
+def test_a_session_start_pauses_the_cycle_collector_and_restores_it(monkeypatch):
+    """Tracing allocates ~10^6 objects; the collector is off while a session starts and
+    back on afterwards, also when the start fails."""
+    import gc
+    from onnxjob.graph import compiler
+    seen = []
+    real = compiler.run_default_pipeline
+
+    def recording(model, *args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(compiler, "run_default_pipeline", recording)
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", "off")
+    assert gc.isenabled()
+    _lenet_losses(steps=1)
+    assert seen and not any(seen) and gc.isenabled()
+
+    def failing(model, *args, **kwargs):
+        raise RuntimeError("a pass failed")
+
+    monkeypatch.setattr(compiler, "run_default_pipeline", failing)
+    with pytest.raises(RuntimeError, match="a pass failed"):
+        _lenet_losses(steps=1)
+    assert gc.isenabled()
