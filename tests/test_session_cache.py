@@ -175,3 +175,15 @@ def test_a_session_start_pauses_the_cycle_collector_and_restores_it(monkeypatch)
     with pytest.raises(RuntimeError, match="a pass failed"):
         _lenet_losses(steps=1)
     assert gc.isenabled()
+
+
+def test_an_unreadable_passes_cache_file_is_made_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
+    _, first = _lenet_start_counting_pipelines(monkeypatch)
+    for name in os.listdir(tmp_path):
+        if name.endswith(".passes.onnx"):
+            (tmp_path / name).write_bytes(b"\x08not a model")
+    runs, second = _lenet_start_counting_pipelines(monkeypatch)
+    assert "train_job" in runs and second.model_bytes == first.model_bytes
+    runs, _ = _lenet_start_counting_pipelines(monkeypatch)
+    assert runs == [], "the rewritten file was not used"

@@ -151,7 +151,8 @@ def _run_passes(model, builder, config, device):
         cache_path = pass_cache.path_for(digest, config, device)
         cached = pass_cache.load(cache_path)
         if cached is not None:
-            return None, cached, set(pass_cache.graph_input_names(cached))
+            serialized, input_names = cached
+            return None, serialized, input_names
     run_default_pipeline(model, config, device)
     # host-made inputs only other host nodes read (a resized batch that CropMirrorNormalize
     # crops on the host) are not fed to the graph

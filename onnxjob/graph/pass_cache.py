@@ -128,16 +128,21 @@ def _attribute_value(digest, attr):
 
 
 def load(path):
-    """The cached model bytes at `path`, or None."""
+    """(model bytes, graph input names) cached at `path`, or None (absent or unreadable:
+    the passes then run again and rewrite it)."""
     if path is None:
         return None
     try:
         with open(path, "rb") as cached:
             data = cached.read()
-    except OSError:
+        proto = onnx.ModelProto()
+        proto.ParseFromString(data)
+    except Exception:   # OSError, protobuf's DecodeError
+        return None
+    if not proto.graph.node:
         return None
     session_cache.touch(path)
-    return data or None
+    return data, {value.name for value in proto.graph.input}
 
 
 def store(path, model_bytes):
@@ -152,10 +157,3 @@ def store(path, model_bytes):
         session_cache.publish(tmp, path)
     except OSError:
         pass
-
-
-def graph_input_names(model_bytes):
-    """The names of the graph inputs of a serialized model."""
-    proto = onnx.ModelProto()
-    proto.ParseFromString(model_bytes)
-    return [value.name for value in proto.graph.input]
