@@ -187,3 +187,15 @@ def test_an_unreadable_passes_cache_file_is_made_again(tmp_path, monkeypatch):
     assert "train_job" in runs and second.model_bytes == first.model_bytes
     runs, _ = _lenet_start_counting_pipelines(monkeypatch)
     assert runs == [], "the rewritten file was not used"
+
+
+def test_an_unreadable_cached_model_is_optimized_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
+    first, model_bytes = _lenet_losses()
+    cached = session_cache.cached_model_path(model_bytes, True, False)
+    with open(cached, "wb") as f:
+        f.write(b"\x08not a model")
+    second, _ = _lenet_losses()
+    for a, b in zip(first, second):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert os.path.getsize(cached) > 100, "the cached model was not written again"

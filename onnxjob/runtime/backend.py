@@ -150,9 +150,14 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
     cache_path = session_cache.cached_model_path(model_bytes, is_train, opts.use_deterministic_compute) \
         if cached and device == "cpu" else None
     if cache_path is not None and os.path.isfile(cache_path):
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        session_cache.touch(cache_path)
-        return ort.InferenceSession(cache_path, opts, providers=providers)
+        cached_opts = session_options(is_train, device=device, deterministic=deterministic)
+        cached_opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        try:
+            sess = ort.InferenceSession(cache_path, cached_opts, providers=providers)
+            session_cache.touch(cache_path)
+            return sess
+        except Exception:   # an unreadable file: optimized again below, and replaced
+            pass
     written = None
     if cache_path is not None:
         written = opts.optimized_model_filepath = session_cache.writing_to(cache_path)
