@@ -148,7 +148,7 @@ def _run_passes(model, builder, config, device):
     cache_path = None
     digest = pass_cache.graph_digest(model) if pass_cache.enabled(config) else None
     if digest is not None:
-        cache_path = pass_cache.path_for(digest, config, device)
+        cache_path = pass_cache.path_for(digest, device)
         cached = pass_cache.load(cache_path)
         if cached is not None:
             serialized, input_names = cached

@@ -49,7 +49,7 @@ def enabled(config):
     return session_cache.cache_dir() is not None and _cacheable(config)
 
 
-def path_for(digest, config, device):
+def path_for(digest, device):
     """Where the pipeline's result for the graph of `digest` (graph_digest of the model
     before the passes) lives."""
     folder = session_cache.cache_dir()
