@@ -65,6 +65,13 @@ def has_user_passes(config=None):
     return bool(_REGISTERED or (config is not None and config.get("passes")))
 
 
+def dump_folder(config=None):
+    """Where the pipeline for `config` writes its graphs (`function_config.dump_passes`,
+    else ONNXJOB_DUMP_PASSES), or None."""
+    return (config.get("dump_passes") if config is not None else None) or \
+        os.environ.get("ONNXJOB_DUMP_PASSES")
+
+
 def passes_disabled(config=None):
     if os.environ.get("ONNXJOB_DISABLE_PASSES", "") not in ("", "0"):
         return True
@@ -81,8 +88,7 @@ def run_default_pipeline(model, config=None, device=None):
     """
     if passes_disabled(config):
         return None
-    dump_dir = (config.get("dump_passes") if config is not None else None) or \
-        os.environ.get("ONNXJOB_DUMP_PASSES")
+    dump_dir = dump_folder(config)
     before = op_counts(model) if dump_dir else None
     if dump_dir:
         _save(model, dump_dir, "before")
@@ -115,5 +121,5 @@ def op_counts(model):
 
 __all__ = ["AlignBroadcastRanks", "FoldReshapes", "FoldTransposeIntoGemm", "KeepOnCuda",
            "MaskBeforeMaxUnpool", "ReluMaskAsMul", "SplitChannelReductions",
-           "build_pipeline", "default_passes", "format_op_count_diff", "has_user_passes",
-           "op_counts", "register_pass", "run_default_pipeline"]
+           "build_pipeline", "default_passes", "dump_folder", "format_op_count_diff",
+           "has_user_passes", "op_counts", "register_pass", "run_default_pipeline"]

@@ -15,6 +15,13 @@ def const_array(value):
     return value.const_value.numpy()
 
 
+def is_zero_constant(value, rank0=False):
+    """Whether `value` is a constant holding one 0 (and, with `rank0`, of rank 0)."""
+    array = const_array(value)
+    return (array is not None and array.size == 1 and (array.ndim == 0 or not rank0)
+            and float(array.reshape(())) == 0.0)
+
+
 def static_shape(value):
     """The value's shape as a tuple of ints, or None if unknown or symbolic."""
     if value is None or value.shape is None:

@@ -11,20 +11,16 @@ writes each window's gradient to one position).
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from ._util import const_array, has_single_use, replace_value
-
-
-def _is_zero(value):
-    array = const_array(value)
-    return array is not None and array.size == 1 and float(array.reshape(())) == 0.0
+from ._util import has_single_use, is_zero_constant, replace_value
 
 
 def _match(where):
     """(greater, unpool, pool) when `where` is the rewrite's pattern, else None."""
-    if where.op_type != "Where" or not _is_zero(where.inputs[2]):
+    if where.op_type != "Where" or not is_zero_constant(where.inputs[2]):
         return None
     greater, unpool = where.inputs[0].producer(), where.inputs[1].producer()
-    if greater is None or greater.op_type != "Greater" or not _is_zero(greater.inputs[1]):
+    if greater is None or greater.op_type != "Greater" or \
+            not is_zero_constant(greater.inputs[1]):
         return None
     if unpool is None or unpool.op_type != "MaxUnpool" or not has_single_use(where.inputs[1]):
         return None

@@ -14,14 +14,9 @@ weight gradients, so a dynamic loss scale skips that step (with Where it might n
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from ._util import NodeEmitter, const_array, replace_value
+from ._util import NodeEmitter, is_zero_constant, replace_value
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
-
-
-def _is_scalar_zero(value):
-    array = const_array(value)
-    return array is not None and array.size == 1 and array.ndim == 0 and float(array) == 0.0
 
 
 def _is_relu_output(value):
@@ -34,13 +29,15 @@ def _is_relu_output(value):
 
 def _match(where):
     """The Greater node when `where` is a ReLU gradient's mask, else None."""
-    if where.op_type != "Where" or len(where.inputs) != 3 or not _is_scalar_zero(where.inputs[2]):
+    if where.op_type != "Where" or len(where.inputs) != 3 or \
+            not is_zero_constant(where.inputs[2], rank0=True):
         return None
     grad = where.inputs[1]
     if grad.type is None or grad.type.dtype not in _FLOATS:
         return None
     greater = where.inputs[0].producer()
-    if greater is None or greater.op_type != "Greater" or not _is_scalar_zero(greater.inputs[1]):
+    if greater is None or greater.op_type != "Greater" or \
+            not is_zero_constant(greater.inputs[1], rank0=True):
         return None
     return greater if _is_relu_output(greater.inputs[0]) else None
 

@@ -36,17 +36,11 @@ def _passes_source_digest():
     return digest.hexdigest()
 
 
-def _cacheable(config):
-    if passes.passes_disabled(config) or passes.has_user_passes(config):
-        return False
-    return not ((config.get("dump_passes") if config is not None else None)
-                or os.environ.get("ONNXJOB_DUMP_PASSES"))
-
-
 def enabled(config):
     """Whether a job with `config` has its pipeline's result cached (not when the cache is
     off, the passes are disabled or dumped, or user passes run)."""
-    return session_cache.cache_dir() is not None and _cacheable(config)
+    return (session_cache.cache_dir() is not None and not passes.passes_disabled(config)
+            and not passes.has_user_passes(config) and not passes.dump_folder(config))
 
 
 def path_for(digest, device):
@@ -105,25 +99,27 @@ def _digest_graph(digest, graph):
     digest.update(repr(parts).encode())
 
 
+_TENSOR_KINDS = (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS,
+                 ir.AttributeType.SPARSE_TENSOR, ir.AttributeType.SPARSE_TENSORS)
+_ONE_ITEM_KINDS = (ir.AttributeType.TENSOR, ir.AttributeType.SPARSE_TENSOR,
+                   ir.AttributeType.GRAPH)
+
+
 def _attribute_value(digest, attr):
     """A repr-able stand-in for an attribute's value; tensors and graphs go into `digest`."""
     if attr.is_ref():
         return ("ref", attr.ref_attr_name)
     kind, value = attr.type, attr.value
-    if kind in (ir.AttributeType.TENSOR, ir.AttributeType.SPARSE_TENSOR):
-        value = [value]
-    elif kind == ir.AttributeType.GRAPH:
-        value = [value]
-    if kind in (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS,
-                ir.AttributeType.SPARSE_TENSOR, ir.AttributeType.SPARSE_TENSORS):
-        for tensor in value:
+    items = [value] if kind in _ONE_ITEM_KINDS else value
+    if kind in _TENSOR_KINDS:
+        for tensor in items:
             to_bytes = getattr(tensor, "tobytes", None)
             digest.update(to_bytes() if to_bytes is not None else repr(tensor).encode())
-        return [(str(t.dtype), tuple(t.shape)) for t in value]
+        return [(str(t.dtype), tuple(t.shape)) for t in items]
     if kind in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-        for graph in value:
+        for graph in items:
             _digest_graph(digest, graph)
-        return len(value)
+        return len(items)
     return value if isinstance(value, (int, float, str, bytes, list, tuple)) else repr(value)
 
 

@@ -115,8 +115,8 @@ def _grad(n, g, need):
             # cuDNN raises a smaller epsilon to 1e-5.
             channels, eps = x.shape[1], 1e-5
             zeros = as_blob(np.zeros(channels, dy.np_dtype), like=dy)
-            var = as_blob(np.ones(channels, dy.np_dtype) - dy.np_dtype.type(eps), like=dy)
-            dx = op("Add", op("BatchNormalization", dy, a, c, zeros, var, epsilon=eps), spread)
+            unit = as_blob(np.ones(channels, dy.np_dtype) - dy.np_dtype.type(eps), like=dy)
+            dx = op("Add", op("BatchNormalization", dy, a, c, zeros, unit, epsilon=eps), spread)
         else:
             dx = op("Add", op("Add", _scale(dy, a, bshape), spread), reshape_to(c, bshape))
     return [dx, d_gamma if need[1] else None, d_beta if need[2] else None]
