@@ -9,7 +9,8 @@ import time
 def add_timing_args(parser, rounds=7, calls=10):
     """--threads / --rounds / --calls, shared by the benchmarks."""
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads for both sides")
-    parser.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds (median taken)")
+    parser.add_argument("--rounds", type=int, default=rounds,
+                        help="interleaved rounds (median taken)")
     parser.add_argument("--calls", type=int, default=calls, help="calls timed per round")
     return parser
 
@@ -77,27 +78,49 @@ def bench_net(name):
     return (lenet, {"train": False}) if name == "lenet" else (mlp, {})
 
 
-def compiled_train_job(name, batch=8):
-    """Define `name`'s jobs in the (fresh) default session and run one train step; returns
-    the train job's JobRuntime and a complete feed dict (the batch and every variable).
-    `name`: a doc model ("lenet", "mlp") or "resnet50" (OneFlow-Benchmark's, `batch`)."""
+def _define_model_jobs(name, batch):
+    """(train job, predict job, feeds of one train step) of `name` in the default session:
+    a doc model ("lenet", "mlp") or "resnet50" (OneFlow-Benchmark's, `batch` images)."""
     import numpy as np
-    from onnxjob.runtime.session import default_session
     if name == "resnet50":
         from zoo import define_jobs as define_zoo_jobs, model_args, model_builder
-        train_job, _ = define_zoo_jobs(model_builder("resnet50"), model_args(), 224, 0.01, batch)
+        train_job, predict_job = define_zoo_jobs(model_builder("resnet50"), model_args(), 224,
+                                                 0.01, batch)
         rng = np.random.default_rng(0)
         feeds = {"images": rng.random((batch, 3, 224, 224), dtype=np.float32),
                  "labels": rng.integers(0, 1000, batch).astype(np.int32)}
     else:
         from models import define_jobs, random_batch
         net, kwargs = bench_net(name)
-        train_job, _ = define_jobs(net, kwargs)
+        train_job, predict_job = define_jobs(net, kwargs)
         images, labels = random_batch()
         feeds = {"images": images, "labels": labels}
+    return train_job, predict_job, feeds
+
+
+def compiled_train_job(name, batch=8):
+    """Define `name`'s jobs in the (fresh) default session and run one train step; returns
+    the train job's JobRuntime and a complete feed dict (the batch and every variable).
+    `name`: a doc model ("lenet", "mlp") or "resnet50" (OneFlow-Benchmark's, `batch`)."""
+    from onnxjob.runtime.session import default_session
+    train_job, _, feeds = _define_model_jobs(name, batch)
     train_job(*feeds.values())
     session = default_session()
     runtime = session.runtimes["train_job"]
     for variable, input_name in runtime.compiled.variable_inputs.items():
         feeds[input_name] = session.variable_numpy(variable)
     return runtime, feeds
+
+
+def frozen_predict_job(name, batch=8):
+    """(model bytes, feeds) of `name`'s predict job with its variables as constants: the
+    model a predict job runs once its variables stop changing (runtime/frozen.py)."""
+    from onnxjob.runtime.frozen import frozen_model_bytes
+    from onnxjob.runtime.session import default_session
+    _, predict_job, feeds = _define_model_jobs(name, batch)
+    predict_job(feeds["images"])
+    session = default_session()
+    runtime = session.runtimes[predict_job.job.name]
+    values = {v: session.variable_numpy(v) for v in runtime.compiled.variable_inputs}
+    model = frozen_model_bytes(runtime.model_bytes, runtime.compiled.variable_inputs, values)
+    return model, {runtime.compiled.placeholder_names[0]: feeds["images"]}

@@ -1,7 +1,11 @@
 """Per-op-type time of one job's onnxruntime session (onnxruntime's own profiler).
 
     python bench/profile_step.py [lenet|mlp|resnet50] [--steps 20] [--top 8] [--batch 8]
-        [--device cuda]
+        [--device cuda] [--job train|predict]
+
+`--job predict` profiles the predict job with its variables as constants (the frozen
+session a served predict job runs, runtime/frozen.py). Convolution nodes also show their
+rate in GFLOP/s (2 flops per multiply-add), to set against the cores' peak.
 
 On CUDA the profiler times each node's launch, not its kernel: run it with
 CUDA_LAUNCH_BLOCKING=1 so that a node's time includes its kernels.
@@ -9,6 +13,7 @@ CUDA_LAUNCH_BLOCKING=1 so that a node's time includes its kernels.
 import argparse
 import collections
 import json
+import math
 import os
 import sys
 
@@ -17,6 +22,18 @@ import onnxruntime as ort
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
+
+
+def conv_flops(op, inputs, outputs):
+    """Flops of a Conv (also onnxruntime's fused and NCHWc forms) or ConvTranspose node
+    from its profiled shapes, else 0. A grouped weight's shape already counts the
+    channels per group."""
+    if op not in ("Conv", "FusedConv", "ConvTranspose") or len(inputs) < 2 or not outputs:
+        return 0
+    w = inputs[1]
+    if op == "ConvTranspose":   # every input value meets a (C_out/g, *k) slab
+        return 2 * math.prod(inputs[0]) * math.prod(w[1:])
+    return 2 * math.prod(outputs[0]) * math.prod(w[1:])
 
 
 def main():
@@ -29,17 +46,24 @@ def main():
     p.add_argument("--device", default="cpu", help="cpu or cuda (the job is compiled for it)")
     p.add_argument("--warmup", type=int, default=2,
                    help="first runs left out (allocations, cuDNN's algorithm search)")
+    p.add_argument("--job", choices=["train", "predict"], default="train")
     args = p.parse_args()
     os.environ["ONNXJOB_DEVICE"] = args.device
-    from common import compiled_train_job
-    rt, feeds = compiled_train_job(args.model, args.batch)
+    from common import compiled_train_job, frozen_predict_job
+    if args.job == "train":
+        rt, feeds = compiled_train_job(args.model, args.batch)
+        model_bytes, is_train = rt.model_bytes, True
+    else:
+        model_bytes, feeds = frozen_predict_job(args.model, args.batch)
+        is_train = False
     opts = ort.SessionOptions()
     opts.enable_profiling = True
     opts.intra_op_num_threads = args.threads
     opts.profile_file_prefix = "/tmp/onnxjob_profile"
     providers = ["CUDAExecutionProvider"] if args.device == "cuda" else []
-    sess = ort.InferenceSession(rt.model_bytes, opts, providers=providers + ["CPUExecutionProvider"],
-                                disabled_optimizers=["EliminateDropout"])
+    sess = ort.InferenceSession(model_bytes, opts,
+                                providers=providers + ["CPUExecutionProvider"],
+                                disabled_optimizers=["EliminateDropout"] if is_train else [])
     for _ in range(args.warmup + args.steps):
         sess.run(None, feeds)
     path = sess.end_profiling()
@@ -47,7 +71,7 @@ def main():
         events = json.load(f)
     per_op = collections.Counter()
     per_node = collections.Counter()
-    shapes = {}
+    shapes, outputs = {}, {}
     runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
     counted_from = runs[args.warmup] if args.warmup else 0
     for e in events:
@@ -57,13 +81,24 @@ def main():
             key = (e["args"]["op_name"], e["name"][:-12])
             per_node[key] += e["dur"]
             shapes[key] = [list(d.values())[0] for d in e["args"].get("input_type_shape", [])]
+            outputs[key] = [list(d.values())[0] for d in e["args"].get("output_type_shape", [])]
     total = sum(per_op.values())
-    print(f"{args.model} train step: {total / args.steps / 1000:.2f} ms of kernel time per step")
+    print(f"{args.model} {args.job} step: {total / args.steps / 1000:.2f} ms of kernel time "
+          "per step")
     for op, us in per_op.most_common(args.top + 4):
         print(f"  {op:22s} {us / args.steps / 1000:8.2f} ms  {100 * us / total:5.1f}%")
+    conv = [(conv_flops(op, shapes[(op, n)], outputs[(op, n)]), us)
+            for (op, n), us in per_node.items()]
+    conv = [(f, us) for f, us in conv if f]
+    if conv:
+        flops, us = sum(f for f, _ in conv), sum(us for _, us in conv) / args.steps
+        print(f"  convolutions: {flops / 1e9:.1f} GFLOP in {us / 1000:.1f} ms, "
+              f"{flops / us / 1e3:.0f} GFLOP/s")
     print("top nodes:")
     for (op, node), us in per_node.most_common(args.top):
-        print(f"  {op:18s} {node[:40]:40s} {us / args.steps / 1000:8.2f} ms  "
+        flops = conv_flops(op, shapes[(op, node)], outputs[(op, node)])
+        rate = f"{flops * args.steps / us / 1e3:6.0f} GFLOP/s  " if flops else ""
+        print(f"  {op:18s} {node[:40]:40s} {us / args.steps / 1000:8.2f} ms  {rate}"
               f"{shapes[(op, node)]}")
     os.remove(path)
 
