@@ -147,8 +147,10 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
     # NOTE: EliminateDropout removes a Dropout whose mask is unused even in training mode;
     # train graphs must keep dropping, so it is disabled for them.
     disabled = (["EliminateDropout"] if is_train else []) + NEVER_MATCHING_TRANSFORMERS
-    cache_path = session_cache.cached_model_path(
-        model_bytes, is_train, opts.use_deterministic_compute) if cached and device == "cpu" else None
+    cache_path = None
+    if cached and device == "cpu":
+        cache_path = session_cache.cached_model_path(model_bytes, is_train,
+                                                     opts.use_deterministic_compute)
     if cache_path is not None and os.path.isfile(cache_path):
         cached_opts = session_options(is_train, device=device, deterministic=deterministic)
         cached_opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
