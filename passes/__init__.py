@@ -13,6 +13,7 @@ import onnx_ir.passes as ir_passes
 from onnx_ir.passes import common
 
 from .align_broadcast_ranks import AlignBroadcastRanks
+from .batch_norm_statistics import BatchNormStatistics
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .keep_on_cuda import KeepOnCuda
@@ -32,7 +33,7 @@ def register_pass(pass_factory):
 def default_passes(device=None):
     """The pipeline every job runs (each pass: one module, rewrite cases in its docstring);
     jobs compiled for `device="cuda"` also run KeepOnCuda and SplitChannelReductions, the
-    others ReluMaskAsMul.
+    others ReluMaskAsMul and BatchNormStatistics.
 
     `ONNXJOB_SKIP_PASSES=Name,Name` leaves those passes out (by class name), to measure
     or debug one pass at a time.
@@ -46,7 +47,8 @@ def _default_pipeline(device):
         FoldReshapes(),
         FoldTransposeIntoGemm(),
         MaskBeforeMaxUnpool(),
-        *([KeepOnCuda(), SplitChannelReductions()] if device == "cuda" else [ReluMaskAsMul()]),
+        *([KeepOnCuda(), SplitChannelReductions()] if device == "cuda"
+          else [ReluMaskAsMul(), BatchNormStatistics()]),
         AlignBroadcastRanks(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),
@@ -119,7 +121,8 @@ def op_counts(model):
     return dict(collections.Counter(node.op_type for node in model.graph))
 
 
-__all__ = ["AlignBroadcastRanks", "FoldReshapes", "FoldTransposeIntoGemm", "KeepOnCuda",
-           "MaskBeforeMaxUnpool", "ReluMaskAsMul", "SplitChannelReductions",
+__all__ = ["AlignBroadcastRanks", "BatchNormStatistics", "FoldReshapes",
+           "FoldTransposeIntoGemm", "KeepOnCuda", "MaskBeforeMaxUnpool", "ReluMaskAsMul",
+           "SplitChannelReductions",
            "build_pipeline", "default_passes", "dump_folder", "format_op_count_diff",
            "has_user_passes", "op_counts", "register_pass", "run_default_pipeline"]

@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 import onnx_ir as ir
 import onnxruntime as ort
+from onnx_ir.passes import common
 
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
-from passes import (AlignBroadcastRanks, FoldReshapes, FoldTransposeIntoGemm, KeepOnCuda,
-                    MaskBeforeMaxUnpool, ReluMaskAsMul, SplitChannelReductions, op_counts)
+from passes import (AlignBroadcastRanks, BatchNormStatistics, FoldReshapes,
+                    FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool, ReluMaskAsMul,
+                    SplitChannelReductions, op_counts)
 
 
 def build(fn, *shapes):
@@ -157,6 +159,71 @@ def test_relu_mask_as_mul_runs_only_for_cpu_jobs():
     from passes import default_passes
     assert any(isinstance(p, ReluMaskAsMul) for p in default_passes("cpu"))
     assert not any(isinstance(p, ReluMaskAsMul) for p in default_passes("cuda"))
+
+
+def _batch_norm_train_model(shape, dtype=np.float32, constant_scale_and_bias=False):
+    """onnxjob.BatchNormTrain's forward as the tracer expands it: outputs y, mean + var."""
+    builder = GraphBuilder("g")
+    channels = shape[1]
+    with tracing(builder):
+        x = builder.add_input("x0", shape, dtype)
+        if constant_scale_and_bias:
+            gamma = builder.constant(np.full(channels, 1.5, dtype))
+            beta = builder.constant(np.full(channels, -0.5, dtype))
+        else:
+            gamma = builder.add_input("x1", (channels,), dtype)
+            beta = builder.add_input("x2", (channels,), dtype)
+        y, mean, var = op("onnxjob.BatchNormTrain", x, gamma, beta, axis=1, epsilon=1e-3,
+                          num_outputs=3)
+        # (the sum: the statistics' only reader, as in a train graph's moving averages)
+        for name, blob in (("y", y), ("sum", op("Add", mean, var))):
+            blob = op("Identity", blob)
+            blob.value.name = name
+            builder.graph.outputs.append(blob.value)
+    return ir.Model(builder.graph, ir_version=IR_VERSION)
+
+
+def _run_all(model, feeds):
+    sess = ort.InferenceSession(ir.to_proto(model).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("shape,dtype", [((4, 8, 5, 5), np.float32), ((3, 4, 6), np.float64),
+                                         ((2, 16, 3, 4, 2), np.float32)])
+def test_batch_norm_statistics(shape, dtype):
+    """One training-mode BatchNormalization gives y and the batch's mean and biased
+    variance as the ReduceMean/Sub/Mul/ReduceMean parts did (x far from zero mean), also
+    where onnxruntime writes the statistics over the zero inputs (they must be two)."""
+    model = _batch_norm_train_model(shape, dtype)
+    rng = np.random.default_rng(0)
+    feeds = {"x0": (rng.standard_normal(shape) * 3 + 20).astype(dtype),
+             "x1": rng.uniform(0.5, 2, shape[1]).astype(dtype),
+             "x2": rng.standard_normal(shape[1]).astype(dtype)}
+    expected = _run_all(model, feeds)
+    assert op_counts(model)["ReduceMean"] == 2
+    assert BatchNormStatistics()(model).modified
+    common.RemoveUnusedNodesPass()(model)
+    assert op_counts(model).get("ReduceMean", 0) == 0
+    (bn,) = [n for n in model.graph if n.op_type == "BatchNormalization"]
+    assert bn.attributes["training_mode"].value == 1 and len(bn.outputs) == 3
+    for got, want in zip(_run_all(model, feeds), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not BatchNormStatistics()(model).modified
+
+
+def test_batch_norm_statistics_needs_run_time_scale_or_bias():
+    """With gamma and beta both constants there is no run-time vector to make the zero
+    statistics inputs from (a constant would be folded into one shared initializer), so
+    the parts stay."""
+    model = _batch_norm_train_model((2, 4, 3, 3), constant_scale_and_bias=True)
+    assert not BatchNormStatistics()(model).modified
+
+
+def test_batch_norm_statistics_runs_only_for_cpu_jobs():
+    from passes import default_passes
+    assert any(isinstance(p, BatchNormStatistics) for p in default_passes("cpu"))
+    assert not any(isinstance(p, BatchNormStatistics) for p in default_passes("cuda"))
 
 
 def test_align_broadcast_ranks_computed_scalar():
