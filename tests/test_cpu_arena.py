@@ -1,0 +1,47 @@
+"""The CPU arena onnxjob's train sessions share (runtime/backend.py: it grows by exactly
+the size requested, so a ResNet50 step's memory stays flat; bench/bench_memory.py)."""
+import numpy as np
+import onnxruntime as ort
+
+import onnxjob as flow
+from onnxjob.runtime import backend
+from models import define_jobs, lenet, random_batch
+
+KEY = "session.use_env_allocators"
+
+
+def _shares(opts):
+    try:
+        return opts.get_session_config_entry(KEY) == "1"
+    except RuntimeError:    # onnxruntime: no such entry
+        return False
+
+
+def _lenet_losses(steps=3):
+    flow.clear_default_session()
+    flow.config.seed(5)
+    train_job, _ = define_jobs(lenet)
+    images, labels = random_batch()
+    return [float(np.mean(train_job(images, labels))) for _ in range(steps)]
+
+
+def test_cpu_train_sessions_use_the_shared_arena():
+    assert backend._exact_cpu_arena()
+    assert _shares(backend.session_options(True))
+    assert not _shares(backend.session_options(False))
+    assert not _shares(backend.session_options(True, device="cuda"))
+
+
+def test_training_is_the_same_with_and_without_the_shared_arena(monkeypatch):
+    shared = _lenet_losses()
+    monkeypatch.setattr(backend, "_exact_cpu_arena", lambda: False)
+    assert not _shares(backend.session_options(True))
+    own = _lenet_losses()
+    assert np.isfinite(shared).all() and shared == own
+
+
+def test_a_refused_registration_leaves_sessions_their_own_arenas(monkeypatch):
+    def refuse(*args):
+        raise ort.capi.onnxruntime_pybind11_state.InvalidArgument("already registered")
+    monkeypatch.setattr(ort, "create_and_register_allocator", refuse)
+    assert backend._exact_cpu_arena.__wrapped__() is False
