@@ -1,4 +1,4 @@
-"""The CPU arena onnxjob's train sessions share (runtime/backend.py: it grows by exactly
+"""The CPU arena onnxjob's CPU sessions share (runtime/backend.py: it grows by exactly
 the size requested, so a ResNet50 step's memory stays flat; bench/bench_memory.py)."""
 import numpy as np
 import onnxruntime as ort
@@ -25,10 +25,9 @@ def _lenet_losses(steps=3):
     return [float(np.mean(train_job(images, labels))) for _ in range(steps)]
 
 
-def test_cpu_train_sessions_use_the_shared_arena():
+def test_cpu_sessions_use_the_shared_arena():
     assert backend._exact_cpu_arena()
-    assert _shares(backend.session_options(True))
-    assert not _shares(backend.session_options(False))
+    assert _shares(backend.session_options(True)) and _shares(backend.session_options(False))
     assert not _shares(backend.session_options(True, device="cuda"))
 
 
