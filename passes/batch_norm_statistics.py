@@ -7,12 +7,12 @@ the channels on axis 1 and a rank's own batch):
     y = BatchNormalization(x, scale, B, Reshape(m, (C,)), Reshape(v, (C,)))
 ->  y, mean, var = BatchNormalization(x, scale, B, z, Mul(z, z), training_mode=1,
                                         momentum=0)
-with z = Sub(scale, scale) (or of B, whichever is a run-time value). With momentum 0 the
-"running" outputs are the batch's mean and biased variance, as before, and every reader of
-the old statistics reads them. The zero inputs are made at run time and are two tensors
-because onnxruntime's CPU kernel may write each running statistic over its input: over a
-constant it wrote into a shared initializer, and given one tensor for both inputs it put
-the mean and the variance in one buffer (tests/test_passes.py checks both).
+with z = Sub(scale, scale) (or of B, whichever is a graph input: a variable). With momentum
+0 the "running" outputs are the batch's mean and biased variance, as before, and every
+reader of the old statistics reads them. The zero inputs are made at run time and are two
+tensors because onnxruntime's CPU kernel may write each running statistic over its input:
+an earlier version wrote over a shared zero constant, and given one tensor for both inputs
+it put the mean and the variance in one buffer (tests/test_passes.py).
 
 onnxruntime's CPU kernel computes them in the same two passes (equal to the last bit in
 tests) and normalizes in one more: five passes over x become three. At (8, 256, 56, 56):
@@ -67,9 +67,10 @@ def _statistics(bn):
 
 
 def _run_time_vector(bn):
-    """scale or B when it is computed at run time (a variable), else None."""
+    """scale or B when it is a graph input (a variable: never folded into a constant),
+    else None."""
     for value in (bn.inputs[1], bn.inputs[2]):
-        if value is not None and const_array(value) is None:
+        if value is not None and value.is_graph_input() and const_array(value) is None:
             return value
     return None
 
@@ -91,6 +92,8 @@ class BatchNormStatistics(InPlacePass):
     def call(self, model):
         graph = model.graph
         modified = False
+        if graph.opset_imports.get("", 0) < 14:     # training_mode came with opset 14
+            return PassResult(model, False)
         for bn in list(graph):
             if bn.graph is None:
                 continue
