@@ -79,11 +79,17 @@ class NodeEmitter:
 
     def node(self, op_type, inputs, shape, dtype, **attributes):
         """The output of a new `op_type` node, of `shape` and element type `dtype`."""
+        return self.node_outputs(op_type, inputs, [shape], dtype, **attributes)[0]
+
+    def node_outputs(self, op_type, inputs, shapes, dtype, **attributes):
+        """The outputs of a new `op_type` node, one per entry of `shapes`, all of element
+        type `dtype`; the first is named as the node, the others `<name>_<index>`."""
         self.count += 1
         name = f"{self.prefix}{op_type}{self.count}"
         node = ir.node(op_type, inputs, attributes=attributes, name=name,
-                       metadata_props=dict(self.meta))
+                       num_outputs=len(shapes), metadata_props=dict(self.meta))
         self.graph.insert_before(self.anchor, node)
-        out = node.outputs[0]
-        out.name, out.shape, out.type = name, ir.Shape(shape), ir.TensorType(dtype)
-        return out
+        for index, (out, shape) in enumerate(zip(node.outputs, shapes)):
+            out.name = name if index == 0 else f"{name}_{index}"
+            out.shape, out.type = ir.Shape(shape), ir.TensorType(dtype)
+        return list(node.outputs)

@@ -22,7 +22,7 @@ jobs keep the parts.
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from ._util import attr, const_array, replace_value, static_shape
+from ._util import NodeEmitter, attr, const_array, replace_value, static_shape
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
 
@@ -95,37 +95,22 @@ class BatchNormStatistics(InPlacePass):
         if graph.opset_imports.get("", 0) < 14:     # training_mode came with opset 14
             return PassResult(model, False)
         for bn in list(graph):
-            if bn.graph is None:
-                continue
-            if _match(bn) is None:
+            if bn.graph is None or _match(bn) is None:
                 continue
             x, scale, bias, old_mean, old_var = bn.inputs
-            channels = x.shape[1]
             vector = _run_time_vector(bn)
-            meta = dict(bn.metadata_props)
-            name = bn.name or "BatchNormalization"
+            channels, dtype = [x.shape[1]], x.type.dtype
+            e = NodeEmitter(graph, bn, "stats")
             # two zero vectors: onnxruntime may write each statistic over its input, and
             # given one tensor for both it wrote the mean and the variance into one buffer
-            zero_mean = ir.node("Sub", [vector, vector], name=f"{name}/stats_zero_mean",
-                                metadata_props=dict(meta))
-            zero_var = ir.node("Mul", [zero_mean.outputs[0]] * 2, metadata_props=dict(meta),
-                               name=f"{name}/stats_zero_var")
-            for node in (zero_mean, zero_var):
-                out = node.outputs[0]
-                out.name, out.shape, out.type = node.name, ir.Shape([channels]), vector.type
-            training = ir.node("BatchNormalization",
-                               [x, scale, bias, zero_mean.outputs[0], zero_var.outputs[0]],
-                               attributes={"epsilon": attr(bn, "epsilon", 1e-5),
-                                           "momentum": 0.0, "training_mode": 1},
-                               num_outputs=3, name=f"{name}/stats", metadata_props=meta)
-            y, batch_mean, batch_var = training.outputs
-            for out, tag, shape in ((y, "y", x.shape), (batch_mean, "mean", [channels]),
-                                    (batch_var, "var", [channels])):
-                out.name, out.shape, out.type = f"{training.name}_{tag}", ir.Shape(shape), x.type
-            graph.insert_before(bn, [zero_mean, zero_var, training])
+            zero_mean = e.node("Sub", [vector, vector], channels, dtype)
+            zero_var = e.node("Mul", [zero_mean, zero_mean], channels, dtype)
+            y, batch_mean, batch_var = e.node_outputs(
+                "BatchNormalization", [x, scale, bias, zero_mean, zero_var],
+                [x.shape, channels, channels], dtype, epsilon=attr(bn, "epsilon", 1e-5),
+                momentum=0.0, training_mode=1)
             if not replace_value(bn.outputs[0], y):
-                graph.remove([training, zero_var, zero_mean], safe=True)
-                continue
+                continue    # (what was emitted is left to RemoveUnusedNodesPass)
             graph.remove(bn, safe=True)
             # every other reader of the statistics (the moving averages, the backward) reads
             # the new ones; the old parts are left to RemoveUnusedNodesPass (or kept, still
