@@ -56,14 +56,15 @@ def main():
     else:
         model_bytes, feeds = frozen_predict_job(args.model, args.batch)
         is_train = False
-    opts = ort.SessionOptions()
+    from onnxjob.runtime.backend import disabled_transformers, session_options
+    # the options and transformers a job's own session gets (runtime/backend.py)
+    opts = session_options(is_train, threads=args.threads, device=args.device)
     opts.enable_profiling = True
-    opts.intra_op_num_threads = args.threads
     opts.profile_file_prefix = "/tmp/onnxjob_profile"
     providers = ["CUDAExecutionProvider"] if args.device == "cuda" else []
     sess = ort.InferenceSession(model_bytes, opts,
                                 providers=providers + ["CPUExecutionProvider"],
-                                disabled_optimizers=["EliminateDropout"] if is_train else [])
+                                disabled_optimizers=disabled_transformers(is_train, args.device))
     for _ in range(args.warmup + args.steps):
         sess.run(None, feeds)
     path = sess.end_profiling()

@@ -23,7 +23,7 @@ import tempfile
 
 import onnxruntime as ort
 
-FORMAT = "1"    # bump when what goes into the key or the file changes
+FORMAT = "2"    # bump when what goes into the key or the file changes
 
 
 def cache_dir():
