@@ -72,3 +72,15 @@ def random_batch(seed=0):
     rng = np.random.default_rng(seed)
     return (rng.random((BATCH, 1, 28, 28), dtype=np.float32),
             rng.integers(0, 10, BATCH).astype(np.int32))
+
+
+def lenet_training(steps=3, seed=3):
+    """LeNet's train job, in a fresh default session seeded with `seed`, run `steps` times
+    on one random batch: (its losses, the train job's graph as onnxruntime loads it)."""
+    from onnxjob.runtime.session import default_session
+    flow.clear_default_session()
+    flow.config.seed(seed)
+    train_job, _ = define_jobs(lenet)
+    images, labels = random_batch()
+    losses = [train_job(images, labels) for _ in range(steps)]
+    return losses, default_session().runtimes["train_job"].model_bytes

@@ -3,9 +3,8 @@ the size requested, so a ResNet50 step's memory stays flat; bench/bench_memory.p
 import numpy as np
 import onnxruntime as ort
 
-import onnxjob as flow
 from onnxjob.runtime import backend
-from models import define_jobs, lenet, random_batch
+from models import lenet_training
 
 KEY = "session.use_env_allocators"
 
@@ -17,12 +16,9 @@ def _shares(opts):
         return False
 
 
-def _lenet_losses(steps=3):
-    flow.clear_default_session()
-    flow.config.seed(5)
-    train_job, _ = define_jobs(lenet)
-    images, labels = random_batch()
-    return [float(np.mean(train_job(images, labels))) for _ in range(steps)]
+def _lenet_losses():
+    losses, _ = lenet_training(seed=5)
+    return [float(np.mean(loss)) for loss in losses]
 
 
 def test_cpu_sessions_use_the_shared_arena():

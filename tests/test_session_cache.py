@@ -9,16 +9,7 @@ import onnxjob as flow
 from onnxjob.runtime import session_cache
 from onnxjob.runtime.session import default_session
 
-from models import define_jobs, lenet, random_batch
-
-
-def _lenet_losses(steps=3):
-    flow.clear_default_session()
-    flow.config.seed(3)
-    train_job, _ = define_jobs(lenet)
-    images, labels = random_batch()
-    losses = [train_job(images, labels) for _ in range(steps)]
-    return losses, default_session().runtimes["train_job"].model_bytes
+from models import define_jobs, lenet, lenet_training, random_batch
 
 
 def test_a_second_start_loads_the_optimized_model_and_trains_the_same(tmp_path, monkeypatch):
@@ -31,12 +22,12 @@ def test_a_second_start_loads_the_optimized_model_and_trains_the_same(tmp_path, 
         return real(model, *args, **kwargs)
 
     monkeypatch.setattr(ort, "InferenceSession", recording)
-    first, model_bytes = _lenet_losses()
+    first, model_bytes = lenet_training()
     cached = session_cache.cached_model_path(model_bytes, True, False)
     assert os.path.isfile(cached), sorted(os.listdir(tmp_path))
     assert cached not in loaded_from
     loaded_from.clear()
-    second, _ = _lenet_losses()
+    second, _ = lenet_training()
     assert cached in loaded_from, "the second start did not use the cached model"
     for a, b in zip(first, second):
         np.testing.assert_allclose(a, b, rtol=1e-6)
@@ -46,7 +37,7 @@ def test_off_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("ONNXJOB_CACHE_DIR", "off")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))     # where it would go otherwise
     assert session_cache.cached_model_path(b"model") is None
-    _lenet_losses(steps=1)
+    lenet_training(steps=1)
     assert not os.listdir(tmp_path)
 
 
@@ -165,7 +156,7 @@ def test_a_session_start_pauses_the_cycle_collector_and_restores_it(monkeypatch)
     monkeypatch.setattr(compiler, "run_default_pipeline", recording)
     monkeypatch.setenv("ONNXJOB_CACHE_DIR", "off")
     assert gc.isenabled()
-    _lenet_losses(steps=1)
+    lenet_training(steps=1)
     assert seen and not any(seen) and gc.isenabled()
 
     def failing(model, *args, **kwargs):
@@ -173,7 +164,7 @@ def test_a_session_start_pauses_the_cycle_collector_and_restores_it(monkeypatch)
 
     monkeypatch.setattr(compiler, "run_default_pipeline", failing)
     with pytest.raises(RuntimeError, match="a pass failed"):
-        _lenet_losses(steps=1)
+        lenet_training(steps=1)
     assert gc.isenabled()
 
 
@@ -191,11 +182,11 @@ def test_an_unreadable_passes_cache_file_is_made_again(tmp_path, monkeypatch):
 
 def test_an_unreadable_cached_model_is_optimized_again(tmp_path, monkeypatch):
     monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
-    first, model_bytes = _lenet_losses()
+    first, model_bytes = lenet_training()
     cached = session_cache.cached_model_path(model_bytes, True, False)
     with open(cached, "wb") as f:
         f.write(b"\x08not a model")
-    second, _ = _lenet_losses()
+    second, _ = lenet_training()
     for a, b in zip(first, second):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert os.path.getsize(cached) > 100, "the cached model was not written again"
@@ -208,7 +199,7 @@ def test_a_session_from_the_cached_model_runs_the_nodes_in_the_same_order(tmp_pa
     import json
     from onnxjob.runtime import backend
     monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path / "cache"))
-    _, model_bytes = _lenet_losses(steps=1)
+    _, model_bytes = lenet_training(steps=1)
     real = backend.session_options
 
     def profiling(*args, **kwargs):

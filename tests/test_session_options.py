@@ -10,14 +10,11 @@ import pytest
 import onnxjob as flow
 from onnxjob.runtime import backend
 from onnxjob.runtime.session import default_session
-from models import define_jobs, lenet, random_batch
+from models import lenet_training
 
 
 def _lenet_train_model():
-    flow.clear_default_session()
-    train_job, _ = define_jobs(lenet)
-    train_job(*random_batch())
-    return default_session().runtimes["train_job"].model_bytes
+    return lenet_training(steps=1)[1]
 
 
 def _bert_train_model():
