@@ -289,6 +289,30 @@ def test_grouped_weight_gradient_in_chunks(case, monkeypatch):
     check_case_finite_differences(case)
 
 
+COLUMN_CHUNK_CASES = [
+    ("same_3x3", lambda x, w: flow.nn.conv2d(x, w, 1, "SAME"),
+     lambda x, w: F.conv2d(x, w, padding=1),
+     [normal((3, 4, 6, 6)), normal((5, 4, 3, 3))], [1, 1], False),
+    ("strided_5x5", lambda x, w: flow.nn.conv2d(x, w, 2, "SAME"),
+     lambda x, w: F.conv2d(x, w, stride=2, padding=2),
+     [normal((2, 3, 9, 9)), normal((4, 3, 5, 5))], [1, 1], False),
+]
+
+
+@pytest.mark.parametrize("case", COLUMN_CHUNK_CASES, ids=[c[0] for c in COLUMN_CHUNK_CASES])
+def test_weight_gradient_columns_in_chunks(case, monkeypatch):
+    """Group-1 columns beyond 2 * COLUMN_CHUNK_BYTES are gathered and multiplied by chunks
+    of output positions, each Gemm adding the last one's result; below, one Gemm."""
+    from onnxjob.graph.primitives import conv as rules
+    zeros = [np.zeros(m(np.random.default_rng(0)).shape, np.float32) for m in case[3]]
+    assert _backward_ops(case[1], zeros).count("Gemm") == 1
+    monkeypatch.setattr(rules, "COLUMN_CHUNK_BYTES", 600)
+    ops = _backward_ops(case[1], zeros)
+    assert "Split" in ops and ops.count("Gemm") > 2 and ops.count("Gather") == ops.count("Gemm")
+    check_case_against_pytorch(case)
+    check_case_finite_differences(case)
+
+
 # -- shape rules ------------------------------------------------------------------------------
 
 def _run_forward(fn, xs):

@@ -290,7 +290,7 @@ def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1):
     offset k and output position q are the rows at _window_index[k, q]: one Gather with
     that constant (K, Q) index gives (C, K, Q, N) = (C*K, Q*N), copying runs of N values.
     Group 1: gy batch-last is (M, Q*N) and the Gemm's (M, C*K) result is the weight's
-    layout. Grouped: the columns split per group, (g, C/g*K, Q*N), meet gy as
+    layout (large columns: by chunks of output positions, see COLUMN_CHUNK_BYTES). Grouped: the columns split per group, (g, C/g*K, Q*N), meet gy as
     (g, Q*N, M/g) in one batched MatMul, and only the small (g, C/g*K, M/g) result is
     transposed.
     """
@@ -302,16 +302,46 @@ def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1):
     xt = _pad_spatial(op("Transpose", x, perm=batch_last), pads[:nd], pads[nd:], 1, 1)
     padded = list(xt.shape[1:-1])
     flat = reshape_to(xt, [c, int(np.prod(padded)), n])
-    patches = _gather_windows(flat, padded, kernel, out, strides, dil, axis=1)
     if group == 1:
-        columns = reshape_to(patches, [c * k, q * n])
         gy_t = reshape_to(op("Transpose", gy, perm=batch_last), [m, q * n])
-        return reshape_to(op("Gemm", gy_t, columns, transB=1), w_shape)
+        unit = c * k * n * x.np_dtype.itemsize      # the columns' bytes per output position
+        parts = _parts(q, unit, COLUMN_CHUNK_BYTES) if q * unit > 2 * COLUMN_CHUNK_BYTES \
+            else 1
+        index = _window_index(padded, kernel, out, strides, dil)
+        return reshape_to(_columns_gemm(flat, index, gy_t, parts), w_shape)
+    patches = _gather_windows(flat, padded, kernel, out, strides, dil, axis=1)
     columns = reshape_to(patches, [group, cg * k, q * n])
     gy_g = reshape_to(gy, [n, group, m // group, q])
     gy_g = reshape_to(op("Transpose", gy_g, perm=[1, 3, 0, 2]), [group, q * n, m // group])
     gw_t = op("MatMul", columns, gy_g)                                  # (g, C/g*K, M/g)
     return reshape_to(op("Transpose", gw_t, perm=[0, 2, 1]), w_shape)
+
+
+# NOTE: a group-1 weight gradient's columns hold the input once per kernel offset:
+# ResNet50's stem and res2 3x3 convs at batch 32 have 230 MB of them, and they set the train
+# step's peak. Columns beyond twice this size are gathered and multiplied by chunks of at
+# most this size: the batch-32 step peaked at 3.90 GB instead of 4.22 GB (bench_memory.py;
+# 16 MB chunks: 3.89 GB). Smaller columns stay whole: LeNet's 63 MB ran 1-2% faster so,
+# and the batch-8 ResNet50 step (58 MB at most) timed the same either way.
+COLUMN_CHUNK_BYTES = 32 << 20
+
+
+def _columns_gemm(flat, index, gy_t, parts):
+    """gy_t (M, Q*N) times the transposed im2col columns of `flat` (C, P, N) at `index`
+    (K, Q): (M, C*K). With parts > 1 the columns are gathered and multiplied Q/parts
+    output positions at a time, each Gemm adding the previous one's result, so that only
+    one chunk of columns is alive at a time."""
+    c, n = flat.shape[0], flat.shape[2]
+    k, q = index.shape
+    per = q // parts
+    total = None
+    for i, gy_part in enumerate(_split(gy_t, 1, parts)):
+        chunk = np.ascontiguousarray(index[:, i * per:(i + 1) * per])
+        columns = reshape_to(op("Gather", flat, as_blob(chunk, like=flat, dtype=chunk.dtype),
+                                axis=1), [c * k, per * n])
+        total = op("Gemm", gy_part, columns, transB=1) if total is None else \
+            op("Gemm", gy_part, columns, total, transB=1, beta=1.0)
+    return total
 
 
 _WEIGHT_GRAD = {"gather": conv_weight_grad_gather, "im2col": conv_weight_grad_im2col,
@@ -365,9 +395,11 @@ def grouped_weight_grad_slices(x, gy, w_shape, strides, dil, pads, group):
 CHUNK_BYTES = 1 << 20
 
 
-def _parts(total, unit_bytes):
-    """How many equal parts to split `total` units into so each is <= CHUNK_BYTES."""
-    per = max(1, min(total, CHUNK_BYTES // max(unit_bytes, 1)))
+def _parts(total, unit_bytes, limit=None):
+    """How many equal parts to split `total` units into so each is <= `limit` bytes
+    (CHUNK_BYTES by default)."""
+    limit = CHUNK_BYTES if limit is None else limit
+    per = max(1, min(total, limit // max(unit_bytes, 1)))
     while total % per:
         per -= 1
     return total // per
