@@ -290,9 +290,9 @@ def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1):
     offset k and output position q are the rows at _window_index[k, q]: one Gather with
     that constant (K, Q) index gives (C, K, Q, N) = (C*K, Q*N), copying runs of N values.
     Group 1: gy batch-last is (M, Q*N) and the Gemm's (M, C*K) result is the weight's
-    layout (large columns: by chunks of output positions, see COLUMN_CHUNK_BYTES). Grouped: the columns split per group, (g, C/g*K, Q*N), meet gy as
-    (g, Q*N, M/g) in one batched MatMul, and only the small (g, C/g*K, M/g) result is
-    transposed.
+    layout (large columns go by chunks of output positions, see COLUMN_CHUNK_BYTES).
+    Grouped: the columns split per group, (g, C/g*K, Q*N), meet gy as (g, Q*N, M/g) in one
+    batched MatMul, and only the small (g, C/g*K, M/g) result is transposed.
     """
     nd = len(w_shape) - 2
     m, cg, kernel = w_shape[0], w_shape[1], list(w_shape[2:])
