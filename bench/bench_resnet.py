@@ -60,7 +60,7 @@ def main():
     import torch
     torch.set_num_threads(args.threads)
     import onnxjob as flow
-    from common import first_call, interleaved, print_table, resnet_batch
+    from common import first_call, interleaved, page_faults, print_table, resnet_batch
     from zoo import define_jobs, model_args, model_builder
 
     batch = args.batch
@@ -85,6 +85,10 @@ def main():
                  (f"{label} predict (frozen)", frozen["onnxjob"], frozen["torch"])],
                 f"onnxjob vs PyTorch {torch.__version__} eager, {args.threads} threads")
     print(f"first train call (trace + autodiff + passes + session + step): {first:.2f} s")
+    for name, step in (("onnxjob", lambda: train_job(x, y)), ("PyTorch", torch_train)):
+        touched, system = page_faults(step)
+        print(f"{name} train step: {touched:.0f} MB page-faulted in, {system * 1e3:.0f} ms of "
+              "system time per step")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,21 @@ def interleaved(candidates, rounds, calls, warmup=3, min_block_s=0.25):
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
+def page_faults(fn, calls=3):
+    """(MB of memory first touched, seconds of system time) per call of `fn()`, from the
+    process's minor page faults (Linux). A framework whose allocator returns memory to the
+    OS between steps (PyTorch on glibc's malloc) touches it anew each step; on a VM what
+    that costs varies and mostly does not show as system time (README: PyTorch's ResNet50
+    step ranged 0.84-1.48 s in one day, 0.79-0.82 s with glibc keeping the memory)."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(calls):
+        fn()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    touched = (after.ru_minflt - before.ru_minflt) * resource.getpagesize() / 2**20
+    return touched / calls, (after.ru_stime - before.ru_stime) / calls
+
+
 def print_table(rows, title):
     """rows: [(label, onnxjob_s, reference_s)] -> table with the onnxjob/reference ratio."""
     print(f"\n{title}")
