@@ -76,6 +76,8 @@ def _run_time_vector(bn):
 
 
 def _match(bn):
+    """The run-time vector to make the zero statistics from when `bn` is the rewrite's
+    pattern, else None."""
     if bn.op_type != "BatchNormalization" or bn.domain != "" or len(bn.inputs) != 5 or \
             len(bn.outputs) != 1 or attr(bn, "training_mode", 0):
         return None
@@ -83,9 +85,8 @@ def _match(bn):
     shape = static_shape(x)
     if shape is None or len(shape) < 3 or x.type is None or x.type.dtype not in _FLOATS:
         return None
-    if _run_time_vector(bn) is None:
-        return None
-    return _statistics(bn)
+    vector = _run_time_vector(bn)
+    return vector if vector is not None and _statistics(bn) is not None else None
 
 
 class BatchNormStatistics(InPlacePass):
@@ -95,10 +96,10 @@ class BatchNormStatistics(InPlacePass):
         if graph.opset_imports.get("", 0) < 14:     # training_mode came with opset 14
             return PassResult(model, False)
         for bn in list(graph):
-            if bn.graph is None or _match(bn) is None:
+            vector = _match(bn) if bn.graph is not None else None
+            if vector is None:
                 continue
             x, scale, bias, old_mean, old_var = bn.inputs
-            vector = _run_time_vector(bn)
             channels, dtype = [x.shape[1]], x.type.dtype
             e = NodeEmitter(graph, bn, "stats")
             # two zero vectors: onnxruntime may write each statistic over its input, and
@@ -119,4 +120,3 @@ class BatchNormStatistics(InPlacePass):
             replace_value(old_var, batch_var)
             modified = True
         return PassResult(model, modified)
-

@@ -77,8 +77,12 @@ def _window_index(padded, kernel, out, strides, dil):
 def _gather_windows(flat, padded, kernel, out, strides, dil, axis):
     """Gather of `flat` (spatial block flattened on `axis`) at _window_index: the axis
     becomes (K, Q), kernel offsets by output positions."""
-    index = _window_index(padded, kernel, out, strides, dil)
-    return op("Gather", flat, as_blob(index, like=flat, dtype=index.dtype), axis=axis)
+    return _gather_at(flat, _window_index(padded, kernel, out, strides, dil), axis)
+
+
+def _gather_at(x, index, axis):
+    """Gather of `x` at the constant integer array `index` along `axis`."""
+    return op("Gather", x, as_blob(index, like=x, dtype=index.dtype), axis=axis)
 
 
 def _pad_spatial(x, begin, end, lead=2, trail=0):
@@ -337,8 +341,7 @@ def _columns_gemm(flat, index, gy_t, parts):
     total = None
     for i, gy_part in enumerate(_split(gy_t, 1, parts)):
         chunk = np.ascontiguousarray(index[:, i * per:(i + 1) * per])
-        columns = reshape_to(op("Gather", flat, as_blob(chunk, like=flat, dtype=chunk.dtype),
-                                axis=1), [c * k, per * n])
+        columns = reshape_to(_gather_at(flat, chunk, 1), [c * k, per * n])
         total = op("Gemm", gy_part, columns, transB=1) if total is None else \
             op("Gemm", gy_part, columns, total, transB=1, beta=1.0)
     return total
