@@ -12,7 +12,7 @@ import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
-from passes import (AlignBroadcastRanks, BatchNormStatistics, FoldReshapes,
+from onnxjob.passes import (AlignBroadcastRanks, BatchNormStatistics, FoldReshapes,
                     FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool, ReluMaskAsMul,
                     SplitChannelReductions, op_counts)
 
@@ -156,7 +156,7 @@ def test_relu_mask_as_mul_leaves_other_masks_alone():
 
 
 def test_relu_mask_as_mul_runs_only_for_cpu_jobs():
-    from passes import default_passes
+    from onnxjob.passes import default_passes
     assert any(isinstance(p, ReluMaskAsMul) for p in default_passes("cpu"))
     assert not any(isinstance(p, ReluMaskAsMul) for p in default_passes("cuda"))
 
@@ -221,7 +221,7 @@ def test_batch_norm_statistics_needs_run_time_scale_or_bias():
 
 
 def test_batch_norm_statistics_runs_only_for_cpu_jobs():
-    from passes import default_passes
+    from onnxjob.passes import default_passes
     assert any(isinstance(p, BatchNormStatistics) for p in default_passes("cpu"))
     assert not any(isinstance(p, BatchNormStatistics) for p in default_passes("cuda"))
 
@@ -348,7 +348,7 @@ def test_keep_on_cuda_scatter_nd_of_other_types(dtype, reduction):
 
 
 def test_keep_on_cuda_runs_only_for_cuda_jobs():
-    from passes import default_passes
+    from onnxjob.passes import default_passes
     assert not any(isinstance(p, KeepOnCuda) for p in default_passes("cpu"))
     assert any(isinstance(p, KeepOnCuda) for p in default_passes("cuda"))
 

@@ -72,7 +72,7 @@ def _lenet_start_counting_pipelines(monkeypatch, config=None):
 
 
 def test_a_second_start_takes_the_passes_result_from_the_cache(tmp_path, monkeypatch):
-    from passes import op_counts
+    from onnxjob.passes import op_counts
     monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
     runs, first = _lenet_start_counting_pipelines(monkeypatch)
     assert "train_job" in runs
@@ -102,7 +102,7 @@ def test_the_passes_cache_key_follows_skipped_passes_and_user_passes(tmp_path, m
         def call(self, model):
             return ir.passes.PassResult(model, False)
 
-    from passes import register_pass, _REGISTERED
+    from onnxjob.passes import register_pass, _REGISTERED
     register_pass(Nothing)
     try:
         before = sorted(os.listdir(tmp_path))

@@ -6,7 +6,7 @@ from onnxjob.errors import TraceError
 from onnxjob.graph import autodiff, pass_cache
 from onnxjob.graph.tracer import GraphBuilder, tracing
 from onnxjob.runtime import distributed
-from passes import run_default_pipeline
+from onnxjob.passes import run_default_pipeline
 
 IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13; opset 17 needs 8
 

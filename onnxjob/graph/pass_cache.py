@@ -19,7 +19,7 @@ import os
 import onnx
 import onnx_ir as ir
 
-import passes
+from onnxjob import passes
 from onnxjob.runtime import session_cache
 
 FORMAT = "2"    # bump when what goes into the key or the file changes

@@ -29,7 +29,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from PIL import Image
 
 from onnxjob.io.ofrecord import RecordError
 
@@ -81,9 +80,21 @@ def map_ordered(fn, items):
 
 # -- decoding ---------------------------------------------------------------------------
 
+def _pillow_image():
+    """Pillow's Image module, imported on first use: only jobs that decode images need it."""
+    try:
+        from PIL import Image
+    except ImportError as e:
+        raise ImportError(
+            "decoding images needs Pillow: pip install 'onnxjob[images]' (or pip install pillow)"
+        ) from e
+    return Image
+
+
 def decode(data, color_space="BGR", where="image"):
     """The (H, W, 3) BGR / RGB or (H, W, 1) GRAY uint8 pixels of encoded image `data`."""
     mode = "L" if color_space == "GRAY" else "RGB"
+    Image = _pillow_image()
     try:
         image = Image.open(io.BytesIO(data))
         if mode == "L" and image.format == "JPEG":

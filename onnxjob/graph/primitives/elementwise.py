@@ -214,7 +214,7 @@ def _relu_lower(inputs, attrs, num_outputs):
 
 
 # NOTE: the ReLU gradient is Where(y > 0): one kernel on CUDA; for CPU jobs
-# passes/relu_mask_as_mul.py turns it into a multiply by the mask, which is faster there.
+# onnxjob/passes/relu_mask_as_mul.py turns it into a multiply by the mask, which is faster there.
 register("Relu", same_as_input(), lambda n, g, need: [
     op("Where", op("Greater", _y(n), _c(0, g[0])), g[0], _c(0, g[0]))], lower=_relu_lower)
 unary_math("LeakyRelu", lambda n, g, need: [
