@@ -11,8 +11,8 @@ This module is the `flow` namespace: it only re-exports. A OneFlow name that onn
 does not provide raises UnsupportedAPIError naming it and the caller's line.
 """
 from onnxjob import typing  # noqa: F401
-from onnxjob.dtypes import (char, double, float, float16, float32, float64, int8,  # noqa: F401
-                            int32, int64, record, tensor_buffer, uint8)
+from onnxjob.dtypes import (bfloat16, char, double, float, float16, float32,  # noqa: F401
+                            float64, int8, int32, int64, record, tensor_buffer, uint8)
 from onnxjob.errors import missing_api as _missing_api
 from onnxjob.frontend import initializers, scope  # noqa: F401
 from onnxjob.frontend.config import (FunctionConfig, ExecutionConfig, config, env,  # noqa: F401

@@ -36,6 +36,8 @@ uint8 = _make("uint8", np.uint8, ir.DataType.UINT8, "kUInt8", 7)
 record = _make("record", None, None, "kOFRecord", 8)
 float16 = _make("float16", np.float16, ir.DataType.FLOAT16, "kFloat16", 9)
 tensor_buffer = _make("tensor_buffer", None, None, "kTensorBuffer", 10)
+# a mixed-precision compute type (function_config.mixed_precision_data_type); no NumPy type
+bfloat16 = _make("bfloat16", None, ir.DataType.BFLOAT16, "kBFloat16", 11)
 bool_ = _make("bool", np.bool_, ir.DataType.BOOL, None, None)
 float = float32
 double = float64

@@ -10,7 +10,8 @@ from onnxjob.frontend import scope
 from onnxjob.frontend.namespaces import ApiNamespace
 from onnxjob.runtime.session import default_session
 
-# OneFlow flags that onnxjob accepts and ignores (they tune OneFlow's own runtime).
+# OneFlow flags that only tune OneFlow's own runtime (kernels, memory planning, fusion,
+# collective grouping): accepted and ignored, since they change no number a job computes.
 _IGNORED_FLAGS = {
     "enable_cudnn", "cudnn_buf_limit_mbyte", "cudnn_conv_force_fwd_algo",
     "cudnn_conv_force_bwd_data_algo", "cudnn_conv_force_bwd_filter_algo",
@@ -18,15 +19,57 @@ _IGNORED_FLAGS = {
     "enable_cudnn_fused_normalization_add_relu", "enable_inplace", "enable_inplace_in_reduce_struct",
     "enable_reused_mem", "enable_nccl", "use_nccl_inter_node_communication",
     "all_reduce_group_num", "all_reduce_lazy_ratio", "all_reduce_group_min_mbyte",
-    "all_reduce_group_size_warmup", "all_reduce_fp16", "use_boxing_v2", "enable_fuse_add_to_output",
+    "all_reduce_group_size_warmup", "use_boxing_v2", "enable_fuse_add_to_output",
     "enable_fuse_cast_scale", "enable_fuse_model_update_ops", "enable_gradients_stats_aggregation",
-    "concurrency_width", "use_xla_jit", "use_tensorrt", "enable_qat", "allow_cpu_return_op",
+    "concurrency_width", "allow_cpu_return_op",
     "prune_parallel_cast_ops", "prune_cast_to_static_shape_ops",
-    "optimizer_placement_optimization_mode", "optimizer_placement_optimization_threshold",
-    "enable_keep_header_only", "enable_non_distributed_optimizer", "enable_true_half_config_when_conv",
-    "enable_float_compute_for_half_gemm", "enable_auto_mixed_precision", "default_initializer_conf",
-    "static_mem_alloc_policy_white_list", "enable_fuse_model_update_ops",
+    "static_mem_alloc_policy_white_list",
 }
+# OneFlow flags that would change a job's numbers or memory semantics and that onnxjob
+# does not implement: accepted (so old scripts run) with one warning per flag and process,
+# naming what onnxjob does instead. A false value asks for OneFlow's default: no warning.
+_UNSUPPORTED_FLAGS = {
+    "all_reduce_fp16": "data-parallel gradients are all-reduced in their own type (float32)",
+    "enable_true_half_config_when_conv": "half convolutions run with onnxruntime's own "
+                                         "accumulation type",
+    "enable_float_compute_for_half_gemm": "half MatMul/Gemm run with onnxruntime's own "
+                                          "accumulation type",
+    "use_tensorrt": "TensorRT is not used; the job runs on onnxruntime's CUDA or CPU "
+                    "execution provider",
+    "use_xla_jit": "XLA is not used; onnxruntime compiles the graph",
+    "enable_qat": "quantization-aware training is not implemented; the job trains in "
+                  "floating point",
+    "enable_keep_header_only": "every output keeps its data",
+    "enable_non_distributed_optimizer": "each rank keeps the whole optimizer state",
+    "optimizer_placement_optimization_mode": "each rank keeps the whole optimizer state",
+    "optimizer_placement_optimization_threshold": "each rank keeps the whole optimizer state",
+    "default_initializer_conf": "variables without an initializer use OneFlow's documented "
+                                "defaults, not this conf",
+}
+_warned_flags = set()
+
+
+def _warn_unsupported(name, value):
+    if name in _warned_flags or value is False or value is None:
+        return
+    _warned_flags.add(name)
+    warnings.warn(f"function_config.{name}({value!r}) is not supported by onnxjob and has no "
+                  f"effect: {_UNSUPPORTED_FLAGS[name]}", UserWarning, stacklevel=3)
+
+
+_HALF_TYPE_NAMES = {"float16": "float16", "half": "float16", "kFloat16": "float16",
+                    "bfloat16": "bfloat16", "kBFloat16": "bfloat16"}
+
+
+def _half_type_name(value):
+    """"float16" or "bfloat16" for flow.float16 / flow.bfloat16 (or their names)."""
+    name = getattr(value, "__name__", value)
+    if not isinstance(name, str) or name not in _HALF_TYPE_NAMES:
+        raise ValueError("mixed_precision_data_type takes flow.float16 or flow.bfloat16, "
+                         f"got {value!r}")
+    return _HALF_TYPE_NAMES[name]
+
+
 _TRAIN_OLD_API = {"primary_lr", "secondary_lr", "model_update_conf", "loss_scale_factor",
                   "num_gradient_accumulation_steps"}
 
@@ -53,7 +96,11 @@ class _TrainConf:
 class FunctionConfig:
     """Per-job configuration: `config.name(value)` records a flag (spec §4).
 
-    Flags that only tune OneFlow's runtime are accepted and ignored; unknown names raise.
+    Flags that only tune OneFlow's runtime are accepted and ignored; flags that would change
+    numbers and are not implemented warn once (`_UNSUPPORTED_FLAGS`); unknown names raise.
+    `enable_auto_mixed_precision(True)` computes the job in half precision
+    (onnxjob/passes/auto_mixed_precision.py), `mixed_precision_data_type(flow.float16 |
+    flow.bfloat16)` picks the half type (float16 by default, as OneFlow).
     onnxjob adds `passes(list)` (extra graph passes), `disable_passes(bool)`,
     `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)`,
     `enable_cuda_graph(False)` (runtime/cuda_graph.py), OneFlow's
@@ -71,7 +118,9 @@ class FunctionConfig:
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        known = _IGNORED_FLAGS | {"default_data_type", "default_logical_view",
+        known = _IGNORED_FLAGS | set(_UNSUPPORTED_FLAGS) | {
+                                  "enable_auto_mixed_precision", "mixed_precision_data_type",
+                                  "default_data_type", "default_logical_view",
                                   "default_distribute_strategy", "default_placement_scope",
                                   "passes", "disable_passes", "dump_passes", "execution_provider",
                                   "cudnn_conv_algo_search", "enable_cuda_graph", "freeze_variables_after",
@@ -89,6 +138,10 @@ class FunctionConfig:
                     "flow.scope.consistent_view()")
                 self.flags["default_logical_view"] = value
                 return
+            if name in _UNSUPPORTED_FLAGS:
+                _warn_unsupported(name, value)
+            if name == "mixed_precision_data_type":
+                value = _half_type_name(value)
             if name == "freeze_variables_after" and (
                     isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ValueError(f"freeze_variables_after takes a count >= 0, got {value!r}")

@@ -4,9 +4,9 @@ import onnx_ir as ir
 
 from onnxjob.errors import TraceError
 from onnxjob.graph import autodiff, pass_cache
-from onnxjob.graph.tracer import GraphBuilder, tracing
+from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from onnxjob.runtime import distributed
-from onnxjob.passes import run_default_pipeline
+from onnxjob.passes import mixed_precision_type, run_default_pipeline
 
 IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13; opset 17 needs 8
 
@@ -88,6 +88,7 @@ def compile_job(job, variable_registry=None, seed=None):
     placeholders and records its optimizer on the builder (frontend/job_function.py).
     `seed` seeds the job's random nodes (None: fresh entropy).
     """
+    _check_mixed_precision(job, getattr(variable_registry, "device", None))
     builder = GraphBuilder(job.name, is_train=job.is_train, variable_registry=variable_registry,
                            seed=seed)
     grads = {}      # the gradients made outputs: only for a data-parallel step
@@ -105,6 +106,8 @@ def compile_job(job, variable_registry=None, seed=None):
                     "(OneFlow: Check failed: job().job_conf().train_conf().has_model_update_conf())",
                     location=job.location)
             all_grads = autodiff.backward(builder, builder.losses)
+            if mixed_precision_type(job.config) is not None:
+                all_grads = _float32_gradients(all_grads)
             optimizer.apply(builder, all_grads, job.name)
             if data_parallel:
                 grads = all_grads
@@ -140,6 +143,25 @@ def compile_job(job, variable_registry=None, seed=None):
                          gradient_outputs, serialized)
 
 
+def _check_mixed_precision(job, device):
+    """bfloat16 AMP only where onnxruntime can run it (said before tracing, at the job)."""
+    if mixed_precision_type(job.config) == ir.DataType.BFLOAT16 and device != "cuda":
+        raise TraceError(
+            f"job {job.name!r}: mixed_precision_data_type(flow.bfloat16) needs the CUDA "
+            "execution provider; onnxruntime's CPU provider has no bfloat16 MatMul, Gemm or "
+            "Conv kernels. Use flow.float16 (the default), which the CPU runs through float32 "
+            "kernels", location=job.location)
+
+
+def _float32_gradients(grads):
+    """Each gradient through an explicit Cast to its variable's float32: under mixed
+    precision (passes/auto_mixed_precision.py) the backward may compute it in half, and
+    the optimizer's state and updates must see float32 (OneFlow's master weights). Without
+    AMP onnxruntime removes these casts; with it they are the half-to-float32 casts."""
+    return {name: op("Cast", g, to=ir.DataType.from_numpy(g.np_dtype).value)
+            for name, g in grads.items()}
+
+
 def _run_passes(model, builder, config, device):
     """(model after the passes or None, its bytes or None, names of its graph inputs): the
     pipeline's result from the cache (graph/pass_cache.py, bytes only), else the passes
@@ -148,7 +170,7 @@ def _run_passes(model, builder, config, device):
     cache_path = None
     digest = pass_cache.graph_digest(model) if pass_cache.enabled(config) else None
     if digest is not None:
-        cache_path = pass_cache.path_for(digest, device)
+        cache_path = pass_cache.path_for(digest, device, mixed_precision_type(config))
         cached = pass_cache.load(cache_path)
         if cached is not None:
             serialized, input_names = cached

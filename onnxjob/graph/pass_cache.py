@@ -43,12 +43,13 @@ def enabled(config):
             and not passes.has_user_passes(config) and not passes.dump_folder(config))
 
 
-def path_for(digest, device):
+def path_for(digest, device, mixed_precision=None):
     """Where the pipeline's result for the graph of `digest` (graph_digest of the model
-    before the passes) lives."""
+    before the passes) lives; `mixed_precision` is the job's AMP half type or None."""
     folder = session_cache.cache_dir()
     key = hashlib.sha256()
-    for part in (FORMAT, str(device), os.environ.get("ONNXJOB_SKIP_PASSES", ""),
+    for part in (FORMAT, str(device), str(mixed_precision),
+                 os.environ.get("ONNXJOB_SKIP_PASSES", ""),
                  ir.__version__, _passes_source_digest(), digest):
         key.update(part.encode() + b"\0")
     return os.path.join(folder, f"{key.hexdigest()}.passes.onnx")

@@ -13,6 +13,7 @@ import onnx_ir.passes as ir_passes
 from onnx_ir.passes import common
 
 from .align_broadcast_ranks import AlignBroadcastRanks
+from .auto_mixed_precision import AutoMixedPrecision
 from .batch_norm_statistics import BatchNormStatistics
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
@@ -74,6 +75,26 @@ def dump_folder(config=None):
         os.environ.get("ONNXJOB_DUMP_PASSES")
 
 
+def mixed_precision_type(config=None):
+    """The half type a job computes in (`function_config.enable_auto_mixed_precision(True)`,
+    `mixed_precision_data_type(...)`: ir.DataType.FLOAT16 by default, or BFLOAT16), or None
+    when the job runs in float32."""
+    if config is None or not config.get("enable_auto_mixed_precision", False):
+        return None
+    name = str(config.get("mixed_precision_data_type", "float16"))
+    return ir.DataType.BFLOAT16 if name == "bfloat16" else ir.DataType.FLOAT16
+
+
+def _mixed_precision_stage(half):
+    """AMP and the clean-up after it, run once (not to a fixed point: it is not idempotent)."""
+    return ir_passes.PassManager([
+        AutoMixedPrecision(half),
+        common.CommonSubexpressionEliminationPass(),
+        common.RemoveUnusedNodesPass(),
+        common.TopologicalSortPass(),
+    ], steps=1)
+
+
 def passes_disabled(config=None):
     if os.environ.get("ONNXJOB_DISABLE_PASSES", "") not in ("", "0"):
         return True
@@ -81,20 +102,27 @@ def passes_disabled(config=None):
 
 
 def run_default_pipeline(model, config=None, device=None):
-    """Run the pipeline in place on `model` (compiled for `device`, "cpu" or "cuda");
-    returns the PassResult (or None if disabled).
+    """Run the pipeline in place on `model` (compiled for `device`, "cpu" or "cuda"),
+    then AutoMixedPrecision when the job asks for it; returns the last PassResult (or None
+    if disabled).
 
     With `function_config.dump_passes(dir)` (or `ONNXJOB_DUMP_PASSES=dir`) the graph is
     written before and after as `<dir>/<job>.before.onnx` / `.after.onnx` and the node
     counts per op are printed.
     """
+    half = mixed_precision_type(config)
+    amp = _mixed_precision_stage(half) if half is not None else None
     if passes_disabled(config):
-        return None
+        # mixed precision changes the numbers: it is what the user asked for, not an
+        # optimization, so it runs with the other passes off too
+        return amp(model) if amp is not None else None
     dump_dir = dump_folder(config)
     before = op_counts(model) if dump_dir else None
     if dump_dir:
         _save(model, dump_dir, "before")
     result = build_pipeline(config, device)(model)
+    if amp is not None:
+        result = ir_passes.PassResult(model, amp(model).modified or result.modified)
     if dump_dir:
         _save(model, dump_dir, "after")
         print(format_op_count_diff(model.graph.name, before, op_counts(model)))
@@ -121,8 +149,9 @@ def op_counts(model):
     return dict(collections.Counter(node.op_type for node in model.graph))
 
 
-__all__ = ["AlignBroadcastRanks", "BatchNormStatistics", "FoldReshapes",
+__all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormStatistics", "FoldReshapes",
            "FoldTransposeIntoGemm", "KeepOnCuda", "MaskBeforeMaxUnpool", "ReluMaskAsMul",
            "SplitChannelReductions",
            "build_pipeline", "default_passes", "dump_folder", "format_op_count_diff",
-           "has_user_passes", "op_counts", "register_pass", "run_default_pipeline"]
+           "has_user_passes", "mixed_precision_type", "op_counts", "register_pass",
+           "run_default_pipeline"]

@@ -1,0 +1,221 @@
+"""AutoMixedPrecision: float32 compute moved to float16 (or bfloat16) as OneFlow's AMP does.
+
+Switched on per job by `function_config.enable_auto_mixed_precision(True)`; the half type
+is `function_config.mixed_precision_data_type(flow.float16 | flow.bfloat16)` (float16 by
+default, as OneFlow). It runs once, after the default pipeline, over the whole job graph:
+forward, backward and optimizer update.
+
+OneFlow's lists (oneflow/core/job_rewriter/auto_mixed_precision_lists.cpp) name its own
+user ops; here they are mapped onto the ONNX ops onnxjob emits:
+
+  1. ALLOW ops run in half (OneFlow's white list: matmul, batch_matmul, conv2d,
+     conv_data_grad, conv_filter_grad, ...): Conv, ConvTranspose, MatMul, Gemm, Einsum.
+     Their float32 inputs are cast to half.
+  2. FOLLOW ops run in half when their inputs do (OneFlow's clear list: relu, reshape,
+     transpose, max_pool, cat, slice, gather, pad, where, dropout, ...; and the
+     elementwise part of its gray list: add, sub, mul, div, add_n, tanh, gelu, avg_pool).
+     A FOLLOW node is half when every float input computed by another node is half and
+     at least one is; inputs that do not vote (constants, graph inputs such as variables
+     and placeholders, ConstantOfShape fills, 0/1 masks cast from bool, and FOLLOW results
+     of such values only, like a bias reshaped to (1, C, 1, 1)) are cast to half. So a
+     bias add after a half Conv or MatMul stays half, with the bias cast once.
+  3. every other op stays float32: softmax, log-softmax and the losses, reductions
+     (ReduceSum/ReduceMean: batch-norm statistics, bias gradients; scatters with
+     reduction="add", which the CPU EP also cannot run in float16), Exp/Log/Pow/Sqrt,
+     normalization layers, the optimizer's updates and any op not listed. A half input
+     is cast back to float32. (OneFlow lets softmax and normalization follow too; keeping
+     them float32 is the accuracy side of the same choice.)
+  4. One Cast per value and target type, however many nodes read it: a weight read by
+     the forward Conv and by the backward ConvTranspose is cast to half once per step.
+  5. Graph inputs and outputs keep their declared types: variables stay float32 (master
+     weights), a half result that is a graph output is cast back under its own name.
+
+Gradients reach the optimizer through the explicit float32 Cast that the compiler adds
+under AMP (graph/compiler.py), so optimizer state and updates stay float32 (rule 3 keeps
+them there: Cast is type-changing, its output votes float32).
+
+onnxruntime's CPU EP runs float16 graphs by inserting float32 casts around nodes that
+have no half kernel; the CUDA EP runs them in half.
+"""
+import functools
+
+import onnx.defs
+import onnx_ir as ir
+from onnx_ir.passes import InPlacePass, PassResult
+
+ALLOW = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum"})
+FOLLOW = frozenset({
+    # OneFlow's clear list (data movement, masks, comparisons)
+    "Relu", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Slice",
+    "Split", "Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND",
+    "MaxPool", "MaxUnpool", "Pad", "Expand", "Tile", "Identity", "Where", "Dropout",
+    "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Neg", "Abs", "Sign",
+    "Trilu", "DepthToSpace", "SpaceToDepth",
+    # the elementwise part of OneFlow's gray list
+    "Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Clip", "Tanh", "Erf", "LeakyRelu",
+    "AveragePool",
+})
+# Ops that take any type and decide their outputs' types themselves.
+_ANY = frozenset({"Cast", "Shape", "Size"})
+# The values these ops make are constants or exact small integers: they do not vote.
+_NON_VOTING_PRODUCERS = frozenset({"Constant", "ConstantOfShape"})
+
+HALF_TYPES = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+MARKER = "onnxjob.mixed_precision"
+
+
+def _dtype(value):
+    return None if value is None or value.type is None else getattr(value.type, "dtype", None)
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(op_type, opset):
+    """From the op's ONNX schema at `opset`: (its formal inputs' type parameters, the
+    parameters it computes in (those of its float outputs, else of its float inputs: a
+    comparison), the ONNX type strings every one of those parameters allows); None for an
+    op without a schema."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset)
+    except onnx.defs.SchemaError:
+        return None
+    allowed = {t.type_param_str: frozenset(t.allowed_type_strs) for t in schema.type_constraints}
+    floats = {p for p, types in allowed.items() if "tensor(float)" in types}
+    params = ({o.type_str for o in schema.outputs} & floats) or \
+        ({i.type_str for i in schema.inputs} & floats)
+    common = frozenset.intersection(*(allowed[p] for p in params)) if params else frozenset()
+    return tuple(i.type_str for i in schema.inputs), frozenset(params), common
+
+
+def _t_inputs(node, opset):
+    """Positions of the inputs of the type the node computes in (Where's X and Y, not its
+    condition; Dropout's data, not its ratio)."""
+    signature = _signature(node.op_type, opset)
+    if signature is None:
+        return []
+    formal, params, _ = signature
+    positions = []
+    for i, value in enumerate(node.inputs):
+        param = formal[min(i, len(formal) - 1)] if formal else None   # variadic: the last
+        if value is not None and param in params:
+            positions.append(i)
+    return positions
+
+
+def _votes(value):
+    """Whether `value`'s precision decides a FOLLOW node's (rule 2)."""
+    if value.is_graph_input() or value.is_initializer() or value.const_value is not None:
+        return False
+    producer = value.producer()
+    if producer is None or producer.op_type in _NON_VOTING_PRODUCERS:
+        return False
+    if producer.op_type == "Cast" and _dtype(producer.inputs[0]) == ir.DataType.BOOL:
+        return False
+    return True
+
+
+class AutoMixedPrecision(InPlacePass):
+    """Rewrite a float32 job graph to compute in `half` (ir.DataType.FLOAT16 or BFLOAT16)
+    by the rules in the module docstring."""
+
+    def __init__(self, half=ir.DataType.FLOAT16):
+        super().__init__()
+        if half not in HALF_TYPES:
+            raise ValueError(f"mixed precision computes in float16 or bfloat16, not {half}")
+        self.half = half
+
+    def call(self, model):
+        graph = model.graph
+        self._graph = graph
+        self._opset = model.opset_imports.get("", 1)
+        self._casts = {}        # (value, dtype) -> its cast
+        self._changed = set()   # values that were float32 and are now half
+        self._silent = set()    # values computed from non-voting values only (rule 2)
+        for node in list(graph):
+            if node.op_type in _ANY or node.graph is not graph:
+                continue
+            if self._runs_in_half(node):
+                self._to_half(node)
+            else:
+                self._to_float(node)
+        self._restore_outputs(graph)
+        modified = bool(self._changed)
+        if modified:
+            model.metadata_props[MARKER] = self.half.name.lower()
+        return PassResult(model, modified)
+
+    # -- deciding -------------------------------------------------------------------------
+    def _runs_in_half(self, node):
+        if node.domain not in ("", "ai.onnx") or (node.op_type not in ALLOW
+                                                   and node.op_type not in FOLLOW):
+            return False
+        reduction = node.attributes.get("reduction")
+        if reduction is not None and reduction.value != "none":
+            return False    # a scatter that accumulates is a reduction: float32 (rule 3)
+        signature = _signature(node.op_type, self._opset)
+        if signature is None or f"tensor({self.half.name.lower()})" not in signature[2]:
+            return False    # e.g. no bfloat16 Conv before opset 22
+        types = [_dtype(node.inputs[i]) for i in _t_inputs(node, self._opset)]
+        floats = [t for t in types if t in (ir.DataType.FLOAT, self.half)]
+        if not floats or len(floats) != len([t for t in types if t is not None and
+                                             t.is_floating_point()]):
+            return False    # no float input, or float64 / another half type involved
+        if node.op_type in ALLOW:
+            return True
+        voters = [node.inputs[i] for i in _t_inputs(node, self._opset)
+                  if _dtype(node.inputs[i]) in (ir.DataType.FLOAT, self.half)
+                  and self._votes(node.inputs[i])]
+        if not voters:
+            # e.g. a bias reshaped to (1, C, 1, 1): as silent as the variable itself
+            self._silent.update(node.outputs)
+            return False
+        return all(_dtype(v) == self.half for v in voters)
+
+    def _votes(self, value):
+        return value not in self._silent and _votes(value)
+
+    # -- rewriting ------------------------------------------------------------------------
+    def _to_half(self, node):
+        for i in _t_inputs(node, self._opset):
+            value = node.inputs[i]
+            if _dtype(value) == ir.DataType.FLOAT:
+                node.replace_input_with(i, self._cast(value, self.half, node))
+        for out in node.outputs:
+            if _dtype(out) == ir.DataType.FLOAT:
+                out.type = ir.TensorType(self.half)
+                self._changed.add(out)
+
+    def _to_float(self, node):
+        for i, value in enumerate(node.inputs):
+            if value is not None and value in self._changed:
+                node.replace_input_with(i, self._cast(value, ir.DataType.FLOAT, node))
+
+    def _cast(self, value, dtype, consumer):
+        """The one Cast of `value` to `dtype` (rule 4), placed before its first reader."""
+        key = (value, dtype)
+        if key not in self._casts:
+            source = value.producer() or consumer
+            suffix = "cast_h2f" if dtype == ir.DataType.FLOAT else "cast_f2h"
+            node = ir.node("Cast", [value], attributes={"to": dtype.value},
+                           name=f"{value.name}/{suffix}",
+                           metadata_props=dict(source.metadata_props))
+            out = node.outputs[0]
+            out.name, out.type = f"{value.name}/{suffix}", ir.TensorType(dtype)
+            out.shape = value.shape
+            self._graph.insert_before(consumer, node)
+            self._casts[key] = out
+        return self._casts[key]
+
+    def _restore_outputs(self, graph):
+        """A half graph output is renamed and a float32 Cast takes its name (rule 5)."""
+        for index, value in enumerate(list(graph.outputs)):
+            if value not in self._changed:
+                continue
+            name = value.name
+            value.name = f"{name}/half"
+            node = ir.node("Cast", [value], attributes={"to": ir.DataType.FLOAT.value},
+                           name=f"{name}/cast_h2f",
+                           metadata_props=dict(value.producer().metadata_props))
+            out = node.outputs[0]
+            out.name, out.type, out.shape = name, ir.TensorType(ir.DataType.FLOAT), value.shape
+            graph.append(node)
+            graph.outputs[index] = out

@@ -1,0 +1,359 @@
+"""Automatic mixed precision (onnxjob/passes/auto_mixed_precision.py).
+
+The pass three ways (structure, `modified`, numbers from onnxruntime), the train graphs of
+the doc LeNet and MLP and of OneFlow-Benchmark's ResNet50 under AMP (half Conv/MatMul/Gemm,
+float32 softmax, losses, reductions and updates), LeNet and MLP trained 200 steps against
+float32 and the MLP against a PyTorch `torch.autocast` twin, and the flags around it.
+"""
+import collections
+import os
+import warnings
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+from models import BATCH, lenet, mlp
+from onnxjob.errors import TraceError
+from onnxjob.graph.compiler import IR_VERSION
+from onnxjob.graph.tracer import GraphBuilder, op, tracing
+from onnxjob.passes import AutoMixedPrecision, op_counts
+from onnxjob.runtime.session import default_session
+
+F32, F16, BF16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16
+
+
+# -- the pass on small graphs ---------------------------------------------------------------
+
+def _graph(fn, shapes, weights=()):
+    """A model of `fn(*inputs, *weights)`: inputs x0.. and weight inputs w0.. (float32)."""
+    builder = GraphBuilder("g")
+    with tracing(builder):
+        xs = [builder.add_input(f"x{i}", s, np.float32) for i, s in enumerate(shapes)]
+        ws = [builder.add_input(f"w{i}", s, np.float32) for i, s in enumerate(weights)]
+        y = fn(*xs, *ws)
+        y.value.name = "y"
+        builder.graph.outputs.append(y.value)
+    return ir.Model(builder.graph, ir_version=IR_VERSION)
+
+
+def _run(model, feeds):
+    sess = ort.InferenceSession(ir.to_proto(model).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)[0]
+
+
+def _types(model):
+    """{node name: (op type, its first output's element type)} of an onnx_ir model."""
+    return {n.name: (n.op_type, n.outputs[0].type.dtype) for n in model.graph}
+
+
+def _by_op(model):
+    by_op = collections.defaultdict(set)
+    for node in model.graph:
+        by_op[node.op_type].add(node.outputs[0].type.dtype)
+    return by_op
+
+
+def _feeds(model, seed=0):
+    rng = np.random.default_rng(seed)
+    return {v.name: rng.standard_normal(tuple(v.shape)).astype(np.float32)
+            for v in model.graph.inputs}
+
+
+def test_matmul_bias_relu_in_half_softmax_in_float32():
+    """Rules 1-3: MatMul half, the bias add and ReLU follow it, Softmax stays float32."""
+    model = _graph(lambda x, w, b: op("Softmax", op("Relu", op("Add", op("MatMul", x, w), b))),
+                   [(4, 8)], [(8, 16), (16,)])
+    feeds = _feeds(model)
+    expected = _run(model, feeds)
+    assert op_counts(model).get("Cast", 0) == 0
+    result = AutoMixedPrecision()(model)
+    assert result.modified
+    by_op = _by_op(model)
+    assert by_op["MatMul"] == {ir.DataType.FLOAT16}
+    assert by_op["Add"] == {ir.DataType.FLOAT16} and by_op["Relu"] == {ir.DataType.FLOAT16}
+    assert by_op["Softmax"] == {ir.DataType.FLOAT}
+    # x, w, b to half, the ReLU's result back to float32 for the softmax
+    assert op_counts(model)["Cast"] == 4
+    out = model.graph.outputs[0]
+    assert out.name == "y" and out.type.dtype == ir.DataType.FLOAT
+    np.testing.assert_allclose(_run(model, feeds), expected, rtol=2e-2, atol=2e-3)
+
+
+def test_a_weight_read_twice_is_cast_once():
+    """Rule 4: one Cast per value and type, however many half nodes read it."""
+    model = _graph(lambda x, w: op("Add", op("MatMul", x, w), op("MatMul", op("Relu", x), w)),
+                   [(4, 8)], [(8, 8)])
+    feeds = _feeds(model)
+    expected = _run(model, feeds)
+    assert AutoMixedPrecision()(model).modified
+    casts_of = collections.Counter(n.inputs[0].name for n in model.graph if n.op_type == "Cast")
+    assert casts_of["w0"] == 1 and casts_of["x0"] == 1
+    np.testing.assert_allclose(_run(model, feeds), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_half_graph_output_keeps_its_name_and_float32():
+    """Rule 5: a half result that is a graph output is cast back under its own name."""
+    model = _graph(lambda x, w: op("MatMul", x, w), [(2, 3)], [(3, 5)])
+    feeds = _feeds(model)
+    expected = _run(model, feeds)
+    assert AutoMixedPrecision()(model).modified
+    out = model.graph.outputs[0]
+    assert out.name == "y" and out.type.dtype == ir.DataType.FLOAT
+    assert out.producer().op_type == "Cast"
+    np.testing.assert_allclose(_run(model, feeds), expected, rtol=1e-2, atol=1e-2)
+
+
+def test_follow_ops_of_float32_values_stay_float32():
+    """Nothing runs in half without an ALLOW op: a graph of FOLLOW/DENY ops is untouched."""
+    model = _graph(lambda x, y: op("Exp", op("Relu", op("Add", x, y))), [(3, 4), (3, 4)])
+    before = _types(model)
+    assert not AutoMixedPrecision()(model).modified
+    assert _types(model) == before
+
+
+def test_float32_value_meeting_half_value_runs_in_float32():
+    """A FOLLOW node with one half and one computed float32 input computes in float32."""
+    model = _graph(lambda x, w: op("Add", op("MatMul", x, w), op("Exp", x)), [(3, 3)], [(3, 3)])
+    feeds = _feeds(model)
+    expected = _run(model, feeds)
+    assert AutoMixedPrecision()(model).modified
+    assert _by_op(model)["Add"] == {ir.DataType.FLOAT}
+    np.testing.assert_allclose(_run(model, feeds), expected, rtol=1e-2, atol=1e-2)
+
+
+def test_bfloat16_only_where_the_opset_allows_it():
+    """bfloat16 Conv needs opset 22: at onnxjob's opset 17 a Conv stays float32, a MatMul
+    goes to bfloat16."""
+    model = _graph(lambda x, w, v: op("MatMul", op("Reshape", op("Conv", x, w),
+                                                   x.builder.constant(np.array([2, -1]))), v),
+                   [(2, 1, 4, 4)], [(2, 1, 3, 3), (8, 3)])
+    assert AutoMixedPrecision(ir.DataType.BFLOAT16)(model).modified
+    by_op = _by_op(model)
+    assert by_op["Conv"] == {ir.DataType.FLOAT} and by_op["MatMul"] == {ir.DataType.BFLOAT16}
+    onnx.checker.check_model(ir.to_proto(model), full_check=True)
+
+
+# -- whole jobs -------------------------------------------------------------------------------
+
+def _amp_config(half=None):
+    config = flow.function_config()
+    config.enable_auto_mixed_precision(True)
+    if half is not None:
+        config.mixed_precision_data_type(half)
+    return config
+
+
+def _jobs(net, amp, lr=0.1, momentum=0.0):
+    config = _amp_config() if amp else flow.function_config()
+
+    @flow.global_function(type="train", function_config=config)
+    def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float),
+                  labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        logits = net(images)
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]),
+                           momentum=momentum).minimize(loss)
+        return loss
+
+    predict_config = _amp_config() if amp else flow.function_config()
+
+    @flow.global_function(type="predict", function_config=predict_config)
+    def predict_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float)
+                    ) -> tp.Numpy:
+        return net(images)
+
+    return train_job, predict_job
+
+
+def _job_graph(name):
+    """The job's graph as onnxruntime loads it: {op type: set of output element types},
+    and the model."""
+    model = onnx.load_from_string(default_session().runtimes[name].model_bytes)
+    model = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in list(model.graph.value_info) + list(model.graph.output)
+             + list(model.graph.input)}
+    by_op = collections.defaultdict(set)
+    for node in model.graph.node:
+        by_op[node.op_type].add(types.get(node.output[0]))
+    return by_op, model, types
+
+
+def _assert_amp_graph(by_op, model, types):
+    compute = [op for op in ("Conv", "ConvTranspose", "MatMul", "Gemm") if op in by_op]
+    assert compute, "no Conv/MatMul/Gemm in the graph"
+    for op_type in compute:
+        assert by_op[op_type] == {F16}, (op_type, by_op[op_type])
+    for op_type in ("Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "ReduceSum",
+                    "ReduceMean", "Exp", "Log", "BatchNormalization"):
+        assert by_op.get(op_type, {F32}) <= {F32, onnx.TensorProto.INT64}, \
+            (op_type, by_op[op_type])
+    for out in model.graph.output:   # results, watches and every updated variable
+        assert out.type.tensor_type.elem_type != F16, out.name
+    # each variable is cast to half at most once per step
+    casts = collections.Counter(n.input[0] for n in model.graph.node
+                                if n.op_type == "Cast" and types.get(n.output[0]) == F16)
+    inputs = {v.name for v in model.graph.input}
+    assert max((c for name, c in casts.items() if name in inputs), default=1) == 1
+
+
+@pytest.mark.parametrize("net", [lenet, mlp], ids=["lenet", "mlp"])
+def test_doc_models_train_graph_under_amp(net):
+    train_job, predict_job = _jobs(net, amp=True)
+    rng = np.random.default_rng(0)
+    images = rng.random((BATCH, 1, 28, 28), dtype=np.float32)
+    labels = rng.integers(0, 10, BATCH).astype(np.int32)
+    loss = train_job(images, labels)
+    assert loss.dtype == np.float32 and np.isfinite(loss).all()
+    _assert_amp_graph(*_job_graph("train_job"))
+    logits = predict_job(images)
+    assert logits.dtype == np.float32 and logits.shape == (BATCH, 10)
+    _assert_amp_graph(*_job_graph("predict_job"))
+
+
+def test_resnet50_train_graph_under_amp():
+    from zoo import model_args, model_builder, smoothed_labels
+    build, args = model_builder("resnet50"), model_args(False)
+
+    @flow.global_function(type="train", function_config=_amp_config())
+    def train_job(images: tp.Numpy.Placeholder((2, 3, 224, 224), dtype=flow.float),
+                  labels: tp.Numpy.Placeholder((2,), dtype=flow.int32)) -> tp.Numpy:
+        logits = build(images, args)
+        loss = flow.nn.softmax_cross_entropy_with_logits(smoothed_labels(labels, logits), logits)
+        loss = flow.math.reduce_mean(loss)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.01]),
+                           momentum=0.875).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(0)
+    loss = train_job(rng.random((2, 3, 224, 224), dtype=np.float32),
+                     rng.integers(0, 1000, 2).astype(np.int32))
+    assert np.isfinite(loss).all()
+    by_op, model, types = _job_graph("train_job")
+    _assert_amp_graph(by_op, model, types)
+    assert sum(1 for n in model.graph.node if n.op_type == "Conv"
+               and types[n.output[0]] == F16) >= 53   # every forward convolution
+
+
+def _mnist_batches(path, steps):
+    data = np.load(path)
+    x = (data["x_train"][:BATCH * steps].astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
+    y = data["y_train"][:BATCH * steps].astype(np.int32)
+    return [(x[i * BATCH:(i + 1) * BATCH], y[i * BATCH:(i + 1) * BATCH]) for i in range(steps)]
+
+
+def _train_losses(net, amp, batches, seed=1):
+    flow.clear_default_session()
+    flow.config.seed(seed)
+    train_job, _ = _jobs(net, amp)
+    return np.array([float(np.mean(train_job(x, y))) for x, y in batches])
+
+
+@pytest.mark.parametrize("net", [lenet, mlp], ids=["lenet", "mlp"])
+def test_doc_models_train_under_amp_as_in_float32(net, mnist_path):
+    """200 steps on MNIST: the AMP loss curve stays within 10% + 0.03 of float32's (means
+    over windows of 20 steps; the steepest part of the curve differs most), and it learns."""
+    batches = _mnist_batches(mnist_path, 200)
+    full = _train_losses(net, False, batches)
+    half = _train_losses(net, True, batches)
+    assert np.isfinite(half).all()
+    assert half[-20:].mean() < 0.3 * half[:5].mean(), half[::20]
+    windows = lambda a: a.reshape(10, 20).mean(axis=1)  # noqa: E731
+    np.testing.assert_allclose(windows(half), windows(full), rtol=0.1, atol=0.03)
+
+
+def test_mlp_under_amp_agrees_with_torch_autocast(mnist_path):
+    """The MLP trained 200 steps under AMP and its PyTorch twin under torch.autocast
+    (bfloat16: PyTorch's CPU autocast type), from the same weights on the same batches:
+    the loss curves agree within 0.05 per window of 20 steps."""
+    torch = pytest.importorskip("torch", reason="PyTorch is the reference")
+    batches = _mnist_batches(mnist_path, 200)
+    flow.clear_default_session()
+    flow.config.seed(1)
+    train_job, _ = _jobs(mlp, amp=True)
+    ours = [float(np.mean(train_job(*batches[0])))]
+    flow.clear_default_session()
+    flow.config.seed(1)
+    train_job, _ = _jobs(mlp, amp=True)
+    initial = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    ours = np.array([float(np.mean(train_job(x, y))) for x, y in batches])
+
+    params = {k: torch.tensor(v, requires_grad=True) for k, v in initial.items()
+              if k.startswith(("hidden-", "output-"))}
+    theirs = []
+    for x, y in batches:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = torch.relu(torch.nn.functional.linear(torch.from_numpy(x).reshape(BATCH, -1),
+                                                      params["hidden-weight"],
+                                                      params["hidden-bias"]))
+            logits = torch.nn.functional.linear(h, params["output-weight"], params["output-bias"])
+        loss = torch.nn.functional.cross_entropy(logits.float(), torch.from_numpy(y).long())
+        for p in params.values():
+            p.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for p in params.values():
+                p -= 0.1 * p.grad
+        theirs.append(float(loss.detach()))
+    windows = lambda a: np.asarray(a).reshape(10, 20).mean(axis=1)  # noqa: E731
+    np.testing.assert_allclose(windows(ours), windows(theirs), atol=0.05)
+
+
+def test_amp_predict_matches_float32_predict():
+    rng = np.random.default_rng(0)
+    images = rng.random((BATCH, 1, 28, 28), dtype=np.float32)
+    flow.config.seed(2)
+    _, predict_full = _jobs(lenet, amp=False)
+    full = predict_full(images)
+    flow.clear_default_session()
+    flow.config.seed(2)
+    _, predict_half = _jobs(lenet, amp=True)
+    half = predict_half(images)
+    assert half.dtype == np.float32
+    np.testing.assert_allclose(half, full, rtol=0, atol=1e-2 * np.abs(full).max())
+
+
+# -- flags ------------------------------------------------------------------------------------
+
+def test_bfloat16_on_the_cpu_is_refused_at_the_job():
+    config = _amp_config(flow.bfloat16)
+
+    @flow.global_function(type="predict", function_config=config)
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.matmul(x, flow.get_variable("w", (3, 3), initializer=flow.ones_initializer()))
+
+    with pytest.raises(TraceError, match="bfloat16.*CUDA") as info:
+        job(np.ones((2, 3), np.float32))
+    assert os.path.basename(__file__) in str(info.value)
+
+
+def test_mixed_precision_data_type_takes_only_half_types():
+    config = flow.function_config()
+    config.mixed_precision_data_type(flow.float16)
+    config.mixed_precision_data_type("bfloat16")
+    assert config.get("mixed_precision_data_type") == "bfloat16"
+    with pytest.raises(ValueError, match="float16 or flow.bfloat16"):
+        config.mixed_precision_data_type(flow.float32)
+
+
+def test_unsupported_flags_that_change_numbers_warn_once_by_name():
+    from onnxjob.frontend import config as config_module
+    config_module._warned_flags.clear()
+    config = flow.function_config()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config.all_reduce_fp16(True)
+        config.all_reduce_fp16(True)
+        config.use_xla_jit(False)          # OneFlow's default: nothing to say
+        config.enable_qat(True)
+        config.enable_fuse_add_to_output(True)   # tuning only: quiet
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2, messages
+    assert "all_reduce_fp16" in messages[0] and "enable_qat" in messages[1]
+    assert all(w.filename == __file__ for w in caught)
