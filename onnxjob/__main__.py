@@ -75,7 +75,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command == "settings":
         from onnxjob import settings
-        print(settings.markdown_table() if args.markdown else settings.describe(), end="\n")
+        print(settings.markdown_table().rstrip("\n") if args.markdown else settings.describe())
         return
     if args.command == "run" and args.nproc > 1:
         from onnxjob.launch import launch

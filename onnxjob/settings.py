@@ -284,9 +284,14 @@ def get(name):
 def unknown_variables(environ=None):
     """{unknown ONNXJOB_* variable in `environ` (os.environ): closest known name or None}."""
     environ = os.environ if environ is None else environ
-    known = [s.variable for s in _TABLE]
-    return {v: (difflib.get_close_matches(v, known, n=1) or [None])[0]
-            for v in sorted(environ) if v.startswith(PREFIX) and v not in known}
+    found = {}
+    for variable in sorted(environ):
+        name = variable[len(PREFIX):]
+        if variable.startswith(PREFIX) and name not in SETTINGS:
+            # compared without the prefix, which every name shares
+            close = difflib.get_close_matches(name, SETTINGS, n=1)
+            found[variable] = PREFIX + close[0] if close else None
+    return found
 
 
 def _did_you_mean(name, known):
