@@ -193,6 +193,55 @@ def test_a_job_refuses_an_unknown_skipped_pass(monkeypatch):
         double(np.ones((2, 3), np.float32))
 
 
+def test_session_options_follow_the_variables(monkeypatch):
+    from onnxjob.runtime import backend
+    opts = backend.session_options(False)
+    assert not opts.use_deterministic_compute and opts.intra_op_num_threads == 0
+    assert opts.get_session_config_entry("session.intra_op.spin_duration_us") == "100"
+    monkeypatch.setenv("ONNXJOB_DETERMINISTIC", "on")
+    monkeypatch.setenv("ONNXJOB_NUM_THREADS", "2")
+    monkeypatch.setenv("ONNXJOB_SPIN_US", "0")
+    opts = backend.session_options(False)
+    assert opts.use_deterministic_compute and opts.intra_op_num_threads == 2
+    assert opts.get_session_config_entry("session.intra_op.spin_duration_us") == "0"
+    assert backend.session_options(False, threads=3).intra_op_num_threads == 3
+
+
+def test_tf32_variable_stands_in_for_the_flow_config_setter(monkeypatch):
+    from onnxjob.runtime import backend
+    config = flow.function_config()
+    assert "use_tf32" not in backend.cuda_provider_options(config)
+    monkeypatch.setenv("ONNXJOB_CUDA_TF32", "false")
+    assert backend.cuda_provider_options(config)["use_tf32"] == "0"
+    assert backend.cuda_provider_options(config, tf32=True)["use_tf32"] == "1", \
+        "flow.config.enable_tensor_float_32_compute wins"
+
+
+def test_flags_win_over_count_variables(monkeypatch):
+    from onnxjob.runtime import distributed, frozen, pipeline
+    monkeypatch.setenv("ONNXJOB_FREEZE_AFTER", "3")
+    monkeypatch.setenv("ONNXJOB_PREFETCH", "0")
+    monkeypatch.setenv("ONNXJOB_DIST_TIMEOUT", "7")
+    config = flow.function_config()
+    assert frozen.freeze_threshold(config) == 3 and pipeline.prefetch_depth(config) == 0
+    config.freeze_variables_after(5)
+    config.prefetch(4)
+    assert frozen.freeze_threshold(config) == 5 and pipeline.prefetch_depth(config) == 4
+    assert distributed._timeout_s() == 7.0
+
+
+def test_either_the_flag_or_the_variable_turns_cuda_graphs_off(monkeypatch):
+    from types import SimpleNamespace
+    from onnxjob.runtime import cuda_graph
+    compiled = SimpleNamespace(has_sequences=False, model=SimpleNamespace(graph=[]))
+    on, off = flow.function_config(), flow.function_config()
+    off.enable_cuda_graph(False)
+    assert cuda_graph.obstacle(SimpleNamespace(config=on), compiled) is None
+    assert cuda_graph.obstacle(SimpleNamespace(config=off), compiled) == ""
+    monkeypatch.setenv("ONNXJOB_CUDA_GRAPH", "no")
+    assert cuda_graph.obstacle(SimpleNamespace(config=on), compiled) == ""
+
+
 def _package_files():
     for folder, _, files in os.walk(PACKAGE):
         for name in files:
