@@ -3,6 +3,7 @@
     python -m onnxjob run script.py [ARGS...]           run a script written for OneFlow
     python -m onnxjob run --nproc N script.py [ARGS...] N data-parallel ranks (onnxjob/launch.py)
     python -m onnxjob export script.py:job -o m.onnx    write a job function as an .onnx file
+    python -m onnxjob settings [--markdown]             the ONNXJOB_* variables and their values
 
 `run` executes the script as `__main__` with `import oneflow` (and
 `oneflow.compatible.single_client`) resolving to onnxjob in this process only, the
@@ -11,6 +12,10 @@ script's directory first on `sys.path` and `sys.argv` = [script, ARGS...].
 `export` imports the script (not as __main__, so its training loop does not start),
 compiles the named job and writes it with the variables' initial values, or with the
 values of `--checkpoint DIR` when given. Scripts written for OneFlow work here too.
+
+`settings` prints every ONNXJOB_* environment variable (onnxjob/settings.py) with its
+current value or default, what it takes and what it does, then any unknown ONNXJOB_*
+variable set here; `--markdown` prints the table of docs/settings.md instead.
 """
 import argparse
 import os
@@ -64,7 +69,14 @@ def main(argv=None):
     exp.add_argument("target", help="path/to/script.py:job_name")
     exp.add_argument("-o", "--output", required=True, help="the .onnx file to write")
     exp.add_argument("--checkpoint", help="load variables from this checkpoint directory first")
+    table = sub.add_parser("settings", help="list the ONNXJOB_* environment variables")
+    table.add_argument("--markdown", action="store_true",
+                       help="print the Markdown table of docs/settings.md (no current values)")
     args = parser.parse_args(argv)
+    if args.command == "settings":
+        from onnxjob import settings
+        print(settings.markdown_table().rstrip("\n") if args.markdown else settings.describe())
+        return
     if args.command == "run" and args.nproc > 1:
         from onnxjob.launch import launch
         sys.exit(launch(_script_path(parser, args.script), args.args, args.nproc))

@@ -6,6 +6,7 @@ import pytest
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.runtime.session import default_session
+from onnxjob.settings import SettingsError
 from models import BATCH, define_jobs, lenet, random_batch
 
 IMAGE = tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float)
@@ -96,7 +97,8 @@ def test_bad_environment_threshold_is_refused(monkeypatch):
     @flow.global_function(type="predict")
     def job(images: IMAGE) -> tp.Numpy:
         return lenet(images)
-    with pytest.raises(ValueError, match="ONNXJOB_FREEZE_AFTER takes a count >= 0, got 'many'"):
+    with pytest.raises(SettingsError,
+                       match="ONNXJOB_FREEZE_AFTER='many': expected an integer >= 0"):
         job(random_batch()[0])
 
 

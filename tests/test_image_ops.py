@@ -16,6 +16,7 @@ import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.errors import TraceError, UnsupportedAPIError
 from onnxjob.io import images, ofrecord
+from onnxjob.settings import SettingsError
 from ofrecord_datasets import encode
 
 SIZES = [(24, 32), (40, 30), (17, 50), (33, 33)]
@@ -557,5 +558,6 @@ def test_map_ordered_keeps_order_across_threads_and_raises_the_first_failure(mon
         images.map_ordered(slow, range(12))
     assert len(seen) == 3 and all(n.startswith("onnxjob-decode") for n in seen)
     monkeypatch.setenv("ONNXJOB_DECODE_THREADS", "many")
-    with pytest.raises(ValueError, match="ONNXJOB_DECODE_THREADS takes a count"):
+    with pytest.raises(SettingsError,
+                       match="ONNXJOB_DECODE_THREADS='many': expected an integer >= 1"):
         images.map_ordered(slow, range(3))

@@ -19,7 +19,7 @@ import os
 import onnx
 import onnx_ir as ir
 
-from onnxjob import passes
+from onnxjob import passes, settings
 from onnxjob.runtime import session_cache
 
 FORMAT = "2"    # bump when what goes into the key or the file changes
@@ -49,7 +49,7 @@ def path_for(digest, device, mixed_precision=None):
     folder = session_cache.cache_dir()
     key = hashlib.sha256()
     for part in (FORMAT, str(device), str(mixed_precision),
-                 os.environ.get("ONNXJOB_SKIP_PASSES", ""),
+                 ",".join(sorted(settings.get("SKIP_PASSES"))),
                  ir.__version__, _passes_source_digest(), digest):
         key.update(part.encode() + b"\0")
     return os.path.join(folder, f"{key.hexdigest()}.passes.onnx")

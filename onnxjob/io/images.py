@@ -24,33 +24,25 @@ errors. `map_ordered` spreads the per-item work of a batch over a small thread p
 import functools
 import io
 import math
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from onnxjob import settings
 from onnxjob.io.ofrecord import RecordError
 
 COLOR_SPACES = ("BGR", "RGB", "GRAY")
 INTERPOLATIONS = ("auto", "bilinear", "nearest_neighbor", "nn", "bicubic", "area")
-# NOTE: Pillow's decoders and NumPy's loops release the GIL, the Python around them per
-# image does not: on 2 cores, 2 threads decode a batch of 256x256 JPEGs in 0.83x the time
-# of 1 and 4 gain nothing, so a few threads suffice (bench/bench_pipeline.py).
-DEFAULT_DECODE_THREADS = min(4, os.cpu_count() or 1)
 
 _pool = (0, None)  # (threads, ThreadPoolExecutor)
 _pool_lock = threading.Lock()
 
 
 def decode_threads():
-    """Threads decoding a batch: $ONNXJOB_DECODE_THREADS, else min(4, cores)."""
-    text = os.environ.get("ONNXJOB_DECODE_THREADS")
-    if text is None:
-        return DEFAULT_DECODE_THREADS
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"ONNXJOB_DECODE_THREADS takes a count >= 1, got {text!r}")
-    return int(text)
+    """Threads decoding a batch: $ONNXJOB_DECODE_THREADS, else min(4, cores) (the NOTE at
+    onnxjob/settings.py's default says why)."""
+    return settings.get("DECODE_THREADS")
 
 
 def _executor(threads):

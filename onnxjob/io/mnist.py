@@ -5,6 +5,8 @@ import sys
 
 import numpy as np
 
+from onnxjob import settings
+
 ONEFLOW_URL = "https://oneflow-public.oss-cn-beijing.aliyuncs.com/datasets/mnist.npz"
 ONEFLOW_SHA256 = "63d4344077849053dc3036b247fa012b2b381de53fd055a66b539dffd76cf08e"
 # NOTE: the MNIST file shipped beside this project is a rebuild with the same arrays
@@ -51,8 +53,8 @@ def load_mnist(train_batch_size=100, test_batch_size=100, data_format="NCHW", ur
     file is downloaded from `url`. `hash_check=None` skips the sha256 check.
     """
     path = os.path.join(out_dir, "mnist.npz")
-    if not os.path.isfile(path) and os.environ.get("ONNXJOB_MNIST"):
-        path = os.environ["ONNXJOB_MNIST"]
+    if not os.path.isfile(path) and settings.get("MNIST"):
+        path = settings.get("MNIST")
     if not os.path.isfile(path):
         os.makedirs(out_dir, exist_ok=True)
         _download(url, path)

@@ -3,10 +3,9 @@
 Names, shapes, default initializers and train/predict behaviour follow OneFlow 0.5's
 `ops/layers.py`; the functional forms they call live in conv.py, normalization.py, ...
 """
-import os
-
 import numpy as np
 
+from onnxjob import settings
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.variables import VariableSpec, variable_blob
@@ -184,7 +183,7 @@ def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_m
     # a data-parallel step normalizes with the whole batch's statistics (sync batch norm),
     # unless ONNXJOB_SYNC_BATCH_NORM=0 asks for each rank's own (DDP without SyncBatchNorm)
     ranks = builder.data_parallel_ranks
-    if os.environ.get("ONNXJOB_SYNC_BATCH_NORM", "1") == "0":
+    if not settings.get("SYNC_BATCH_NORM"):
         ranks = 1
     y, mean, var = op("onnxjob.BatchNormTrain", x, gamma, beta, axis=axis,
                       epsilon=float(epsilon), ranks=ranks if ranks > 1 else None,

@@ -12,6 +12,8 @@ import onnx_ir as ir
 import onnx_ir.passes as ir_passes
 from onnx_ir.passes import common
 
+from onnxjob import settings
+
 from .align_broadcast_ranks import AlignBroadcastRanks
 from .auto_mixed_precision import AutoMixedPrecision
 from .batch_norm_statistics import BatchNormStatistics
@@ -37,10 +39,16 @@ def default_passes(device=None):
     others ReluMaskAsMul and BatchNormStatistics.
 
     `ONNXJOB_SKIP_PASSES=Name,Name` leaves those passes out (by class name), to measure
-    or debug one pass at a time.
+    or debug one pass at a time (a name that is no default pass raises SettingsError).
     """
-    skip = {n.strip() for n in os.environ.get("ONNXJOB_SKIP_PASSES", "").split(",") if n.strip()}
+    skip = set(settings.get("SKIP_PASSES"))
     return [p for p in _default_pipeline(device) if type(p).__name__ not in skip]
+
+
+def default_pass_names():
+    """Class names of the default passes on any device (what ONNXJOB_SKIP_PASSES takes)."""
+    return sorted({type(p).__name__
+                   for device in ("cpu", "cuda") for p in _default_pipeline(device)})
 
 
 def _default_pipeline(device):
@@ -72,7 +80,7 @@ def dump_folder(config=None):
     """Where the pipeline for `config` writes its graphs (`function_config.dump_passes`,
     else ONNXJOB_DUMP_PASSES), or None."""
     return (config.get("dump_passes") if config is not None else None) or \
-        os.environ.get("ONNXJOB_DUMP_PASSES")
+        settings.get("DUMP_PASSES")
 
 
 def mixed_precision_type(config=None):
@@ -96,7 +104,8 @@ def _mixed_precision_stage(half):
 
 
 def passes_disabled(config=None):
-    if os.environ.get("ONNXJOB_DISABLE_PASSES", "") not in ("", "0"):
+    """Whether the pipeline is off (ONNXJOB_DISABLE_PASSES, or function_config.disable_passes)."""
+    if settings.get("DISABLE_PASSES"):
         return True
     return bool(config is not None and config.get("disable_passes", False))
 

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import onnxruntime as ort
 
+from onnxjob import settings
 from onnxjob.errors import DeviceUnavailableError, TraceError
 from onnxjob.runtime import cuda_libraries, session_cache
 
@@ -19,7 +20,7 @@ def cuda_usable():
     """True when the CUDA EP really loads (onnxruntime-gpu lists it even without CUDA)."""
     if CUDA not in ort.get_available_providers():
         return False
-    if os.environ.get("ONNXJOB_DEVICE", "").lower() == "cpu":
+    if settings.get("DEVICE") == "cpu":
         return False
     cuda_libraries.preload()
     try:
@@ -44,7 +45,7 @@ def cuda_usable():
 @functools.lru_cache(maxsize=None)
 def warn_gpu_unused():
     """Say once, on stderr, that a GPU is present but onnxruntime cannot use it, and why."""
-    if os.environ.get("ONNXJOB_DEVICE", "").lower() == "cpu" or not cuda_libraries.gpu_present():
+    if settings.get("DEVICE") == "cpu" or not cuda_libraries.gpu_present():
         return None
     reason = cuda_libraries.provider_load_error() or (
         "the CUDA execution provider failed to start a session")
@@ -56,7 +57,7 @@ def warn_gpu_unused():
 
 def choose_device(requested=None):
     """'cuda' or 'cpu'. `requested` is the user's explicit wish (None = whatever is best)."""
-    requested = (requested or os.environ.get("ONNXJOB_DEVICE") or "").lower() or None
+    requested = (requested or settings.get("DEVICE") or "").lower() or None
     if requested in ("cuda", "gpu"):
         if not cuda_usable():
             reason = cuda_libraries.provider_load_error() or (
@@ -83,8 +84,8 @@ def cuda_provider_options(config, tf32=None):
     onnxruntime's default: on) lets convolutions and matmuls round inputs to TF32.
     """
     options = {}
-    if tf32 is None and os.environ.get("ONNXJOB_CUDA_TF32") in ("0", "1"):
-        tf32 = os.environ["ONNXJOB_CUDA_TF32"] == "1"
+    if tf32 is None:
+        tf32 = settings.get("CUDA_TF32")
     if tf32 is not None:
         options["use_tf32"] = "1" if tf32 else "0"
     search = config.get("cudnn_conv_algo_search")
@@ -152,9 +153,9 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
     opts = ort.SessionOptions()
     # deterministic kernels (cuDNN algorithms, no atomics where onnxruntime has a choice)
     opts.use_deterministic_compute = bool(
-        deterministic or os.environ.get("ONNXJOB_DETERMINISTIC", "") not in ("", "0"))
+        deterministic or settings.get("DETERMINISTIC"))
     opts.graph_optimization_level = optimization_level(is_train, device)
-    threads = threads or int(os.environ.get("ONNXJOB_NUM_THREADS", "0"))
+    threads = threads or settings.get("NUM_THREADS")
     if threads:
         opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
@@ -164,7 +165,7 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
     # MLP step took 10 ms instead of 1.4 right after an onnxjob step); a step's own ops
     # follow each other within microseconds, so they still find the threads awake.
     opts.add_session_config_entry("session.intra_op.spin_duration_us",
-                                  os.environ.get("ONNXJOB_SPIN_US", "100"))
+                                  str(settings.get("SPIN_US")))
     if is_train and device == "cpu":
         # The memory pattern plans one block for every intermediate of the run and keeps it
         # beside the arena: a ResNet50 batch-32 train step peaked at 7.2 GB with it and

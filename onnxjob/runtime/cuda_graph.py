@@ -21,12 +21,12 @@ once: random ops (a replay would repeat the captured step's random numbers), lis
 tensors (shapes that change per call), outputs without a static shape, ops the CUDA EP
 does not run (onnxruntime refuses to capture a graph with CPU nodes).
 """
-import os
 import sys
 
 import numpy as np
 import onnxruntime as ort
 
+from onnxjob import settings
 from onnxjob.runtime import backend
 
 # ops whose results differ per run: a replay would repeat the numbers drawn at capture
@@ -47,7 +47,7 @@ def obstacle(job, compiled):
     """Why `job` must run without CUDA graphs, or None when it may use them; "" when the
     user turned them off (nothing to say)."""
     if job.config.get("enable_cuda_graph", True) is False or \
-            os.environ.get("ONNXJOB_CUDA_GRAPH", "1") == "0":
+            not settings.get("CUDA_GRAPH"):
         return ""
     if compiled.has_sequences:
         return "it returns lists of tensors, whose shapes change between calls"

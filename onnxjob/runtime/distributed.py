@@ -31,6 +31,7 @@ import os
 
 import numpy as np
 
+from onnxjob import settings
 from onnxjob.errors import TraceError
 
 
@@ -39,7 +40,7 @@ class StalledRankError(RuntimeError):
 
 
 def _timeout_s():
-    return float(os.environ.get("ONNXJOB_DIST_TIMEOUT", "120"))
+    return settings.get("DIST_TIMEOUT")
 
 
 @contextlib.contextmanager

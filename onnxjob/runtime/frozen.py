@@ -18,14 +18,12 @@ On CUDA the same holds for other reasons: with constant weights onnxruntime fold
 inference batch norm into its convolution, and a served ResNet50 then runs as fast as
 plain onnxruntime on the exported file (bench/bench_gpu.py).
 """
-import os
-
 import onnx
 from onnx import numpy_helper
 
+from onnxjob import settings
 from onnxjob.runtime import backend
 
-DEFAULT_THRESHOLD = 8
 # The frozen model carries the weights inside one protobuf, which cannot exceed 2 GiB.
 MAX_FROZEN_BYTES = 1 << 30
 
@@ -52,10 +50,7 @@ def freeze_threshold(config):
     value = config.get("freeze_variables_after")
     if value is not None:
         return value        # checked where it was set
-    text = os.environ.get("ONNXJOB_FREEZE_AFTER", str(DEFAULT_THRESHOLD))
-    if not text.isdigit():
-        raise ValueError(f"ONNXJOB_FREEZE_AFTER takes a count >= 0, got {text!r}")
-    return int(text)
+    return settings.get("FREEZE_AFTER")
 
 
 def frozen_model_bytes(model_bytes, variable_inputs, values):

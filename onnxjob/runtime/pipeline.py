@@ -14,13 +14,12 @@ keep their place in the files). By default a Prefetcher does this on a backgroun
 pipeline keeps up; an error there (a truncated file, a missing feature) is raised at the
 job call that needed the batch, with the original message and traceback.
 """
-import os
 import queue
 import threading
 
 import numpy as np
 
-DEFAULT_PREFETCH = 2
+from onnxjob import settings
 
 
 class HostNode:
@@ -70,10 +69,7 @@ def prefetch_depth(config=None):
     0 makes every batch inline, in the calling thread."""
     value = config.get("prefetch") if config is not None else None
     if value is None:
-        text = os.environ.get("ONNXJOB_PREFETCH", str(DEFAULT_PREFETCH))
-        if not text.isdigit():
-            raise ValueError(f"ONNXJOB_PREFETCH takes a count >= 0, got {text!r}")
-        value = int(text)
+        value = settings.get("PREFETCH")
     return value
 
 

@@ -23,16 +23,14 @@ import tempfile
 
 import onnxruntime as ort
 
+from onnxjob import settings
+
 FORMAT = "2"    # bump when what goes into the key or the file changes
 
 
 def cache_dir():
     """The cache folder, or None when the cache is off."""
-    chosen = os.environ.get("ONNXJOB_CACHE_DIR")
-    if chosen is not None:
-        return None if chosen.lower() in ("", "0", "off") else chosen
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "onnxjob")
+    return settings.get("CACHE_DIR")
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,7 +73,7 @@ def publish(tmp, path):
         os.replace(tmp, path)
     else:
         os.remove(tmp)
-    _trim(os.path.dirname(path), int(os.environ.get("ONNXJOB_CACHE_MB", "1024")) << 20)
+    _trim(os.path.dirname(path), settings.get("CACHE_MB") << 20)
 
 
 def touch(path):

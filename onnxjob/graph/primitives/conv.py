@@ -9,10 +9,10 @@ Resize take float32 only, OneFlow's take float64 too: float64 nodes are lowered 
 float64 formulations (window Gathers and MatMuls), whose gradients come from their parts.
 """
 import itertools
-import os
 
 import numpy as np
 
+from onnxjob import settings
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.registry import const_value, register
@@ -355,11 +355,7 @@ def _weight_grad_choice():
     # NOTE: on the doc LeNet train step (2 threads) the Gather columns measured 87 ms
     # against 97 ms for the per-offset Slice + Concat columns (im2col) and ~140 ms for the
     # batch-transposed Conv; ONNXJOB_CONV_WGRAD=im2col|conv selects the others.
-    choice = os.environ.get("ONNXJOB_CONV_WGRAD", "gather")
-    if choice not in _WEIGHT_GRAD:
-        raise ValueError(f"ONNXJOB_CONV_WGRAD must be one of {sorted(_WEIGHT_GRAD)}, "
-                         f"got {choice!r}")
-    return choice
+    return settings.get("CONV_WGRAD")
 
 
 def grouped_weight_grad_slices(x, gy, w_shape, strides, dil, pads, group):
