@@ -174,8 +174,7 @@ class JobRuntime:
         self.ort_session.run_with_iobinding(binding)
         outs = binding.get_outputs()
         n = self._n_user
-        for var_name, value in zip(self._state_names, outs[n:]):
-            self.store[var_name] = value
+        self.store.replace_all(self._state_names, outs[n:])
         return [o.numpy() for o in outs[:n]]
 
     def _run_cuda_graph(self, feeds):
@@ -197,8 +196,8 @@ class JobRuntime:
             feeds[input_name] = backend.host_array(store[var_name])
         outs = (session or self.ort_session).run(None, feeds)
         n = self._n_user
-        for var_name, value in zip(self._state_names, outs[n:]):
-            store[var_name] = backend.from_host(value, self.device)
+        store.replace_all(self._state_names,
+                          [backend.from_host(value, self.device) for value in outs[n:]])
         return outs[:n]
 
 
