@@ -69,9 +69,9 @@ class JobRuntime:
         self._uncaptured = None     # a plain session for feeds the captured graphs do not fit
         graph_obstacle = cuda_graph.obstacle(job, compiled) if self.device == "cuda" else ""
         self.ort_session, captures = self._create_session(use_cuda_graph=graph_obstacle is None)
-        order = [o.name for o in self.ort_session.get_outputs()]
         # graph output order is user outputs, watches, then state: checked, not assumed
-        assert order == self._user_outputs + [o for _, o in self._state_items], order
+        check_output_order(job.name, self.ort_session.get_outputs(),
+                           self._user_outputs + [o for _, o in self._state_items])
         self._run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
             else self._run_host
         if captures:
@@ -215,6 +215,15 @@ def _cyclic_gc_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def check_output_order(job_name, outputs, expected):
+    """Raise a RuntimeError naming the job when an onnxruntime session's `outputs`
+    (NodeArgs) are not the output names `expected`, in that order."""
+    order = [o.name for o in outputs]
+    if order != expected:
+        raise RuntimeError(f"job {job_name!r}: onnxruntime's session has the outputs {order}, "
+                           f"expected {expected} (an internal error: please report it)")
 
 
 def _nothing_to_compute(feeds):
