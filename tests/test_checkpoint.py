@@ -141,3 +141,46 @@ def test_missing_snapshot_done_is_rejected(tmp_path):
     os.remove(tmp_path / "c" / "snapshot_done")
     with pytest.raises(CheckpointError, match="snapshot_done"):
         flow.checkpoint.get(str(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "shape", "dtype"])
+def test_a_bad_later_entry_leaves_every_variable_as_it_was(tmp_path, damage):
+    train_job, _ = define_jobs(mlp)
+    flow.checkpoint.save(str(tmp_path / "c"))          # the values before training
+    images, labels = random_batch()
+    train_job(images, labels)
+    before = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    bad = tmp_path / "c" / "output-weight"
+    names = list(flow.checkpoint.get(str(tmp_path / "c")))
+    assert names.index("output-weight") == len(names) - 1, "the bad entry is read last"
+    if damage == "truncated":
+        (bad / "out").write_bytes((bad / "out").read_bytes()[:-4])
+        error = CheckpointError
+    elif damage == "shape":
+        (bad / "meta").write_text("shape {\n  dim: 512\n  dim: 10\n}\ndata_type: kFloat\n")
+        error = AssertionError
+    else:
+        (bad / "meta").write_text("shape {\n  dim: 10\n  dim: 512\n}\ndata_type: kDouble\n")
+        (bad / "out").write_bytes(b"\0" * (10 * 512 * 8))
+        error = AssertionError
+    with pytest.raises(error) as raised:
+        flow.load_variables(flow.checkpoint.get(str(tmp_path / "c")))
+    assert "output-weight" in str(raised.value) and str(bad / "out") in str(raised.value)
+    after = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    assert after.keys() == before.keys()
+    for name, value in before.items():
+        assert np.array_equal(after[name], value), f"{name} was overwritten by a failed load"
+    # and the old API's load, which goes through the same function
+    with pytest.raises(error):
+        flow.train.CheckPoint().load(str(tmp_path / "c"))
+    assert np.array_equal(flow.get_all_variables()["hidden-weight"].numpy(), before["hidden-weight"])
+
+
+def test_a_good_load_assigns_every_variable(tmp_path):
+    train_job, _ = define_jobs(mlp)
+    saved = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    flow.checkpoint.save(str(tmp_path / "c"))
+    train_job(*random_batch())
+    flow.load_variables(flow.checkpoint.get(str(tmp_path / "c")))
+    for name, value in flow.get_all_variables().items():
+        assert np.array_equal(value.numpy(), saved[name]), name

@@ -1,12 +1,13 @@
 """The on-disk cache of onnxruntime's optimized models (onnxjob/runtime/session_cache.py)."""
 import os
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 import onnxjob as flow
-from onnxjob.runtime import session_cache
+from onnxjob.runtime import backend, session_cache
 from onnxjob.runtime.session import default_session
 
 from models import define_jobs, lenet, lenet_training, random_batch
@@ -23,7 +24,7 @@ def test_a_second_start_loads_the_optimized_model_and_trains_the_same(tmp_path, 
 
     monkeypatch.setattr(ort, "InferenceSession", recording)
     first, model_bytes = lenet_training()
-    cached = session_cache.cached_model_path(model_bytes, True, False)
+    cached = backend.cached_session_path(model_bytes, True)
     assert os.path.isfile(cached), sorted(os.listdir(tmp_path))
     assert cached not in loaded_from
     loaded_from.clear()
@@ -183,7 +184,7 @@ def test_an_unreadable_passes_cache_file_is_made_again(tmp_path, monkeypatch):
 def test_an_unreadable_cached_model_is_optimized_again(tmp_path, monkeypatch):
     monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
     first, model_bytes = lenet_training()
-    cached = session_cache.cached_model_path(model_bytes, True, False)
+    cached = backend.cached_session_path(model_bytes, True)
     with open(cached, "wb") as f:
         f.write(b"\x08not a model")
     second, _ = lenet_training()
@@ -197,7 +198,6 @@ def test_a_session_from_the_cached_model_runs_the_nodes_in_the_same_order(tmp_pa
     """The order decides which activations are alive together (a ResNet50 batch-32 step
     from the cached model peaked 0.9 GB higher in the default order)."""
     import json
-    from onnxjob.runtime import backend
     monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path / "cache"))
     _, model_bytes = lenet_training(steps=1)
     real = backend.session_options
@@ -222,5 +222,164 @@ def test_a_session_from_the_cached_model_runs_the_nodes_in_the_same_order(tmp_pa
             events = json.load(f)
         orders.append([e["args"]["op_name"] for e in events
                        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")])
-    assert os.path.isfile(session_cache.cached_model_path(model_bytes, True, False))
+    assert os.path.isfile(backend.cached_session_path(model_bytes, True))
     assert len(orders[0]) > 50 and orders[0] == orders[1]
+
+
+def _warnings(err):
+    return [line for line in err.splitlines() if line.startswith("onnxjob: ignoring the cached")]
+
+
+def _restamp(source, target, data=None):
+    """Write `source`'s cached model (or `data`, its bytes read earlier) to `target` as if
+    the cache had put it there, stamp and all: a valid file of the wrong graph."""
+    data = source.read_bytes() if data is None else data
+    stamp = session_cache.stamp_bytes(str(source))
+    assert data.endswith(stamp), "every cached file ends with its stamp"
+    target.write_bytes(data[:-len(stamp)] + session_cache.stamp_bytes(str(target)))
+
+
+def _lenet_files(tmp_path, suffix):
+    return sorted(p for p in tmp_path.iterdir() if p.name.endswith(suffix)
+                  and (suffix == ".passes.onnx" or not p.name.endswith(".passes.onnx")))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other_graph", "unstamped"])
+def test_a_wrong_cached_model_is_a_miss_said_once_and_rebuilt(tmp_path, monkeypatch, capfd,
+                                                            damage):
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
+    first, model_bytes = lenet_training()
+    cached = Path(backend.cached_session_path(model_bytes, True))
+    good = cached.read_bytes()
+    others = [p for p in _lenet_files(tmp_path, ".onnx") if p != cached]
+    assert others, "the eval job's optimized model is cached too"
+    if damage == "garbage":
+        cached.write_bytes(b"\x08not a model")
+    elif damage == "truncated":
+        cached.write_bytes(good[:len(good) * 2 // 3])
+    elif damage == "other_graph":      # LeNet's eval graph, stamped as the train graph
+        _restamp(others[0], cached)
+    else:                              # a right model without the stamp (older onnxjob)
+        cached.write_bytes(good[:-len(session_cache.stamp_bytes(str(cached)))])
+    capfd.readouterr()
+    second, _ = lenet_training()
+    warned = _warnings(capfd.readouterr().err)
+    assert len(warned) == 1 and str(cached) in warned[0], warned
+    if damage == "other_graph":
+        assert "graph input" in warned[0]
+    for a, b in zip(first, second):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert cached.read_bytes() == good, "the entry was not rebuilt as it was"
+    lenet_training(steps=1)
+    assert _warnings(capfd.readouterr().err) == [], "the rebuilt entry was not accepted"
+
+
+def test_a_cached_model_with_other_outputs_is_a_miss():
+    """The input/output check itself: the same inputs with one output renamed."""
+    import onnx
+    from onnx import helper, TensorProto
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+
+    def model(output):
+        graph = helper.make_graph([helper.make_node("Relu", ["x"], [output])], "g", [x],
+                                  [helper.make_tensor_value_info(output, TensorProto.FLOAT, [2])])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                 ir_version=8).SerializeToString()
+
+    session = ort.InferenceSession(model("y"))
+    assert session_cache.io_problem(session, model("y")) is None
+    problem = session_cache.io_problem(session, model("z"))
+    assert "output #0" in problem and "'y'" in problem and "'z'" in problem
+
+
+def test_swapped_passes_cache_files_are_misses_and_rewritten(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
+    _, first = _lenet_start_counting_pipelines(monkeypatch)
+    train_file, eval_file = _lenet_files(tmp_path, ".passes.onnx")
+    originals = {p: p.read_bytes() for p in (train_file, eval_file)}
+    _restamp(eval_file, train_file, originals[eval_file])      # the two files swapped
+    _restamp(train_file, eval_file, originals[train_file])
+    capfd.readouterr()
+    runs, second = _lenet_start_counting_pipelines(monkeypatch)
+    warned = _warnings(capfd.readouterr().err)
+    assert sorted(runs) == ["eval_job", "train_job"], "a wrong passes file was used"
+    assert len(warned) == 2 and all("graph" in line for line in warned), warned
+    assert second.model_bytes == first.model_bytes
+    assert {p: p.read_bytes() for p in originals} == originals, "not rewritten as they were"
+    runs, _ = _lenet_start_counting_pipelines(monkeypatch)
+    assert runs == []
+
+
+def test_a_truncated_passes_cache_file_is_a_miss(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
+    _lenet_start_counting_pipelines(monkeypatch)
+    for path in _lenet_files(tmp_path, ".passes.onnx"):
+        data = path.read_bytes()
+        path.write_bytes(data[:len(data) - 3])    # still parses as a protobuf, maybe
+    capfd.readouterr()
+    runs, _ = _lenet_start_counting_pipelines(monkeypatch)
+    assert sorted(runs) == ["eval_job", "train_job"]
+    assert len(_warnings(capfd.readouterr().err)) == 2
+
+
+def test_the_session_cache_key_follows_the_session_options_and_onnxjob(monkeypatch):
+    base = backend.cached_session_path(b"model", True)
+    assert backend.cached_session_path(b"model", True) == base
+    assert backend.cached_session_path(b"model", False) != base
+    assert backend.cached_session_path(b"model", True, deterministic=True) != base
+    monkeypatch.setenv("ONNXJOB_NUM_THREADS", "1")
+    assert backend.cached_session_path(b"model", True) != base
+    monkeypatch.delenv("ONNXJOB_NUM_THREADS")
+    monkeypatch.setattr(backend, "optimization_level",
+                        lambda *a: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    assert backend.cached_session_path(b"model", True) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(backend, "disabled_transformers", lambda *a: ["EliminateDropout"])
+    assert backend.cached_session_path(b"model", True) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(session_cache, "onnxjob_version", lambda: "another onnxjob")
+    assert backend.cached_session_path(b"model", True) != base
+
+
+def test_the_passes_cache_key_follows_onnxjob(monkeypatch):
+    from onnxjob.graph import pass_cache
+    base = pass_cache.path_for("digest", "cpu")
+    monkeypatch.setattr(session_cache, "onnxjob_version", lambda: "another onnxjob")
+    assert pass_cache.path_for("digest", "cpu") != base
+
+
+def test_onnxjob_version_names_the_code_that_runs(tmp_path):
+    """An installed release by its version; a checkout or editable install (whose version
+    stays while its code changes) by a hash of its source, which follows every edit."""
+    import importlib.metadata
+    import onnxjob
+    version = session_cache.onnxjob_version()
+    try:
+        release = importlib.metadata.distribution("onnxjob")
+        is_release = os.path.abspath(str(release.locate_file("onnxjob/__init__.py"))) == \
+            os.path.abspath(onnxjob.__file__)
+    except importlib.metadata.PackageNotFoundError:
+        is_release = False
+    if is_release:
+        assert version == release.version
+    else:
+        assert version == "source-" + session_cache._source_digest(
+            os.path.dirname(os.path.abspath(onnxjob.__file__)))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "sub" / "b.py").write_text("y = 2\n")
+    (tmp_path / "notes.txt").write_text("not source")
+    before = session_cache._source_digest(str(tmp_path))
+    (tmp_path / "notes.txt").write_text("changed, still not source")
+    assert session_cache._source_digest(str(tmp_path)) == before
+    (tmp_path / "sub" / "b.py").write_text("y = 3\n")
+    assert session_cache._source_digest(str(tmp_path)) != before
+
+
+def test_an_unexpected_session_output_order_is_a_clear_error():
+    from types import SimpleNamespace
+    from onnxjob.runtime.session import check_output_order
+    outputs = [SimpleNamespace(name="b"), SimpleNamespace(name="a")]
+    check_output_order("job", list(reversed(outputs)), ["a", "b"])
+    with pytest.raises(RuntimeError, match="job 'job'.*outputs"):
+        check_output_order("job", outputs, ["a", "b"])

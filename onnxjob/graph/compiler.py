@@ -166,12 +166,13 @@ def _run_passes(model, builder, config, device):
     """(model after the passes or None, its bytes or None, names of its graph inputs): the
     pipeline's result from the cache (graph/pass_cache.py, bytes only), else the passes
     run on `model` and their result is stored. NOTE: what this does after the passes is
-    cached with them: a change here needs pass_cache.FORMAT bumped."""
+    cached with them; the key holds onnxjob's version (or its source's hash), so a change
+    here is a miss without a pass_cache.FORMAT bump."""
     cache_path = None
     digest = pass_cache.graph_digest(model) if pass_cache.enabled(config) else None
     if digest is not None:
         cache_path = pass_cache.path_for(digest, device, mixed_precision_type(config))
-        cached = pass_cache.load(cache_path)
+        cached = pass_cache.load(cache_path, model)
         if cached is not None:
             serialized, input_names = cached
             return None, serialized, input_names

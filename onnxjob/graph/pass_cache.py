@@ -5,10 +5,14 @@ result (ResNet50's train session start with a filled session cache: 0.85-0.88 s 
 
 The key is the SHA-256 of the graph before the passes (graph_digest: every node, value,
 attribute, initializer and metadata entry the passes read or carry over), the device it
-is compiled for, ONNXJOB_SKIP_PASSES, the onnx-ir version and the source of the `passes`
-package itself, so editing a pass invalidates what it made. Jobs whose pipeline
-has user passes (`function_config.passes`, `register_pass`) or dumps its graphs
-(`dump_passes`) are not cached: a user pass's code is not part of the key.
+is compiled for, ONNXJOB_SKIP_PASSES, the onnx-ir version, onnxjob's version
+(session_cache.onnxjob_version: the compiler's steps after the passes are cached too) and
+the source of the `passes` package itself, so editing a pass invalidates what it made.
+A file is used only when its stamp names it and its graph has the job's outputs and a
+subset of its inputs (same types); anything else is a miss, said in one line, and
+rewritten. Jobs whose pipeline has user passes (`function_config.passes`,
+`register_pass`) or dumps its graphs (`dump_passes`) are not cached: a user pass's code is
+not part of the key.
 The files live beside runtime/session_cache.py's (`<key>.passes.onnx`), under the same
 folder, size limit and ONNXJOB_CACHE_DIR=off switch.
 """
@@ -22,7 +26,7 @@ import onnx_ir as ir
 from onnxjob import passes, settings
 from onnxjob.runtime import session_cache
 
-FORMAT = "2"    # bump when what goes into the key or the file changes
+FORMAT = "3"    # bump when what goes into the key or the file changes
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,7 +54,8 @@ def path_for(digest, device, mixed_precision=None):
     key = hashlib.sha256()
     for part in (FORMAT, str(device), str(mixed_precision),
                  ",".join(sorted(settings.get("SKIP_PASSES"))),
-                 ir.__version__, _passes_source_digest(), digest):
+                 ir.__version__, session_cache.onnxjob_version(), _passes_source_digest(),
+                 digest):
         key.update(part.encode() + b"\0")
     return os.path.join(folder, f"{key.hexdigest()}.passes.onnx")
 
@@ -124,22 +129,50 @@ def _attribute_value(digest, attr):
     return value if isinstance(value, (int, float, str, bytes, list, tuple)) else repr(value)
 
 
-def load(path):
-    """(model bytes, graph input names) cached at `path`, or None (absent or unreadable:
-    the passes then run again and rewrite it)."""
-    if path is None:
+def load(path, model):
+    """(model bytes, graph input names) cached at `path` for `model` (the graph before the
+    passes), or None: absent, unreadable or not `model`'s result (said in one line); the
+    passes then run again and rewrite it."""
+    if path is None or not os.path.isfile(path):
         return None
     try:
         with open(path, "rb") as cached:
             data = cached.read()
-        proto = onnx.ModelProto()
-        proto.ParseFromString(data)
-    except Exception:   # OSError, protobuf's DecodeError
-        return None
-    if not proto.graph.node:
+        stamp = session_cache.stamp_bytes(path)
+        if data.endswith(stamp):
+            data = data[:-len(stamp)]   # the model as the passes made it, bytes and all
+            proto = onnx.ModelProto()
+            proto.ParseFromString(data)
+            problem = _io_problem(proto.graph, model.graph)
+        else:
+            problem = "no cache stamp naming this file (truncated, or not written here)"
+    except Exception as e:   # OSError, protobuf's DecodeError, a type onnx-ir cannot read
+        problem = f"unreadable: {type(e).__name__}"
+    if problem is None and not proto.graph.node:
+        problem = "its graph has no nodes"
+    if problem is not None:
+        session_cache.warn_invalid(path, problem)
         return None
     session_cache.touch(path)
     return data, {value.name for value in proto.graph.input}
+
+
+def _io_problem(cached, graph):
+    """Why the cached graph proto `cached` is not what the passes make of `graph`: the
+    passes keep the outputs and may drop inputs, never add or retype one."""
+    wanted = [(v.name, str(v.type)) for v in graph.outputs]
+    got = [(v.name, _type_of(v)) for v in cached.output]
+    if got != wanted:
+        return f"its graph outputs are not the job's ({len(got)} vs {len(wanted)} or renamed)"
+    inputs = {v.name: str(v.type) for v in graph.inputs}
+    for value in cached.input:
+        if inputs.get(value.name) != _type_of(value):
+            return f"its graph input {value.name!r} is not one of the job's"
+    return None
+
+
+def _type_of(value_info):
+    return str(ir.serde.deserialize_type_proto_for_type(value_info.type))
 
 
 def store(path, model_bytes):
@@ -151,6 +184,6 @@ def store(path, model_bytes):
         tmp = session_cache.writing_to(path)
         with open(tmp, "wb") as out:
             out.write(model_bytes)
-        session_cache.publish(tmp, path)
+        session_cache.publish(tmp, path)    # stamped there
     except OSError:
         pass

@@ -17,7 +17,7 @@ import numpy as np
 from onnxjob import dtypes
 from onnxjob.errors import CheckpointError
 from onnxjob.frontend.config import started_session
-from onnxjob.runtime import distributed
+from onnxjob.runtime import backend, distributed
 
 _META_DIM = re.compile(r"dim:\s*(-?\d+)")
 _META_TYPE = re.compile(r"data_type:\s*(k\w+)")
@@ -108,30 +108,52 @@ def get_all_variables():
     return {name: VariableValue(session.variable_numpy(name)) for name in session.variable_specs}
 
 
-def _value_array(value, spec):
+def _value_array(name, value, spec):
+    """The array `value` holds for variable `name`, checked against its spec (shape and
+    dtype, exactly: spec §6.1); errors name the variable and, for a checkpoint entry, its
+    file. Returns (array, whether onnxjob made it: no copy is needed to keep it)."""
+    where = f"variable {name!r}"
     if isinstance(value, FileBackedVariable):
-        return value.numpy(spec.shape, spec.np_dtype)
+        where += f", file {os.path.join(value.directory, 'out')}"
+        if value.shape is not None:     # meta known: checked before reading the bytes
+            _check(value.shape, value.dtype.np_dtype, spec, where)
+        try:
+            array = value.numpy(spec.shape, spec.np_dtype)
+        except OSError as e:
+            raise CheckpointError(f"cannot read {where}: {e}") from None
+        return array, True
     if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        return np.asarray(value.numpy())
-    return np.asarray(value)
+        array = np.asarray(value.numpy())
+    else:
+        array = np.asarray(value)
+    _check(array.shape, array.dtype, spec, where)
+    return array, False
+
+
+def _check(shape, np_dtype, spec, where):
+    if tuple(shape) != spec.shape:
+        raise AssertionError(f"{tuple(shape)} vs {spec.shape} ({where})")
+    if np_dtype != spec.np_dtype:
+        raise AssertionError(f"{dtypes.from_numpy(np_dtype)!r} vs "
+                             f"{dtypes.from_numpy(spec.np_dtype)!r} ({where})")
 
 
 def load_variables(value_dict, ignore_mismatch=True):
-    """Assign variables by name; unknown names are skipped (or raise)."""
+    """Assign variables by name; unknown names are skipped (or raise). All or nothing:
+    every value is read and checked before the first is assigned, so a bad entry (wrong
+    shape or dtype, a truncated file) leaves every variable as it was."""
     session = started_session(sync=True)
+    names, stored = [], []
     for name, value in value_dict.items():
         spec = session.variable_specs.get(name)
         if spec is None:
             if not ignore_mismatch:
                 raise RuntimeError(f'"{name}" is not a variable name')
             continue
-        array = _value_array(value, spec)
-        if tuple(array.shape) != spec.shape:
-            raise AssertionError(f"{array.shape} vs {spec.shape} (variable {name!r})")
-        if array.dtype != spec.np_dtype:
-            raise AssertionError(f"{dtypes.from_numpy(array.dtype)!r} vs "
-                                 f"{dtypes.from_numpy(spec.np_dtype)!r} (variable {name!r})")
-        session.assign_variable(name, array)
+        array, owned = _value_array(name, value, spec)
+        names.append(name)
+        stored.append(backend.to_device(array, session.device, fresh=owned))
+    session.variable_values.replace_all(names, stored)
 
 
 def _safe_child(root, name):

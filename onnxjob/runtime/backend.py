@@ -211,23 +211,13 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
     disabled = disabled_transformers(is_train, device)
     cache_path = None
     if cached and device == "cpu":
-        cache_path = session_cache.cached_model_path(model_bytes, is_train,
-                                                     opts.use_deterministic_compute)
+        cache_path = session_cache.cached_model_path(
+            model_bytes, *_optimizer_choices(opts, is_train, providers, disabled))
     if cache_path is not None and os.path.isfile(cache_path):
-        cached_opts = session_options(is_train, device=device, deterministic=deterministic)
-        cached_opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        # onnxruntime writes the optimized model in the order its session ran the nodes;
-        # the priority-based order (Kahn's, ties by node index) runs them in that same order
-        # again, where the default order (a depth-first walk) does not: a ResNet50 batch-32
-        # train step from the cached model peaked at 4.7 GB with it and 3.8-3.9 GB as
-        # optimized in memory or with this (bench_memory.py; results bit-identical)
-        cached_opts.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-        try:
-            sess = ort.InferenceSession(cache_path, cached_opts, providers=providers)
-            session_cache.touch(cache_path)
+        sess = _cached_session(cache_path, model_bytes, is_train, device, deterministic,
+                               providers)
+        if sess is not None:
             return sess
-        except Exception:   # an unreadable file: optimized again below, and replaced
-            pass
     written = None
     if cache_path is not None:
         written = opts.optimized_model_filepath = session_cache.writing_to(cache_path)
@@ -238,6 +228,49 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
     if device == "cuda" and CUDA not in sess.get_providers():
         raise DeviceUnavailableError(f"onnxruntime fell back to {sess.get_providers()} although "
                                      "the CUDA execution provider was requested")
+    return sess
+
+
+def cached_session_path(model_bytes, is_train, deterministic=False):
+    """Where create_session(model_bytes, "cpu", is_train, cached=True) keeps the optimized
+    model (it may not exist yet), or None when the cache is off."""
+    opts = session_options(is_train, device="cpu", deterministic=deterministic)
+    return session_cache.cached_model_path(model_bytes, *_optimizer_choices(
+        opts, is_train, [CPU], disabled_transformers(is_train, "cpu")))
+
+
+def _optimizer_choices(opts, is_train, providers, disabled):
+    """The session choices that change the model onnxruntime's optimizer writes (the
+    session cache's key). NOTE: the thread count is kept although no CPU transformer is
+    known to read it: a miss costs one optimization, a wrong hit wrong results."""
+    return (is_train, opts.use_deterministic_compute, str(opts.graph_optimization_level),
+            opts.intra_op_num_threads, tuple(disabled), repr(providers))
+
+
+def _cached_session(cache_path, model_bytes, is_train, device, deterministic, providers):
+    """A session on the cached optimized model at `cache_path`, or None when the file is
+    not a valid entry for `model_bytes` (said in one line; the caller rebuilds it)."""
+    cached_opts = session_options(is_train, device=device, deterministic=deterministic)
+    cached_opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # onnxruntime writes the optimized model in the order its session ran the nodes;
+    # the priority-based order (Kahn's, ties by node index) runs them in that same order
+    # again, where the default order (a depth-first walk) does not: a ResNet50 batch-32
+    # train step from the cached model peaked at 4.7 GB with it and 3.8-3.9 GB as
+    # optimized in memory or with this (bench_memory.py; results bit-identical)
+    cached_opts.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+    try:
+        sess = ort.InferenceSession(cache_path, cached_opts, providers=providers)
+    except Exception as e:      # onnxruntime's own error types: garbage, truncated
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        session_cache.warn_invalid(cache_path, f"onnxruntime cannot load it: {reason[:200]}")
+        return None
+    problem = (session_cache.stamp_problem(sess.get_modelmeta().custom_metadata_map,
+                                           cache_path)
+               or session_cache.io_problem(sess, model_bytes))
+    if problem is not None:
+        session_cache.warn_invalid(cache_path, problem)
+        return None
+    session_cache.touch(cache_path)
     return sess
 
 

@@ -5,8 +5,17 @@ the hot path); otherwise every call goes through one worker thread, so jobs run 
 callbacks fire in call order. The queue is bounded (back-pressure as OneFlow's queue of
 2). An exception in a run or callback is printed when it happens and re-raised from the
 next call, sync, checkpoint call, clear_default_session() or interpreter exit.
+
+Ctrl-C (KeyboardInterrupt, raised in the main thread between any two bytecodes) never
+leaves the bookkeeping wrong: a run counts as in flight exactly while it sits in the
+queue or runs, and it enters the queue with one `deque.append` (atomic for signals), so
+an interrupted call either queued its run, which then finishes and delivers as usual, or
+queued nothing. An interrupted wait for a queued synchronous run leaves the run to finish;
+an error it raises is reported like an asynchronous run's.
 """
-import queue
+import collections
+import contextlib
+import signal
 import sys
 import threading
 import traceback
@@ -52,15 +61,19 @@ class PendingResult:
 
 class Executor:
     def __init__(self):
-        self._queue = queue.Queue(maxsize=MAX_IN_FLIGHT)
+        self._tasks = collections.deque()   # queued runs, oldest first; None stops the worker
+        self._running = False               # the worker is inside a task
         self._cond = threading.Condition()
-        self._in_flight = 0
         self._errors = []
         self._thread = None
-        self._closed = False
         # Held while a run executes, by the worker or by a direct sync call: runs never
         # overlap even when jobs are called from several threads.
         self._run_lock = threading.Lock()
+
+    @property
+    def in_flight(self):
+        """How many runs are queued or running."""
+        return len(self._tasks) + self._running
 
     # -- errors ---------------------------------------------------------------------------
     def _record(self, exc, what):
@@ -70,6 +83,7 @@ class Executor:
             self._errors.append(exc)
 
     def raise_pending(self):
+        """Re-raise the first error an earlier run or callback had (once)."""
         if not self._errors:  # hot path: no lock when nothing failed
             return
         with self._cond:
@@ -84,9 +98,15 @@ class Executor:
         raise first
 
     def invoke_callback(self, callback, value):
+        """Call `callback(value)`; its error is reported and re-raised later. A Ctrl-C in a
+        callback that runs in the main thread (registered after its result arrived)
+        propagates at once: it is the user stopping their loop."""
         try:
             callback(value)
         except BaseException as e:  # noqa: BLE001 - reported, then re-raised later
+            if isinstance(e, KeyboardInterrupt) and (
+                    threading.current_thread() is threading.main_thread()):
+                raise
             self._record(e, f"callback {getattr(callback, '__name__', callback)!r}")
 
     # -- running --------------------------------------------------------------------------
@@ -102,7 +122,7 @@ class Executor:
         self.raise_pending()
         # Fast path: nothing queued, so run here (no thread hop). The run lock keeps it from
         # overlapping a run that another thread queued meanwhile.
-        if self._in_flight == 0:
+        if not self._tasks and not self._running:
             with self._run_lock:
                 return fn()
         box = {}
@@ -113,10 +133,23 @@ class Executor:
                 box["value"] = fn()
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 box["error"] = e
-            finally:
+            with self._cond:
                 done.set()
-        self._submit(task, None)
-        done.wait()
+                abandoned = "abandoned" in box
+            if abandoned and "error" in box:
+                self._record(box["error"], "a synchronous run whose caller was interrupted")
+        self._submit(task)
+        try:
+            done.wait()
+        except BaseException:
+            # Interrupted: the run goes on in the worker; an error it has is reported there
+            # (or here, when it already finished).
+            with self._cond:
+                box["abandoned"] = True
+                finished = done.is_set()
+            if finished and "error" in box:
+                self._record(box["error"], "a synchronous run whose caller was interrupted")
+            raise
         if "error" in box:
             raise box["error"]
         return box["value"]
@@ -135,21 +168,39 @@ class Executor:
                 self._record(e, "an asynchronous job run")
                 return
             deliver(pending, value)
-        self._submit(task, pending)
+        self._submit(task)
         return pending
 
-    def _submit(self, task, pending):
+    def _submit(self, task):
+        """Queue `task` once there is room (at most MAX_IN_FLIGHT waiting). A Ctrl-C while
+        waiting for room queues nothing; the append that queues is one atomic step."""
+        if self._thread is None or not self._thread.is_alive():
+            self._start_worker()
         with self._cond:
-            self._in_flight += 1
+            while len(self._tasks) >= MAX_IN_FLIGHT:
+                self._cond.wait()
+            self._tasks.append(task)
+            self._cond.notify_all()
+
+    def _start_worker(self):
+        # NOTE: Thread.start() waits for the thread to run; a Ctrl-C in that wait would
+        # leave a running worker that self._thread does not name (a second one would then
+        # take runs out of order), so the interrupt is held back until it is recorded.
+        with _interrupt_deferred(), self._cond:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="onnxjob-executor",
-                                                daemon=True)
-                self._thread.start()
-        self._queue.put(task)
+                thread = threading.Thread(target=self._work, name="onnxjob-executor",
+                                          daemon=True)
+                thread.start()
+                self._thread = thread
 
     def _work(self):
         while True:
-            task = self._queue.get()
+            with self._cond:
+                while not self._tasks:
+                    self._cond.wait()
+                task = self._tasks.popleft()
+                self._running = task is not None
+                self._cond.notify_all()     # room in the queue
             if task is None:
                 return
             try:
@@ -157,18 +208,55 @@ class Executor:
                     task()
             finally:
                 with self._cond:
-                    self._in_flight -= 1
+                    self._running = False
                     self._cond.notify_all()
 
     def sync(self):
-        """Wait until every queued run and its callback finished; re-raise errors."""
+        """Wait until every queued run and its callback finished; re-raise errors. A
+        Ctrl-C here only stops the wait: the runs go on and a later sync waits for them."""
         with self._cond:
-            while self._in_flight:
+            while self._tasks or self._running:
                 self._cond.wait()
         self.raise_pending()
 
     def shutdown(self):
-        if self._thread is not None and self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
+        """Stop the worker after the runs queued so far (call sync() first to see their
+        errors). Interrupted, it says how many runs were still waiting."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            with self._cond:
+                self._tasks.append(None)
+                self._cond.notify_all()
+            try:
+                thread.join()
+            except BaseException:
+                left = self.in_flight
+                if left:
+                    print(f"onnxjob: interrupted while {left} queued run(s) were still "
+                          "pending; they are dropped", file=sys.stderr)
+                raise
         self._thread = None
+
+
+@contextlib.contextmanager
+def _interrupt_deferred():
+    """Hold back a SIGINT that arrives inside the block and deliver it after (main thread
+    only: other threads never get signals). Costs ~10 us: used off the hot path."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
+    except (ValueError, TypeError):     # not settable here (e.g. an embedded interpreter)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            if callable(previous):
+                previous(signal.SIGINT, received[0])
+            elif previous == signal.SIG_DFL:
+                raise KeyboardInterrupt

@@ -45,6 +45,16 @@ class VariableStore(dict):
         self.versions[name] = self.version
         super().__setitem__(name, value)
 
+    def replace_all(self, names, values):
+        """Store `values` under `names` in one step that a Ctrl-C cannot split: a step's
+        new weights, optimizer state and step counter land together or not at all."""
+        new = dict(zip(names, values))
+        first = self.version + 1
+        self.versions.update(zip(new, range(first, first + len(new))))
+        self.version = first + len(new) - 1
+        # NOTE: versions first: an interrupt before the values land only costs a re-freeze
+        dict.update(self, new)
+
 
 def freeze_threshold(config):
     value = config.get("freeze_variables_after")

@@ -69,9 +69,9 @@ class JobRuntime:
         self._uncaptured = None     # a plain session for feeds the captured graphs do not fit
         graph_obstacle = cuda_graph.obstacle(job, compiled) if self.device == "cuda" else ""
         self.ort_session, captures = self._create_session(use_cuda_graph=graph_obstacle is None)
-        order = [o.name for o in self.ort_session.get_outputs()]
         # graph output order is user outputs, watches, then state: checked, not assumed
-        assert order == self._user_outputs + [o for _, o in self._state_items], order
+        check_output_order(job.name, self.ort_session.get_outputs(),
+                           self._user_outputs + [o for _, o in self._state_items])
         self._run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
             else self._run_host
         if captures:
@@ -174,8 +174,7 @@ class JobRuntime:
         self.ort_session.run_with_iobinding(binding)
         outs = binding.get_outputs()
         n = self._n_user
-        for var_name, value in zip(self._state_names, outs[n:]):
-            self.store[var_name] = value
+        self.store.replace_all(self._state_names, outs[n:])
         return [o.numpy() for o in outs[:n]]
 
     def _run_cuda_graph(self, feeds):
@@ -197,8 +196,8 @@ class JobRuntime:
             feeds[input_name] = backend.host_array(store[var_name])
         outs = (session or self.ort_session).run(None, feeds)
         n = self._n_user
-        for var_name, value in zip(self._state_names, outs[n:]):
-            store[var_name] = backend.from_host(value, self.device)
+        store.replace_all(self._state_names,
+                          [backend.from_host(value, self.device) for value in outs[n:]])
         return outs[:n]
 
 
@@ -216,6 +215,15 @@ def _cyclic_gc_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def check_output_order(job_name, outputs, expected):
+    """Raise a RuntimeError naming the job when an onnxruntime session's `outputs`
+    (NodeArgs) are not the output names `expected`, in that order."""
+    order = [o.name for o in outputs]
+    if order != expected:
+        raise RuntimeError(f"job {job_name!r}: onnxruntime's session has the outputs {order}, "
+                           f"expected {expected} (an internal error: please report it)")
 
 
 def _nothing_to_compute(feeds):

@@ -2,12 +2,18 @@
 onnxruntime's graph optimization of the same job (most of a session's creation time).
 
 A job's graph carries no variable values (they are inputs), so its bytes are small and
-name the computation exactly. The key is the SHA-256 of those bytes, the session's
-choices (train or predict, deterministic kernels), the onnxruntime version and this
-machine's processor: the file onnxruntime writes with `optimized_model_filepath` holds
-hardware-specific rewrites (NCHWc layouts, fused kernels) and is only valid where it was
-made. A cached model is loaded with onnxruntime's optimizations off, since it already
-went through them.
+name the computation exactly. The key is the SHA-256 of those bytes, the session options
+that shape the optimized model (optimization level, disabled transformers, execution
+provider and its options, threads, deterministic kernels: backend.create_session), the
+onnxruntime and onnxjob versions and this machine's processor: the file onnxruntime
+writes with `optimized_model_filepath` holds hardware-specific rewrites (NCHWc layouts,
+fused kernels) and is only valid where it was made. A cached model is loaded with
+onnxruntime's optimizations off, since it already went through them.
+
+Each file ends with a metadata entry naming its own key (`stamp`), and a loaded entry's
+graph inputs and outputs are compared with the job's: a file that is not what its name
+says (garbage, truncated, another graph's model) is a miss, said in one line, and
+rebuilt in place.
 
 Folder: ONNXJOB_CACHE_DIR, else $XDG_CACHE_HOME/onnxjob, else ~/.cache/onnxjob;
 ONNXJOB_CACHE_DIR=off turns the cache off. It keeps at most ONNXJOB_CACHE_MB megabytes
@@ -17,15 +23,21 @@ results share the folder and the limit (graph/pass_cache.py, `*.passes.onnx`).
 """
 import functools
 import hashlib
+import importlib.metadata
+import itertools
 import os
 import platform
+import sys
 import tempfile
 
+import onnx
 import onnxruntime as ort
 
 from onnxjob import settings
 
-FORMAT = "2"    # bump when what goes into the key or the file changes
+FORMAT = "3"    # bump when what goes into the key or the file changes
+STAMP = "onnxjob.cache_entry"     # metadata key whose value is the file's own name
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def cache_dir():
@@ -45,6 +57,39 @@ def _processor():
     return platform.processor() or platform.machine()
 
 
+@functools.lru_cache(maxsize=None)
+def onnxjob_version():
+    """What names this onnxjob in cache keys: the installed release's version when the
+    imported package is that release's files, else a hash of the imported source.
+
+    NOTE: the version alone would be wrong for an editable install or a checkout on
+    PYTHONPATH, whose code changes while the version stays (0.1.0 for every commit);
+    hashing the source (~0.6 MB, ~8 ms once per process) is exact there, and a
+    released install's files only change with its version."""
+    try:
+        release = importlib.metadata.distribution("onnxjob")
+        installed = os.path.abspath(str(release.locate_file("onnxjob/__init__.py")))
+        if installed == os.path.join(_PACKAGE, "__init__.py"):
+            return release.version
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return "source-" + _source_digest(_PACKAGE)
+
+
+def _source_digest(package):
+    """A hash (16 hex digits) of every .py file under the folder `package`, names and all."""
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(package):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")   # visited in this order
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as source:
+                    digest.update(os.path.relpath(path, package).encode() + b"\0" +
+                                  source.read() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def cached_model_path(model_bytes, *choices):
     """Where the optimized form of `model_bytes` under `choices` lives (it may not exist
     yet), or None when the cache is off."""
@@ -52,7 +97,7 @@ def cached_model_path(model_bytes, *choices):
     if folder is None:
         return None
     key = hashlib.sha256()
-    for part in (FORMAT, ort.__version__, _processor(), repr(choices)):
+    for part in (FORMAT, ort.__version__, onnxjob_version(), _processor(), repr(choices)):
         key.update(part.encode() + b"\0")
     key.update(model_bytes)
     return os.path.join(folder, f"{key.hexdigest()}.onnx")
@@ -70,10 +115,75 @@ def publish(tmp, path):
     """Make the model onnxruntime wrote at `tmp` the cached one (atomic: a concurrent
     reader sees the old state or the whole file), then trim the folder to its limit."""
     if os.path.getsize(tmp):
+        stamp(tmp, path)
         os.replace(tmp, path)
     else:
         os.remove(tmp)
     _trim(os.path.dirname(path), settings.get("CACHE_MB") << 20)
+
+
+def stamp(tmp, path):
+    """Append to the model file `tmp` a metadata entry naming `path`, its place in the
+    cache. NOTE: protobuf merges concatenated messages, so this costs no parse; it sits
+    at the end of the file, so a truncated file loses it."""
+    with open(tmp, "ab") as out:
+        out.write(stamp_bytes(path))
+
+
+def stamp_bytes(path):
+    """The bytes `stamp` appends to the file cached at `path`."""
+    entry = onnx.ModelProto()
+    entry.metadata_props.add(key=STAMP, value=os.path.basename(path))
+    return entry.SerializeToString()
+
+
+def stamp_problem(metadata, path):
+    """Why a cached file with model metadata `metadata` ({key: value}) is not the entry
+    for `path`, or None when its stamp says it is."""
+    found = metadata.get(STAMP)
+    if found == os.path.basename(path):
+        return None
+    return "no cache stamp (truncated, or not written by onnxjob)" if found is None else (
+        f"it is the cache entry {found}")
+
+
+def io_problem(session, model_bytes):
+    """Why onnxruntime `session` (made from a cached file) does not run the graph of
+    `model_bytes`: its inputs or outputs differ in name, order or type. None when they
+    match."""
+    model = onnx.ModelProto()
+    model.ParseFromString(model_bytes)
+    constants = {tensor.name for tensor in model.graph.initializer}
+    for what, wanted, got in (
+            ("inputs", [v for v in model.graph.input if v.name not in constants],
+             session.get_inputs()),
+            ("outputs", model.graph.output, session.get_outputs())):
+        wanted = [(v.name, _type_name(v.type)) for v in wanted]
+        got = [(v.name, v.type) for v in got]
+        for index, (job, cached) in enumerate(itertools.zip_longest(wanted, got)):
+            if job != cached:
+                return (f"graph {what[:-1]} #{index} is {cached or 'missing'} where the job "
+                        f"has {job or 'none'}")
+    return None
+
+
+def _type_name(type_proto):
+    """onnxruntime's spelling of an ONNX type (NodeArg.type): tensor(float), seq(...)."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type":
+        name = onnx.TensorProto.DataType.Name(type_proto.tensor_type.elem_type)
+        return f"tensor({name.lower()})"
+    if kind == "sequence_type":
+        return f"seq({_type_name(type_proto.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_name(type_proto.optional_type.elem_type)})"
+    return str(kind)
+
+
+def warn_invalid(path, reason):
+    """The one line said when a cached file is not used (it is then rebuilt)."""
+    print(f"onnxjob: ignoring the cached model {path} ({reason}); building it again",
+          file=sys.stderr)
 
 
 def touch(path):
