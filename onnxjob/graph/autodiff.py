@@ -3,7 +3,8 @@
 The engine walks the forward nodes from the loss backwards, asks each primitive's rule
 (see `primitives/`) for input cotangents, sums fan-in, reduces broadcast axes and stops
 at non-differentiable values. Like OneFlow, the seed is ones of the loss shape and every
-variable gradient is scaled by 1/elem_cnt(loss); the scale is folded into the seed.
+variable gradient is scaled by 1/elem_cnt(loss); the scale is folded into the seed, and so
+is a loss scale (train/optimizer.py unscales the variable gradients).
 """
 import numpy as np
 
@@ -11,7 +12,7 @@ from onnxjob import dtypes
 from onnxjob.errors import MissingGradientError, TraceError
 from onnxjob.graph.registry import get_primitive
 from onnxjob.graph.primitives.shape_ops import reshape_to
-from onnxjob.graph.tracer import int64_constant, op
+from onnxjob.graph.tracer import Blob, int64_constant, op
 
 
 def _requires_grad(builder, sources):
@@ -44,8 +45,34 @@ def _zeros_like(blob):
     return op("ConstantOfShape", int64_constant(blob, blob.shape), value=np.zeros(1, blob.np_dtype))
 
 
-def backward(builder, losses):
-    """Gradients {variable name: Blob} of the trainable variables of `builder`."""
+def _cast(x, np_dtype):
+    return x if x.np_dtype == np_dtype else op("Cast", x, to=dtypes.from_numpy(np_dtype).ir_dtype.value)
+
+
+def _seed(builder, loss, elem_cnt, loss_scale):
+    """The initial gradient of `loss`: 1/elem_cnt in the loss dtype, times `loss_scale`.
+
+    As OneFlow's ScaleInitialDiffByLossScale (oneflow/core/job_rewriter/autograd.cpp), the
+    product is taken in float32, a float16 seed cast to float32 and back (float64 stays
+    float64). NOTE: OneFlow multiplies the seed 1 by the scale and the variable gradients
+    by 1/elem_cnt later; folding 1/elem_cnt into the seed moves where float32 overflows by
+    that factor (none for elem_cnt = 1)."""
+    base = np.full(loss.shape, 1.0 / elem_cnt, dtype=loss.np_dtype)
+    if loss_scale is None:
+        return builder.constant(base, "grad_seed")
+    wide = np.float64 if loss.np_dtype == np.float64 else np.float32
+    if not isinstance(loss_scale, Blob):
+        scaled = base.astype(wide) * wide(np.float32(loss_scale))
+        return builder.constant(scaled.astype(loss.np_dtype), "grad_seed")
+    scale = _cast(reshape_to(loss_scale, ()), wide)
+    return _cast(builder.constant(base.astype(wide), "grad_seed") * scale, loss.np_dtype)
+
+
+def backward(builder, losses, loss_scale=None):
+    """Gradients {variable name: Blob} of the trainable variables of `builder`.
+
+    `loss_scale` (Optimizer.loss_scale: None, a float or a float32 one-element Blob)
+    multiplies the seed, so every gradient, watched ones included, comes out scaled."""
     if not losses:
         raise TraceError("minimize() was given no loss")
     shapes = {l.shape for l in losses}
@@ -66,7 +93,7 @@ def backward(builder, losses):
     grads = {}
     forward_nodes = list(builder.nodes)
     for loss in losses:
-        seed = builder.constant(np.full(loss.shape, 1.0 / elem_cnt, dtype=loss.np_dtype), "grad_seed")
+        seed = _seed(builder, loss, elem_cnt, loss_scale)
         grads[id(loss)] = seed if id(loss) not in grads else op("Add", grads[id(loss)], seed)
     for node in reversed(forward_nodes):
         gys = [grads.get(id(o)) for o in node.outputs]
