@@ -471,7 +471,7 @@ def test_bias_correction_factor_is_bit_exact(beta):
         assert job(np.array([t], np.int64)) == np.float32(1) - fastpow32(beta, t + 1), t
 
 
-def test_static_loss_scale_is_the_identity():
+def test_static_loss_scale_of_a_power_of_two_matches_the_unscaled_reference():
     make = lambda: optim.Adam(0.1, loss_scale_factor=1024.0)  # noqa: E731
     assert_steps(train(make), reference({"w": adam(), "b": adam()}))
     with pytest.raises(TraceError, match="not both"):
