@@ -18,7 +18,7 @@ SCALE = "System-Train-DynamicLossScale-job-LossScale"
 COUNTER = "System-Train-DynamicLossScale-job-GoodStepCounter"
 STEP = "System-Train-TrainStep-job"
 
-# A dense layer y = x @ w + b with loss_i = sum_j (y_ij - t_ij)^2 (4 elements: seed 1/4).
+# A dense layer y = x @ w + b with loss_i = sum_j (y_ij - t_ij)^2 (4 elements).
 # x > 0 and y - t > 0 make every gradient element positive, so the largest scaled one is
 # predictable in float64 (no cancellation inside the float32 sums).
 X = np.array([[1.0, 1.5, 2.0], [1.25, 1.75, 1.0], [2.0, 1.0, 1.5], [1.5, 1.25, 1.75]],
@@ -62,9 +62,10 @@ def run_dense(make_opt, steps, **kwargs):
 
 
 def largest_gradient(w, b):
-    """The largest unscaled backward value of dense_job in float64: the seed 1/4 is
-    multiplied through 2(y - t) into dy, summed into db and x^T dy (all positive)."""
-    dy = 2 * (X.astype(np.float64) @ w + b - T) / 4
+    """The largest backward value of dense_job per unit of loss scale, in float64: the
+    seed (the scale, as OneFlow: 1/elem_cnt comes after) is multiplied through 2(y - t)
+    into dy, summed into db and x^T dy (all positive)."""
+    dy = 2 * (X.astype(np.float64) @ w + b - T)
     assert np.all(dy > 0)
     return max(dy.max(), dy.sum(axis=0).max(), (X.T.astype(np.float64) @ dy).max())
 
@@ -100,11 +101,11 @@ DYNAMIC = {
 
 @pytest.mark.parametrize("name", DYNAMIC)
 def test_dynamic_scale_skips_exactly_the_overflowing_steps(name):
-    """From 2**127 the scaled gradients overflow float32 until the scale is 2**123; after
+    """From 2**127 the scaled gradients overflow float32 until the scale is 2**121; after
     3 good steps it doubles, overflows again and halves: the Python rule predicts each skip
     and scale, and the good steps are bit for bit an unscaled run's steps."""
     make, slots = DYNAMIC[name]
-    period, steps = 3, 14
+    period, steps = 3, 16
     job = dense_job(lambda: make(dynamic(2.0 ** 127, period, 2.0)))
     scale, counter = 2.0 ** 127, 0
     kept, finite_flags, scales = [], [], []
@@ -132,9 +133,9 @@ def test_dynamic_scale_skips_exactly_the_overflowing_steps(name):
         scales.append(scale)
         if finite:
             kept.append(after)
-    # 4 overflows, then (3 good steps, the doubled scale overflows) twice, then 2 good
-    assert finite_flags == [False] * 4 + ([True] * 3 + [False]) * 2 + [True] * 2
-    assert scales[:8] == [2.0 ** e for e in (126, 125, 124, 123, 123, 123, 124, 123)]
+    # 6 overflows, then (3 good steps, the doubled scale overflows) twice, then 2 good
+    assert finite_flags == [False] * 6 + ([True] * 3 + [False]) * 2 + [True] * 2
+    assert scales[:10] == [2.0 ** e for e in (126, 125, 124, 123, 122, 121, 121, 121, 122, 121)]
     assert kept[-1][STEP].tolist() == [len(kept)]
     flow.clear_default_session()
     plain = run_dense(lambda: make(None), len(kept))
@@ -238,24 +239,24 @@ def test_watch_diff_shows_the_scaled_gradient(policy):
 
 # -- checkpoint ----------------------------------------------------------------------------
 def test_checkpoint_restores_scale_and_counter(tmp_path):
-    """Saved after 4 skips and 2 good steps (scale 2**123, counter 2): a fresh session
+    """Saved after 6 skips and 2 good steps (scale 2**121, counter 2): a fresh session
     that loads it continues exactly as the uninterrupted run (whose next good step doubles
     the scale, which then overflows), variables, slots, step, scale and counter."""
     make = lambda: optim.Adam(0.01, do_bias_correction=True,  # noqa: E731
                               loss_scale_policy=dynamic(2.0 ** 127, 3, 2.0))
     job = dense_job(make)
-    for _ in range(6):
+    for _ in range(8):
         job(X, T)
     saved = snapshot()
-    assert saved[SCALE].tolist() == [2.0 ** 123] and saved[COUNTER].tolist() == [2]
+    assert saved[SCALE].tolist() == [2.0 ** 121] and saved[COUNTER].tolist() == [2]
     flow.checkpoint.save(str(tmp_path / "ckpt"))
-    assert np.fromfile(tmp_path / "ckpt" / SCALE / "out", "<f4").tolist() == [2.0 ** 123]
+    assert np.fromfile(tmp_path / "ckpt" / SCALE / "out", "<f4").tolist() == [2.0 ** 121]
     assert np.fromfile(tmp_path / "ckpt" / COUNTER / "out", "<i8").tolist() == [2]
     continued = []
     for _ in range(4):
         job(X, T)
         continued.append(snapshot())
-    assert [c[SCALE][0] for c in continued] == [2.0 ** e for e in (124, 123, 123, 123)]
+    assert [c[SCALE][0] for c in continued] == [2.0 ** e for e in (122, 121, 121, 121)]
 
     flow.clear_default_session()
     job = dense_job(make)
@@ -322,3 +323,25 @@ def test_indexed_slices_are_dense_under_a_dynamic_scale():
     assert len(got) == len(IDS) and not np.array_equal(got[-1], TABLE0)
     for t, (a, b) in enumerate(zip(got, ref)):
         np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7, err_msg=f"step {t + 1}")
+
+
+def test_two_ranks_skip_the_steps_one_process_skips(tmp_path):
+    """Data-parallel: the ranks' scaled gradients are summed before 1/elem_cnt and the
+    unscaling, as OneFlow's all-reduce, so the whole batch's overflows decide the skips."""
+    from test_distributed import loaded, run, write_script
+    script = write_script(tmp_path, "mlp", mean_loss=False)
+    text = script.read_text().replace(
+        "momentum=0.9)", "momentum=0.9, loss_scale_policy=flow.optimizer.loss_scale."
+        "dynamic_loss_scale(2.0 ** 127, 2))").replace("range(3)", "range(8)")
+    assert "dynamic_loss_scale" in text and "range(8)" in text
+    script.write_text(text)
+    for ranks, folder in [(2, "two"), (1, "one")]:
+        result = run(script, ranks, tmp_path / folder)
+        assert result.returncode == 0, result.stderr
+    two, one = loaded(script, tmp_path / "two"), loaded(script, tmp_path / "one")
+    assert 0 < one["System-Train-TrainStep-train_job"][0] < 8  # some steps were skipped
+    for name in ["System-Train-TrainStep-train_job", "System-Train-DynamicLossScale-train_job-"
+                 "LossScale", "System-Train-DynamicLossScale-train_job-GoodStepCounter"]:
+        np.testing.assert_array_equal(two[name], one[name], err_msg=name)
+    for name, value in one.items():
+        np.testing.assert_allclose(two[name], value, rtol=1e-5, atol=1e-6, err_msg=name)

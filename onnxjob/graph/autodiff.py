@@ -3,8 +3,9 @@
 The engine walks the forward nodes from the loss backwards, asks each primitive's rule
 (see `primitives/`) for input cotangents, sums fan-in, reduces broadcast axes and stops
 at non-differentiable values. Like OneFlow, the seed is ones of the loss shape and every
-variable gradient is scaled by 1/elem_cnt(loss); the scale is folded into the seed, and so
-is a loss scale (train/optimizer.py unscales the variable gradients).
+variable gradient is scaled by 1/elem_cnt(loss); the scale is folded into the seed. Under
+a loss scale the seed is the scale, as OneFlow, and the optimizer divides the variable
+gradients by elem_cnt and unscales them (train/optimizer.py).
 """
 import numpy as np
 
@@ -46,33 +47,34 @@ def _zeros_like(blob):
 
 
 def _cast(x, np_dtype):
-    return x if x.np_dtype == np_dtype else op("Cast", x, to=dtypes.from_numpy(np_dtype).ir_dtype.value)
+    if x.np_dtype == np_dtype:
+        return x
+    return op("Cast", x, to=dtypes.from_numpy(np_dtype).ir_dtype.value)
 
 
 def _seed(builder, loss, elem_cnt, loss_scale):
-    """The initial gradient of `loss`: 1/elem_cnt in the loss dtype, times `loss_scale`.
-
-    As OneFlow's ScaleInitialDiffByLossScale (oneflow/core/job_rewriter/autograd.cpp), the
-    product is taken in float32, a float16 seed cast to float32 and back (float64 stays
-    float64). NOTE: OneFlow multiplies the seed 1 by the scale and the variable gradients
-    by 1/elem_cnt later; folding 1/elem_cnt into the seed moves where float32 overflows by
-    that factor (none for elem_cnt = 1)."""
-    base = np.full(loss.shape, 1.0 / elem_cnt, dtype=loss.np_dtype)
+    """The initial gradient of `loss`: without a loss scale, 1/elem_cnt in the loss dtype;
+    with one, as OneFlow's GenerateOriginDiffLbi (oneflow/core/job_rewriter/autograd.cpp,
+    v0.5.0), the scale cast to the loss dtype (the static factor: constant_like; the
+    dynamic scale: cast and scalar_mul_by_tensor of ones), 1/elem_cnt being applied to the
+    variable gradients by the optimizer (update_rules.unscale), so float32 overflows where
+    OneFlow's does: in the backward and, data-parallel, in the sum of the ranks' gradients."""
     if loss_scale is None:
-        return builder.constant(base, "grad_seed")
-    wide = np.float64 if loss.np_dtype == np.float64 else np.float32
+        return builder.constant(np.full(loss.shape, 1.0 / elem_cnt, dtype=loss.np_dtype),
+                                "grad_seed")
     if not isinstance(loss_scale, Blob):
-        scaled = base.astype(wide) * wide(np.float32(loss_scale))
-        return builder.constant(scaled.astype(loss.np_dtype), "grad_seed")
-    scale = _cast(reshape_to(loss_scale, ()), wide)
-    return _cast(builder.constant(base.astype(wide), "grad_seed") * scale, loss.np_dtype)
+        return builder.constant(np.full(loss.shape, np.float32(loss_scale), dtype=loss.np_dtype),
+                                "grad_seed")
+    ones = builder.constant(np.ones(loss.shape, loss.np_dtype), "grad_seed")
+    return ones * _cast(reshape_to(loss_scale, ()), loss.np_dtype)
 
 
 def backward(builder, losses, loss_scale=None):
     """Gradients {variable name: Blob} of the trainable variables of `builder`.
 
     `loss_scale` (Optimizer.loss_scale: None, a float or a float32 one-element Blob)
-    multiplies the seed, so every gradient, watched ones included, comes out scaled."""
+    multiplies the seed, so every gradient, watched ones included, comes out scaled, and
+    none is divided by elem_cnt (Optimizer.apply divides and unscales)."""
     if not losses:
         raise TraceError("minimize() was given no loss")
     shapes = {l.shape for l in losses}
@@ -121,5 +123,7 @@ def backward(builder, losses, loss_scale=None):
                 prev = grads.get(id(x))
                 grads[id(x)] = gx if prev is None else op("Add", prev, gx)
     builder.gradients = grads
+    if loss_scale is not None:
+        builder.loss_elem_count = 1     # nothing for watch_diff to undo
     return {name: grads[id(b)] for name, b in builder.variables.items() if id(b) in grads
             and builder.variable_specs[name].trainable}

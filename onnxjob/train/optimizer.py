@@ -66,8 +66,8 @@ class DynamicLossScalePolicy:
     the float32 (1,) variable `System-Train-DynamicLossScale-<job>-LossScale` (initially
     initial_loss_scale) multiplies the loss's initial gradient and its reciprocal every
     variable gradient. A step whose unscaled gradients hold an inf or NaN changes no
-    variable, no optimizer state and not the train step, halves the scale (divides it by
-    multiplier, not below 1) and zeroes the int64 (1,) good-step counter
+    variable, no optimizer state and not the train step, divides the scale by multiplier
+    (not below 1) and zeroes the int64 (1,) good-step counter
     `System-Train-DynamicLossScale-<job>-GoodStepCounter`; a finite step increments the
     counter, and at increment_period multiplies the scale (up to FLT_MAX) and zeroes it.
     Both variables are saved and loaded with the others."""
@@ -219,7 +219,8 @@ class Optimizer:
 
     def apply(self, builder, grads, job_name, config=None):
         """Emit the train step's updates for `grads` ({variable name: gradient Blob}, already
-        scaled by 1/elem_cnt(loss) and by loss_scale()) into `builder.state_updates`."""
+        scaled by 1/elem_cnt(loss), or under a loss scale by loss_scale() alone) into
+        `builder.state_updates`."""
         config = config if config is not None else _job_configs.get(builder)
         before = set(builder.state_updates)
         dynamic = isinstance(self.loss_scale_policy, DynamicLossScalePolicy)
@@ -231,11 +232,11 @@ class Optimizer:
             raise TraceError("internal: Optimizer.loss_scale() must be called before "
                              "autodiff.backward and apply()")
         scale, scale_state = _loss_scales.get(builder, (None, None))
-        # OneFlow's order (generate_backward_and_optimizer_op_confs.cpp, v0.5.0): unscale,
-        # count the non-finite values of the unscaled gradients, regularize, then per
-        # optimizer clip and update.
+        # OneFlow's order (generate_backward_and_optimizer_op_confs.cpp, v0.5.0): 1/elem_cnt
+        # and unscale, count the non-finite values of the unscaled gradients, regularize,
+        # then per optimizer clip and update.
         if scale is not None and grads:
-            grads = R.unscale(grads, scale)
+            grads = R.unscale(grads, scale, int(np.prod(builder.losses[0].shape)))
         ctx = _StepContext(builder, self._train_step(builder, job_name),
                            _indexed_slices_names(config), dynamic)
         updated = {n for member in self._members() for n in member._names(builder)}

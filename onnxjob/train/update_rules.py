@@ -66,17 +66,24 @@ def clip_by_global_norm(grads, clip_norm):
     return {n: g * cast_like(scale, g) for n, g in grads.items()}
 
 
-def unscale(grads, loss_scale):
-    """OneFlow's ScaleModelDiffByLossScale (oneflow/core/job_rewriter/autograd.cpp): every
-    gradient times 1/scale, the reciprocal taken in float32 (a static factor's `1.0f /
-    factor`, a dynamic scale's `reciprocal` node) and cast to the gradient's dtype.
-    `loss_scale` is a float or a float32 one-element Blob."""
+def unscale(grads, loss_scale, elem_cnt):
+    """Gradients of a scaled seed (autodiff.backward's `loss_scale`) as OneFlow's optimizer
+    pass treats them (oneflow/core/job_rewriter/autograd.cpp): times 1.0f / elem_cnt
+    (ScaleModelDiffByConstantLossInstanceNum), then times 1/scale (ScaleModelDiffByLossScale),
+    the reciprocal taken in float32 (a static factor's `1.0f / factor`, a dynamic scale's
+    `reciprocal` node) and cast to the gradient's dtype. `loss_scale` is a float or a
+    float32 one-element Blob."""
     first = next(iter(grads.values()))
     if isinstance(loss_scale, Blob):
         inverse = op("Reciprocal", reshape_to(loss_scale, ()))
     else:
         inverse = as_blob(np.float32(1) / np.float32(loss_scale), like=first, dtype=np.float32)
-    return {n: g * cast_like(inverse, g) for n, g in grads.items()}
+    out = {}
+    for name, g in grads.items():
+        if elem_cnt != 1:
+            g = g * as_blob(np.float32(1) / np.float32(elem_cnt), like=g)
+        out[name] = g * cast_like(inverse, g)
+    return out
 
 
 def dynamic_loss_scale_schedule(finite, loss_scale, counter, increment_period, multiplier):
