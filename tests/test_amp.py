@@ -357,3 +357,33 @@ def test_unsupported_flags_that_change_numbers_warn_once_by_name():
     assert len(messages) == 2, messages
     assert "all_reduce_fp16" in messages[0] and "enable_qat" in messages[1]
     assert all(w.filename == __file__ for w in caught)
+
+
+def test_of_cnn_train_val_use_fp16_builds_an_amp_graph(tmp_path):
+    """OneFlow-Benchmark's unchanged training script with --use_fp16: its train job's graph
+    (dumped after the passes) computes its convolutions in float16 and trains."""
+    import subprocess
+    import sys
+    from zoo import cnns_dir
+    script = os.path.join(cnns_dir(), "of_cnn_train_val.py")
+    dump = tmp_path / "dump"
+    env = dict(os.environ, ONNXJOB_DUMP_PASSES=str(dump))
+    done = subprocess.run(
+        [sys.executable, "-m", "onnxjob", "run", script, "--model=resnet50", "--use_fp16",
+         "--batch_size_per_device=2", "--num_examples=4", "--num_epochs=1",
+         "--loss_print_every_n_iter=1"], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    losses = [float(line.split("loss: ")[1].split(",")[0]) for line in done.stdout.splitlines()
+              if line.startswith("train: epoch 1")]
+    assert len(losses) == 2 and all(np.isfinite(losses)), done.stdout[-2000:]
+    train_graphs = [p for p in dump.glob("*.after.onnx") if "Train" in p.name or
+                    "train" in p.name]
+    assert train_graphs, sorted(p.name for p in dump.iterdir())
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(train_graphs[0])))
+    assert model.metadata_props and any(p.key == "onnxjob.mixed_precision" and
+                                        p.value == "float16" for p in model.metadata_props)
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in list(model.graph.value_info) + list(model.graph.output)}
+    convs = [types.get(n.output[0]) for n in model.graph.node if n.op_type == "Conv"]
+    assert convs and all(t == F16 for t in convs), collections.Counter(convs)

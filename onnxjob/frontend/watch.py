@@ -45,6 +45,9 @@ def watch(blob, handler_or_prompt=None):
 
 
 def watch_diff(blob, handler_or_prompt=None):
-    """Call the handler with d(sum of loss)/d(blob) after every run of the train job."""
+    """Call the handler with d(sum of loss)/d(blob) after every run of the train job.
+
+    Under a loss scale the value is multiplied by the step's scale, as OneFlow shows it (its
+    watcher reads the backward's diff, before the variable gradients are unscaled)."""
     builder = current_builder("flow.watch_diff")
     builder.watches.append((blob, _make_handler(blob, handler_or_prompt), True, user_location()))

@@ -3,7 +3,9 @@
 The engine walks the forward nodes from the loss backwards, asks each primitive's rule
 (see `primitives/`) for input cotangents, sums fan-in, reduces broadcast axes and stops
 at non-differentiable values. Like OneFlow, the seed is ones of the loss shape and every
-variable gradient is scaled by 1/elem_cnt(loss); the scale is folded into the seed.
+variable gradient is scaled by 1/elem_cnt(loss); the scale is folded into the seed. Under
+a loss scale the seed is the scale, as OneFlow, and the optimizer divides the variable
+gradients by elem_cnt and unscales them (train/optimizer.py).
 """
 import numpy as np
 
@@ -11,7 +13,7 @@ from onnxjob import dtypes
 from onnxjob.errors import MissingGradientError, TraceError
 from onnxjob.graph.registry import get_primitive
 from onnxjob.graph.primitives.shape_ops import reshape_to
-from onnxjob.graph.tracer import int64_constant, op
+from onnxjob.graph.tracer import Blob, int64_constant, op
 
 
 def _requires_grad(builder, sources):
@@ -44,8 +46,35 @@ def _zeros_like(blob):
     return op("ConstantOfShape", int64_constant(blob, blob.shape), value=np.zeros(1, blob.np_dtype))
 
 
-def backward(builder, losses):
-    """Gradients {variable name: Blob} of the trainable variables of `builder`."""
+def _cast(x, np_dtype):
+    if x.np_dtype == np_dtype:
+        return x
+    return op("Cast", x, to=dtypes.from_numpy(np_dtype).ir_dtype.value)
+
+
+def _seed(builder, loss, elem_cnt, loss_scale):
+    """The initial gradient of `loss`: without a loss scale, 1/elem_cnt in the loss dtype;
+    with one, as OneFlow's GenerateOriginDiffLbi (oneflow/core/job_rewriter/autograd.cpp,
+    v0.5.0), the scale cast to the loss dtype (the static factor: constant_like; the
+    dynamic scale: cast and scalar_mul_by_tensor of ones), 1/elem_cnt being applied to the
+    variable gradients by the optimizer (update_rules.unscale), so float32 overflows where
+    OneFlow's does: in the backward and, data-parallel, in the sum of the ranks' gradients."""
+    if loss_scale is None:
+        return builder.constant(np.full(loss.shape, 1.0 / elem_cnt, dtype=loss.np_dtype),
+                                "grad_seed")
+    if not isinstance(loss_scale, Blob):
+        return builder.constant(np.full(loss.shape, np.float32(loss_scale), dtype=loss.np_dtype),
+                                "grad_seed")
+    ones = builder.constant(np.ones(loss.shape, loss.np_dtype), "grad_seed")
+    return ones * _cast(reshape_to(loss_scale, ()), loss.np_dtype)
+
+
+def backward(builder, losses, loss_scale=None):
+    """Gradients {variable name: Blob} of the trainable variables of `builder`.
+
+    `loss_scale` (Optimizer.loss_scale: None, a float or a float32 one-element Blob)
+    multiplies the seed, so every gradient, watched ones included, comes out scaled, and
+    none is divided by elem_cnt (Optimizer.apply divides and unscales)."""
     if not losses:
         raise TraceError("minimize() was given no loss")
     shapes = {l.shape for l in losses}
@@ -66,7 +95,7 @@ def backward(builder, losses):
     grads = {}
     forward_nodes = list(builder.nodes)
     for loss in losses:
-        seed = builder.constant(np.full(loss.shape, 1.0 / elem_cnt, dtype=loss.np_dtype), "grad_seed")
+        seed = _seed(builder, loss, elem_cnt, loss_scale)
         grads[id(loss)] = seed if id(loss) not in grads else op("Add", grads[id(loss)], seed)
     for node in reversed(forward_nodes):
         gys = [grads.get(id(o)) for o in node.outputs]
@@ -94,5 +123,7 @@ def backward(builder, losses):
                 prev = grads.get(id(x))
                 grads[id(x)] = gx if prev is None else op("Add", prev, gx)
     builder.gradients = grads
+    if loss_scale is not None:
+        builder.loss_elem_count = 1     # nothing for watch_diff to undo
     return {name: grads[id(b)] for name, b in builder.variables.items() if id(b) in grads
             and builder.variable_specs[name].trainable}

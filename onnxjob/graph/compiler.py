@@ -105,7 +105,8 @@ def compile_job(job, variable_registry=None, seed=None):
                     "flow.optimizer.SGD(lr_scheduler).minimize(loss) in its body "
                     "(OneFlow: Check failed: job().job_conf().train_conf().has_model_update_conf())",
                     location=job.location)
-            all_grads = autodiff.backward(builder, builder.losses)
+            loss_scale = optimizer.loss_scale(builder, job.name)
+            all_grads = autodiff.backward(builder, builder.losses, loss_scale)
             if mixed_precision_type(job.config) is not None:
                 all_grads = _float32_gradients(all_grads)
             optimizer.apply(builder, all_grads, job.name)
@@ -198,6 +199,8 @@ def _watch_outputs(builder):
                 raise TraceError(f"flow.watch_diff: {blob.name} has no gradient in this job "
                                  "(is it on the path from a trainable variable to the loss?)",
                                  location=location)
+            # As OneFlow (add_lbi_diff_watcher.cpp watches the backward's own diffs): not
+            # divided by elem_cnt, and multiplied by the loss scale, if any, not unscaled.
             blob = grad * builder.loss_elem_count if builder.loss_elem_count != 1 else grad
         outs.append((blob, handler, location))
     return outs

@@ -4,9 +4,11 @@
 body returns, the compiler runs autodiff and calls `apply(builder, grads, job_name)`,
 which emits what OneFlow 0.5's optimizer passes add to a train job, in their order:
 train step, l1/l2 regularization, then per optimizer its learning rate schedule,
-clipping by global norm and one update per variable (update_rules.py); loss scaling is
-the identity in float32 (a dynamic loss scale still skips non-finite steps). New values
-become `builder.state_updates`, so one onnxruntime run is one train step.
+clipping by global norm and one update per variable (update_rules.py). A loss scale
+multiplies the backward's seed (`loss_scale`, called before autodiff.backward) and apply
+unscales the gradients first; a dynamic one keeps its scale and good-step counter in
+variables and skips non-finite steps. New values become `builder.state_updates`, so one
+onnxruntime run is one train step.
 """
 import re
 import weakref
@@ -27,6 +29,8 @@ from onnxjob.train.lr_schedules import (  # noqa: F401  (re-exported as flow.opt
 # The function_config of each job being compiled, recorded by resolve_optimizer (the end
 # of the trace) for apply, which the compiler calls without it.
 _job_configs = weakref.WeakKeyDictionary()
+# The loss scale of each job being compiled (Optimizer.loss_scale), for apply's unscaling.
+_loss_scales = weakref.WeakKeyDictionary()
 
 
 class by_global_norm:
@@ -44,8 +48,11 @@ class by_global_norm:
 class StaticLossScalePolicy:
     """flow.optimizer.loss_scale.static_loss_scale(loss_scale_factor).
 
-    OneFlow multiplies the loss gradient by the factor and the variable gradients by its
-    inverse; in float32 that is the identity, so onnxjob does neither."""
+    As OneFlow (oneflow/core/job_rewriter/autograd.cpp): the loss's initial gradient is
+    multiplied by the float32 factor and every variable gradient by the float32 1/factor
+    before regularization, clipping and the update; a factor of 1 does nothing. Nothing
+    checks for overflow: a step whose scaled gradients overflow updates the variables with
+    the inf/NaN it got, as OneFlow (only a dynamic policy counts non-finite values)."""
 
     def __init__(self, loss_scale_factor):
         self.loss_scale_factor = loss_scale_factor
@@ -55,14 +62,31 @@ class DynamicLossScalePolicy:
     """flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale, increment_period,
     multiplier).
 
-    The scaling itself is the identity in float32 (no loss-scale state is kept). What stays
-    observable is OneFlow's skip: a step whose gradients hold an inf or NaN changes no
-    variable, no optimizer state and not the train step."""
+    As OneFlow (dynamic_loss_scale_schedule_pass.cpp, autograd.cpp, auto_train_step.cpp):
+    the float32 (1,) variable `System-Train-DynamicLossScale-<job>-LossScale` (initially
+    initial_loss_scale) multiplies the loss's initial gradient and its reciprocal every
+    variable gradient. A step whose unscaled gradients hold an inf or NaN changes no
+    variable, no optimizer state and not the train step, divides the scale by multiplier
+    (not below 1) and zeroes the int64 (1,) good-step counter
+    `System-Train-DynamicLossScale-<job>-GoodStepCounter`; a finite step increments the
+    counter, and at increment_period multiplies the scale (up to FLT_MAX) and zeroes it.
+    Both variables are saved and loaded with the others."""
 
     def __init__(self, initial_loss_scale=2 ** 30, increment_period=2000, multiplier=2.0):
         self.initial_loss_scale = initial_loss_scale
         self.increment_period = increment_period
         self.multiplier = multiplier
+
+    def _variables(self, job_name):
+        """The specs of the job's (scale, good-step counter) variables, as OneFlow names
+        them (DynamicLossScaleSchedulePass)."""
+        prefix = f"System-Train-DynamicLossScale-{job_name}-"
+        scale = VariableSpec(prefix + "LossScale", (1,), np.float32,
+                             initializers.constant_initializer(self.initial_loss_scale),
+                             trainable=False)
+        counter = VariableSpec(prefix + "GoodStepCounter", (1,), np.int64,
+                               initializers.constant_initializer(0), trainable=False)
+        return scale, counter
 
 
 class grad_clipping:
@@ -175,9 +199,28 @@ class Optimizer:
         """Errors in how the optimizers of a job are combined (none for one optimizer)."""
 
     # -- the train step -------------------------------------------------------------------
+    def loss_scale(self, builder, job_name):
+        """What autodiff.backward multiplies the loss's initial gradient by: None (no policy,
+        or a static factor of 1), a static factor (a float), or a dynamic policy's float32
+        (1,) scale variable, created here with its good-step counter. Called by the
+        compiler before backward; apply() unscales the gradients by the same value."""
+        policy = self.loss_scale_policy
+        state = None
+        if isinstance(policy, DynamicLossScalePolicy):
+            specs = policy._variables(job_name)
+            state = [(spec.name, variable_blob(spec)) for spec in specs]
+            scale = state[0][1]
+        elif policy is not None and np.float32(policy.loss_scale_factor) != 1:
+            scale = float(np.float32(policy.loss_scale_factor))
+        else:
+            scale = None
+        _loss_scales[builder] = (scale, state)
+        return scale
+
     def apply(self, builder, grads, job_name, config=None):
         """Emit the train step's updates for `grads` ({variable name: gradient Blob}, already
-        scaled by 1/elem_cnt(loss)) into `builder.state_updates`."""
+        scaled by 1/elem_cnt(loss), or under a loss scale by loss_scale() alone) into
+        `builder.state_updates`."""
         config = config if config is not None else _job_configs.get(builder)
         before = set(builder.state_updates)
         dynamic = isinstance(self.loss_scale_policy, DynamicLossScalePolicy)
@@ -185,6 +228,15 @@ class Optimizer:
             raise TraceError("a dynamic loss scale needs OneFlow's own train step: leave "
                              "train_step_lbn unset (OneFlow: Check failed: "
                              "!train_conf.has_dynamic_loss_scale_policy())")
+        if self.loss_scale_policy is not None and builder not in _loss_scales:
+            raise TraceError("internal: Optimizer.loss_scale() must be called before "
+                             "autodiff.backward and apply()")
+        scale, scale_state = _loss_scales.get(builder, (None, None))
+        # OneFlow's order (generate_backward_and_optimizer_op_confs.cpp, v0.5.0): 1/elem_cnt
+        # and unscale, count the non-finite values of the unscaled gradients, regularize,
+        # then per optimizer clip and update.
+        if scale is not None and grads:
+            grads = R.unscale(grads, scale, int(np.prod(builder.losses[0].shape)))
         ctx = _StepContext(builder, self._train_step(builder, job_name),
                            _indexed_slices_names(config), dynamic)
         updated = {n for member in self._members() for n in member._names(builder)}
@@ -195,11 +247,27 @@ class Optimizer:
                 builder.variables[name], g, reg)
         for member in self._members():
             member._update_group(ctx, regularized)
-        if dynamic and grads:
+        if dynamic:
+            self._skip_and_schedule(builder, grads, before, scale_state)
+
+    def _skip_and_schedule(self, builder, grads, before, scale_state):
+        """A dynamic loss scale's end of the step: every state this step updates (the
+        variables, their optimizer slots, the train step: OneFlow's skip_if inputs and
+        TrainStep-AssignIfNot) keeps its value unless all gradients are finite; then the
+        scale and counter follow dynamic_loss_scale_schedule."""
+        if grads:
             finite = R.all_finite(list(grads.values()))
             for name in [n for n in builder.state_updates if n not in before]:
                 builder.state_updates[name] = op("Where", finite, builder.state_updates[name],
                                                  builder.variables[name])
+        else:
+            # OneFlow's count_not_finite stays its constant-0 stub without gradients
+            finite = builder.constant(np.array(True))
+        (scale_name, scale), (counter_name, counter) = scale_state
+        policy = self.loss_scale_policy
+        builder.state_updates[scale_name], builder.state_updates[counter_name] = \
+            R.dynamic_loss_scale_schedule(finite, scale, counter, policy.increment_period,
+                                          policy.multiplier)
 
     def _train_step(self, builder, job_name):
         """The int64 (1,) train step this run uses (0 first); OneFlow's TrainStep variable

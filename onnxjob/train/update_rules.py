@@ -4,8 +4,8 @@ Each rule takes Blobs (model `w`, gradient `g`, state, float learning rate `lr` 
 model's dtype) and returns the new values, with OneFlow's formula and evaluation order.
 Hyperparameters are OneFlow op attributes, i.e. float32: they are rounded to float32
 before use, as OneFlow does. The gradient-side passes (l1/l2 regularization, clipping by
-global norm, the not-finite check of dynamic loss scaling) and the row mask of the
-"indexed slices" (sparse) updates are here too.
+global norm, loss-scale unscaling, the not-finite check and scale schedule of dynamic
+loss scaling) and the row mask of the "indexed slices" (sparse) updates are here too.
 """
 import numpy as np
 
@@ -64,6 +64,48 @@ def clip_by_global_norm(grads, clip_norm):
     inv_clip = as_blob(np.asarray(1.0 / float(np.float32(clip_norm)), total.np_dtype), like=total)
     scale = op("Min", op("Reciprocal", op("Sqrt", total)), inv_clip)
     return {n: g * cast_like(scale, g) for n, g in grads.items()}
+
+
+def unscale(grads, loss_scale, elem_cnt):
+    """Gradients of a scaled seed (autodiff.backward's `loss_scale`) as OneFlow's optimizer
+    pass treats them (oneflow/core/job_rewriter/autograd.cpp): times 1.0f / elem_cnt
+    (ScaleModelDiffByConstantLossInstanceNum), then times 1/scale (ScaleModelDiffByLossScale),
+    the reciprocal taken in float32 (a static factor's `1.0f / factor`, a dynamic scale's
+    `reciprocal` node) and cast to the gradient's dtype. `loss_scale` is a float or a
+    float32 one-element Blob."""
+    first = next(iter(grads.values()))
+    if isinstance(loss_scale, Blob):
+        inverse = op("Reciprocal", reshape_to(loss_scale, ()))
+    else:
+        inverse = as_blob(np.float32(1) / np.float32(loss_scale), like=first, dtype=np.float32)
+    out = {}
+    for name, g in grads.items():
+        if elem_cnt != 1:
+            g = g * as_blob(np.float32(1) / np.float32(elem_cnt), like=g)
+        out[name] = g * cast_like(inverse, g)
+    return out
+
+
+def dynamic_loss_scale_schedule(finite, loss_scale, counter, increment_period, multiplier):
+    """(new scale, new good-step counter) as OneFlow's dynamic_loss_scale_schedule kernel
+    (oneflow/user/kernels/dynamic_loss_scale_schedule_kernel.cpp, v0.5.0 and master):
+    finite: counter + 1, and once it reaches increment_period the scale becomes
+    min(scale * multiplier, FLT_MAX) and the counter 0; not finite: the counter 0 and the
+    scale max(scale / multiplier, 1).
+
+    The kernel computes in double and rounds to float32; float32 nodes give the same bits
+    (a product or quotient of two floats rounded via double is the correctly rounded
+    float, and min/max against FLT_MAX and 1 commute with that rounding; an overflow to
+    inf is clamped to FLT_MAX by Min)."""
+    mult = attr(loss_scale, multiplier)
+    step = counter + int64_constant(counter, [1])
+    grow = op("GreaterOrEqual", step, int64_constant(counter, [int(increment_period)]))
+    grown = op("Min", loss_scale * mult, attr(loss_scale, np.finfo(np.float32).max))
+    shrunk = op("Max", loss_scale / mult, attr(loss_scale, 1.0))
+    zero = int64_constant(counter, [0])
+    new_scale = op("Where", finite, op("Where", grow, grown, loss_scale), shrunk)
+    new_counter = op("Where", finite, op("Where", grow, zero, step), zero)
+    return new_scale, new_counter
 
 
 def all_finite(grads):
