@@ -62,8 +62,8 @@ def page_faults(fn, calls=3):
     """(MB of memory first touched, seconds of system time) per call of `fn()`, from the
     process's minor page faults (Linux). A framework whose allocator returns memory to the
     OS between steps (PyTorch on glibc's malloc) touches it anew each step; on a VM what
-    that costs varies and mostly does not show as system time (README: PyTorch's ResNet50
-    step ranged 0.84-1.48 s in one day, 0.79-0.82 s with glibc keeping the memory)."""
+    that costs varies and mostly does not show as system time (docs/benchmarks.md: PyTorch's
+    ResNet50 step ranged 0.84-1.48 s in one day, 0.79-0.82 s with glibc keeping the memory)."""
     import resource
     before = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(calls):

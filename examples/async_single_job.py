@@ -1,6 +1,5 @@
 """MLP training whose losses reach a callback (tp.Callback): data preparation of the next
 step overlaps the run of this one. Saves the model to ./mlp_models_1."""
-import oneflow_compat  # noqa: F401
 import onnxjob as flow
 import onnxjob.typing as tp
 from mlp_net import mlp

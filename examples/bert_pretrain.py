@@ -20,7 +20,6 @@ from typing import Tuple
 
 import numpy as np
 
-import oneflow_compat  # noqa: F401  (lets `import onnxjob` find the repository checkout)
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.compat import import_oneflow_module

@@ -15,7 +15,6 @@ import os
 
 import numpy as np
 
-import oneflow_compat  # noqa: F401  (lets `import onnxjob` find the repository checkout)
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.compat import import_oneflow_module

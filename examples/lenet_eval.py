@@ -1,5 +1,4 @@
 import numpy as np
-import oneflow_compat  # noqa: F401
 import onnxjob as flow
 import onnxjob.typing as tp
 from lenet_train import lenet

@@ -1,4 +1,3 @@
-import oneflow_compat  # noqa: F401  (lets `import onnxjob as flow` find the repo checkout)
 import onnxjob as flow
 import onnxjob.typing as tp
 

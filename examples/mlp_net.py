@@ -1,5 +1,4 @@
 """The MLP of the async examples (784-512-10, truncated-normal(0.1) weights)."""
-import oneflow_compat  # noqa: F401
 import onnxjob as flow
 
 

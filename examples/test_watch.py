@@ -1,7 +1,6 @@
 """flow.watch in a predict job that returns None: the watchers print after the call returns."""
 import numpy as np
 
-import oneflow_compat  # noqa: F401
 import onnxjob as flow
 import onnxjob.typing as tp
 

@@ -1,5 +1,4 @@
 """flow.watch_diff: the gradient of the (summed) loss with respect to the logits, each step."""
-import oneflow_compat  # noqa: F401
 import onnxjob as flow
 import onnxjob.typing as tp
 from mlp_net import mlp

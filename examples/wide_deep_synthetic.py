@@ -22,7 +22,6 @@ import sys
 
 import numpy as np
 
-import oneflow_compat  # noqa: F401  (lets `import onnxjob` find the repository checkout)
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.compat import install_oneflow_alias

@@ -45,8 +45,8 @@ def missing_api(namespace):
             raise AttributeError(name)
         raise UnsupportedAPIError(
             f"{user_location()}: {namespace}.{name} is not provided by onnxjob, which "
-            "implements OneFlow's single-device legacy job-function API (see the README, "
-            "'Run your OneFlow script', for what is supported)")
+            "implements OneFlow's single-device legacy job-function API (docs/oneflow-scripts.md "
+            "in onnxjob's repository says what is supported)")
     return __getattr__
 
 

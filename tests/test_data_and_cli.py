@@ -110,3 +110,81 @@ def test_cuda_run_matches_cpu_reference(monkeypatch):
     _, eval_cpu = define_jobs(lenet, {"train": False})
     flow.load_variables(weights)
     np.testing.assert_allclose(eval_cpu(images), out, rtol=1e-3, atol=1e-3)
+
+
+def test_load_mnist_subset_ships_with_the_package():
+    (xtr, ytr), (xte, yte) = flow.data.load_mnist_subset(100, 100)
+    assert xtr.shape == (60, 100, 1, 28, 28) and ytr.shape == (60, 100)
+    assert xte.shape == (10, 100, 1, 28, 28) and yte.shape == (10, 100)
+    assert xtr.dtype == np.float32 and ytr.dtype == np.int32 and 0.0 <= xtr.min() <= xtr.max() <= 1.0
+    assert set(np.unique(ytr)) == set(range(10))
+    (nhwc, _), _ = flow.data.load_mnist_subset(50, 50, data_format="NHWC")
+    assert nhwc.shape == (120, 50, 28, 28, 1)
+
+
+def test_load_mnist_subset_is_the_start_of_the_full_set(mnist_path):
+    (xtr, ytr), (xte, yte) = flow.data.load_mnist_subset(100, 100)
+    (ftr, fytr), (fte, fyte) = flow.data.load_mnist(100, 100, out_dir=os.path.dirname(mnist_path))
+    assert np.array_equal(xtr, ftr[:60]) and np.array_equal(ytr, fytr[:60])
+    assert np.array_equal(xte, fte[:10]) and np.array_equal(yte, fyte[:10])
+
+
+def test_failed_mnist_download_is_one_clear_error(tmp_path, monkeypatch):
+    from onnxjob.io.mnist import MNISTDownloadError
+    monkeypatch.delenv("ONNXJOB_MNIST", raising=False)
+    url = "file://" + str(tmp_path / "absent.npz")
+    with pytest.raises(MNISTDownloadError) as info:
+        flow.data.load_mnist(out_dir=str(tmp_path / "cache"), url=url)
+    message = str(info.value)
+    assert "\n" not in message and url in message and "ONNXJOB_MNIST" in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert not any(p.name.endswith(".part") for p in (tmp_path / "cache").iterdir())
+
+
+def test_quickstart_falls_back_to_the_shipped_subset(tmp_path):
+    """Offline the quickstart says so in one line, trains on the subset and exports; no
+    traceback."""
+    from onnxjob.io import mnist
+    env = {k: v for k, v in os.environ.items() if k != "ONNXJOB_MNIST"}
+    code = ("import sys, runpy, urllib.error, onnxjob.io.mnist as m\n"
+            "def offline(url, path):\n"
+            "    raise urllib.error.URLError('no network here')\n"
+            "m._fetch = offline\n"
+            "sys.argv = ['quickstart.py', '--steps', '20', '--output', 'q.onnx']\n"
+            f"sys.path.insert(0, {os.path.join(ROOT, 'examples')!r})\n"
+            f"runpy.run_path({os.path.join(ROOT, 'examples', 'quickstart.py')!r}, "
+            "run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == ("quickstart: could not download MNIST from " + mnist.ONEFLOW_URL +
+                        ": no network here; set ONNXJOB_MNIST to a local mnist.npz")
+    assert lines[1].startswith("quickstart: using the MNIST subset shipped with onnxjob")
+    assert "trained 20 steps" in done.stdout and "test accuracy" in done.stdout
+    assert onnx.load(str(tmp_path / "q.onnx")).graph.node
+
+
+def test_both_onnxruntime_wheels_installed_warns_once(monkeypatch, capsys):
+    from importlib import metadata
+    versions = {"onnxruntime": "1.20.0", "onnxruntime-gpu": "1.20.0"}
+
+    def version(name):
+        if name not in versions:
+            raise metadata.PackageNotFoundError(name)
+        return versions[name]
+
+    monkeypatch.setattr(metadata, "version", version)
+    runtime.check_one_onnxruntime.cache_clear()
+    try:
+        message = runtime.check_one_onnxruntime()
+        runtime.check_one_onnxruntime()
+        err = capsys.readouterr().err
+        assert err.count("onnxjob: both onnxruntime and onnxruntime-gpu are installed") == 1
+        assert "pip uninstall -y onnxruntime onnxruntime-gpu" in message
+        del versions["onnxruntime-gpu"]
+        runtime.check_one_onnxruntime.cache_clear()
+        assert runtime.check_one_onnxruntime() is None and capsys.readouterr().err == ""
+    finally:
+        runtime.check_one_onnxruntime.cache_clear()

@@ -6,7 +6,7 @@ MNIST as small binary files.
 Files written to --out:
   mlp_train_step.onnx   the train job exported with flow.export: forward, backward, SGD
                         with momentum; its metadata `onnxjob.train_step` lists the feeds,
-                        outputs and (state input, next-state output) pairs (README)
+                        outputs and (state input, next-state output) pairs (docs/train-anywhere.md)
   train-images.u8 / train-labels.u8 / test-images.u8 / test-labels.u8
                         raw uint8 arrays, 784 bytes per image, one byte per label
   initial/              the exported initial variables as a checkpoint (flow.checkpoint)

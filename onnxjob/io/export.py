@@ -11,7 +11,7 @@ the placeholders and the state, and feeds each step's `/next` outputs back as th
 step's state. (They are not defaults of the inputs: onnxruntime-node does not let a caller
 override an input that has an initializer, and silently keeps the initializer.) Variables
 the step reads but never updates become constants. The model's metadata property
-`onnxjob.train_step` describes this in JSON (documented in the README):
+`onnxjob.train_step` describes this in JSON (documented in docs/train-anywhere.md):
 
     {"format": "onnxjob.train_step", "version": 1,
      "feeds":   [{"name", "shape", "dtype"}, ...],            the placeholders

@@ -1,4 +1,8 @@
-"""flow.data.load_mnist (spec §7): the MNIST npz as batched float32 images / int32 labels."""
+"""flow.data.load_mnist (spec §7): the MNIST npz as batched float32 images / int32 labels.
+
+`load_mnist_subset` reads the small subset shipped in onnxjob/data (see its README.md),
+which needs no download.
+"""
 import hashlib
 import os
 import sys
@@ -16,9 +20,31 @@ KNOWN_SHA256 = {ONEFLOW_SHA256,
                 "06af5dfe73b70e3bc1c36439982b18a8d76803db9b544f6fdf838a37fbb01b64"}
 
 
+SUBSET_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                           "mnist_subset.npz")
+
+
+class MNISTDownloadError(OSError):
+    """The MNIST file could not be downloaded; the message is one line naming the URL and why."""
+
+
 def _download(url, path):
+    import urllib.error
+    try:
+        _fetch(url, path)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        try:
+            os.remove(path + ".part")
+        except OSError:
+            pass
+        reason = getattr(e, "reason", None) or e
+        raise MNISTDownloadError(f"could not download MNIST from {url}: {reason}; set "
+                                 f"ONNXJOB_MNIST to a local mnist.npz") from None
+
+
+def _fetch(url, path):
     import urllib.request
-    with urllib.request.urlopen(url) as response:
+    with urllib.request.urlopen(url, timeout=60) as response:
         total = int(response.headers.get("Content-Length", 0))
         print("File size: %.4f kb, downloading..." % (total / 1024))
         done = 0
@@ -50,7 +76,8 @@ def load_mnist(train_batch_size=100, test_batch_size=100, data_format="NCHW", ur
     """((train_images, train_labels), (test_images, test_labels)), batched, unshuffled.
 
     Reads `out_dir/mnist.npz`; if absent, `$ONNXJOB_MNIST` names a local copy, else the
-    file is downloaded from `url`. `hash_check=None` skips the sha256 check.
+    file is downloaded from `url` (MNISTDownloadError when that fails). `hash_check=None`
+    skips the sha256 check.
     """
     path = os.path.join(out_dir, "mnist.npz")
     if not os.path.isfile(path) and settings.get("MNIST"):
@@ -64,6 +91,16 @@ def load_mnist(train_batch_size=100, test_batch_size=100, data_format="NCHW", ur
         accepted = KNOWN_SHA256 if hash_check == ONEFLOW_SHA256 else {hash_check}
         if digest not in accepted:
             raise Exception("sha256 verification failed, remove %s and try again" % path)
+    return _batched(path, train_batch_size, test_batch_size, data_format)
+
+
+def load_mnist_subset(train_batch_size=100, test_batch_size=100, data_format="NCHW"):
+    """load_mnist's arrays from the subset shipped with onnxjob: MNIST's first 6,000
+    training and first 1,000 test images. No download, no hash check."""
+    return _batched(SUBSET_PATH, train_batch_size, test_batch_size, data_format)
+
+
+def _batched(path, train_batch_size, test_batch_size, data_format):
     with np.load(path, allow_pickle=False) as f:
         x_train, y_train, x_test, y_test = f["x_train"], f["y_train"], f["x_test"], f["y_test"]
     x_train = x_train.astype(np.float32) / 255.0

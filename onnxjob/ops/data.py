@@ -1,4 +1,4 @@
-"""`flow.data`: data a job makes or reads itself (and `load_mnist` for the docs).
+"""`flow.data`: data a job makes or reads itself (and the MNIST loaders for the docs).
 
 The readers and decoders run on the host before each run (runtime/pipeline.py, ops/host.py),
 reading OneFlow's OFRecord datasets (io/ofrecord.py); decoders that give fixed-shape
@@ -13,7 +13,7 @@ from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
 from onnxjob.graph.tracer import current_builder
 from onnxjob.io import images, ofrecord
-from onnxjob.io.mnist import load_mnist  # noqa: F401
+from onnxjob.io.mnist import load_mnist, load_mnist_subset  # noqa: F401
 from onnxjob.ops.host import (RECORD, TENSOR_BUFFER, check_host_value, checked_args,
                               encoded_items, host_value, to_blob)
 from onnxjob.ops.random import gen_seed

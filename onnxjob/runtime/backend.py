@@ -5,11 +5,38 @@ import re
 import sys
 
 import numpy as np
-import onnxruntime as ort
 
-from onnxjob import settings
-from onnxjob.errors import DeviceUnavailableError, TraceError
-from onnxjob.runtime import cuda_libraries, session_cache
+
+@functools.lru_cache(maxsize=None)
+def check_one_onnxruntime():
+    """Say once, on stderr, when both the onnxruntime and the onnxruntime-gpu wheels are
+    installed: they share one onnxruntime/ folder, so the files that import are a mix of
+    whichever was installed last. Checked before onnxruntime is first imported."""
+    from importlib import metadata
+    installed = []
+    for name in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            metadata.version(name)
+            installed.append(name)
+        except metadata.PackageNotFoundError:
+            pass
+    if len(installed) < 2:
+        return None
+    message = ("onnxjob: both onnxruntime and onnxruntime-gpu are installed; they share one "
+               "onnxruntime/ folder and must not be installed together. Keep one: "
+               "pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu "
+               "(or onnxruntime for the CPU)")
+    print(message, file=sys.stderr)
+    return message
+
+
+check_one_onnxruntime()
+
+import onnxruntime as ort  # noqa: E402  (after the check above)
+
+from onnxjob import settings  # noqa: E402
+from onnxjob.errors import DeviceUnavailableError, TraceError  # noqa: E402
+from onnxjob.runtime import cuda_libraries, session_cache  # noqa: E402
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
