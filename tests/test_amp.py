@@ -387,3 +387,89 @@ def test_of_cnn_train_val_use_fp16_builds_an_amp_graph(tmp_path):
              for v in list(model.graph.value_info) + list(model.graph.output)}
     convs = [types.get(n.output[0]) for n in model.graph.node if n.op_type == "Conv"]
     assert convs and all(t == F16 for t in convs), collections.Counter(convs)
+
+
+# -- loss scaling in true half arithmetic ------------------------------------------------------
+# onnxruntime's CPU EP runs a float16 graph through float32 kernels and drops the
+# float->half->float cast pairs it inserts, so there a half value never overflows. onnx's
+# reference evaluator computes each node in its declared type (NumPy float16): it shows what
+# the graph does on a device that computes in half.
+
+def _reference_steps(job_name, feeds, values, steps):
+    """Run the train job's graph `steps` times in onnx.reference, feeding its state outputs
+    back; yields (its loss, the variables before the step, after it)."""
+    from onnx.reference import ReferenceEvaluator
+    from onnx.reference.ops.op_one_hot import OneHot as ReferenceOneHot
+
+    class OneHot(ReferenceOneHot):   # the reference takes depth only as a scalar
+        def _run(self, indices, depth, values, axis=None):
+            return super()._run(indices, np.asarray(depth).reshape(()), values, axis=axis)
+
+    runtime = default_session().runtimes[job_name]
+    compiled, model = runtime.compiled, onnx.load_from_string(runtime.model_bytes)
+    evaluator = ReferenceEvaluator(model, new_ops=[OneHot])
+    names = [o.name for o in model.graph.output]
+    for _ in range(steps):
+        inputs = dict(zip(compiled.placeholder_names, feeds))
+        inputs.update({name: values[v] for v, name in compiled.variable_inputs.items()})
+        with np.errstate(over="ignore", invalid="ignore"):
+            outputs = dict(zip(names, evaluator.run(None, inputs)))
+        after = dict(values, **{v: outputs[o] for v, o in compiled.state_outputs.items()})
+        yield float(np.mean(outputs[compiled.output_names[0]])), values, after
+        values = after
+
+
+def test_dynamic_loss_scale_skips_the_steps_that_overflow_in_half():
+    """A dynamic scale of 2**24 under AMP: in float16 arithmetic the scaled gradients
+    overflow, the step changes no weight, slot or step counter and the scale halves, until it
+    is small enough; then the net trains and the scale grows after `increment_period` good
+    steps, exactly by OneFlow's rule."""
+    flow.config.seed(0)
+    policy = flow.optimizer.loss_scale.dynamic_loss_scale(
+        initial_loss_scale=2.0 ** 24, increment_period=2, multiplier=2.0)
+
+    @flow.global_function(type="train", function_config=_amp_config())
+    def train_job(x: tp.Numpy.Placeholder((8, 16)),
+                  y: tp.Numpy.Placeholder((8,), dtype=flow.int32)) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.5)
+        h = flow.layers.dense(x, 32, activation=flow.nn.relu, kernel_initializer=init, name="h")
+        logits = flow.layers.dense(h, 4, kernel_initializer=init, name="o")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9,
+                           loss_scale_policy=policy).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(0)
+    feeds = (rng.standard_normal((8, 16)).astype(np.float32),
+             rng.integers(0, 4, 8).astype(np.int32))
+    values = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    prefix = "System-Train-DynamicLossScale-train_job-"
+    scale, counter = prefix + "LossScale", prefix + "GoodStepCounter"
+    rest = [k for k in values if k not in (scale, counter)]   # weights, momenta, train step
+    assert any(k.endswith("-momentum") for k in rest) and any("TrainStep" in k for k in rest)
+
+    expected_scale, expected_counter, skipped, losses = 2.0 ** 24, 0, [], []
+    for loss, before, after in _reference_steps("train_job", feeds, values, 14):
+        unchanged = [k for k in rest if np.array_equal(before[k], after[k])]
+        finite = not unchanged
+        assert finite or len(unchanged) == len(rest), "a step changed only some variables"
+        skipped.append(not finite)
+        # OneFlow's dynamic_loss_scale_schedule kernel
+        if finite:
+            expected_counter += 1
+            if expected_counter == 2:
+                expected_scale, expected_counter = expected_scale * 2, 0
+            losses.append(loss)
+        else:
+            expected_scale, expected_counter = max(expected_scale / 2, 1.0), 0
+        assert after[scale].item() == expected_scale and after[counter].item() == expected_counter
+    assert skipped[:3] == [True, True, True], skipped          # 2**24 overflows float16
+    assert not all(skipped[-5:]), skipped                       # then it trains...
+    assert losses[-1] < losses[0], losses                       # ...and learns
+
+    # onnxruntime's CPU EP computes the same graph in float32: nothing overflows at 2**24
+    loss = train_job(*feeds)
+    assert np.isfinite(loss).all()
+    after = flow.get_all_variables()
+    assert after[scale].numpy().item() == 2.0 ** 24
+    assert not np.array_equal(after["h-weight"].numpy(), values["h-weight"])
