@@ -276,7 +276,6 @@ def test_a_wrong_cached_model_is_a_miss_said_once_and_rebuilt(tmp_path, monkeypa
 
 def test_a_cached_model_with_other_outputs_is_a_miss():
     """The input/output check itself: the same inputs with one output renamed."""
-    import onnx
     from onnx import helper, TensorProto
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
 
