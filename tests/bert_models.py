@@ -44,17 +44,18 @@ def _placeholders(batch, seq, predictions):
             tp.Numpy.Placeholder((batch, 1), dtype=flow.int32))
 
 
-def define_train_job(batch, config=None, opt_args=None):
+def define_train_job(batch, config=None, opt_args=None, function_config=None):
     """A train job of upstream pretrain.PreTrain with `config` (SMALL's keys overridden):
     train_job(*synthetic_batch arrays) -> {"total_loss", "mlm_loss", "nsp_loss"}; it
-    minimizes the total loss with util.CreateOptimizer(opt_args)."""
+    minimizes the total loss with util.CreateOptimizer(opt_args), under `function_config`
+    (a flow.function_config(), or the default one)."""
     _, pretrain, util = bert_modules()
     config = dict(SMALL, **(config or {}))
     opt_args = opt_args or optimizer_args()
     tokens, picks, pick_weights, labels = _placeholders(batch, config["seq_length"],
                                                         config["max_predictions_per_seq"])
 
-    @flow.global_function(type="train")
+    @flow.global_function(type="train", function_config=function_config)
     def train_job(input_ids: tokens, input_mask: tokens, token_type_ids: tokens,
                   masked_lm_positions: picks, masked_lm_ids: picks,
                   masked_lm_weights: pick_weights,

@@ -473,3 +473,40 @@ def test_dynamic_loss_scale_skips_the_steps_that_overflow_in_half():
     after = flow.get_all_variables()
     assert after[scale].numpy().item() == 2.0 ** 24
     assert not np.array_equal(after["h-weight"].numpy(), values["h-weight"])
+
+
+def test_bert_pretraining_under_amp_as_upstream_use_fp16():
+    """OneFlow-Benchmark's BERT pretraining with its --use_fp16 settings (AMP and upstream's
+    dynamic loss scale from 2**30, LAMB, clipping): attention and dense MatMuls in half,
+    softmax, layer norm and losses in float32. The first steps overflow in float16 and are
+    skipped (the train step and so the learning-rate schedule do not advance), the scale
+    halving each time, as in OneFlow; from the first good step on, the losses follow the
+    float32 run's within 1%."""
+    from bert_models import define_train_job, optimizer_args, synthetic_batch
+    batch = synthetic_batch(4)
+    scale_name = "System-Train-DynamicLossScale-train_job-LossScale"
+
+    def run(amp, steps):
+        flow.clear_default_session()
+        flow.config.seed(0)
+        args = optimizer_args()
+        args.use_fp16 = amp
+        train_job = define_train_job(4, opt_args=args,
+                                     function_config=_amp_config() if amp else None)
+        losses, scales = [], []
+        for _ in range(steps):
+            losses.append(float(train_job(*batch)["total_loss"].mean()))
+            if amp:
+                scales.append(flow.get_all_variables()[scale_name].numpy().item())
+        return losses, scales
+
+    full, _ = run(False, 6)
+    half, scales = run(True, 30)
+    by_op, model, types = _job_graph("train_job")
+    _assert_amp_graph(by_op, model, types)
+    assert F16 in by_op["MatMul"] or F16 in by_op.get("Gemm", set())
+    assert by_op["Softmax"] == {F32}
+    skipped = next(i for i, s in enumerate(scales) if s != 2.0 ** 30 / 2 ** (i + 1))
+    assert 1 <= skipped <= 20, scales
+    assert len(set(half[:skipped + 1])) == 1, half[:skipped + 1]   # no variable changed
+    np.testing.assert_allclose(half[skipped:skipped + 6], full, rtol=1e-2)

@@ -65,7 +65,11 @@ MARKER = "onnxjob.mixed_precision"
 
 
 def _dtype(value):
-    return None if value is None or value.type is None else getattr(value.type, "dtype", None)
+    """The element type of a tensor value; None for sequences (tensor lists stay as they
+    are) and values of unknown type."""
+    if value is None or not isinstance(value.type, ir.TensorType):
+        return None
+    return value.type.dtype
 
 
 @functools.lru_cache(maxsize=None)
