@@ -35,7 +35,11 @@ from onnxjob.frontend.variables import assign, get_variable, regularizers  # noq
 from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
 from onnxjob.io import checkpoint  # noqa: F401
 from onnxjob.io.export import export  # noqa: F401
-from onnxjob.ops import data, image, layers, math, nn, random  # noqa: F401
+from onnxjob.ops import data, image, layers, math, nn, random, summary  # noqa: F401
+from onnxjob.ops.legacy import (acc, categorical_ordinal_encode, combined_margin_loss,  # noqa: F401
+                                count_not_finite, distributed_partial_fc_sample,
+                                indexed_slices_reduce_sum, multi_count_not_finite, pack,
+                                repeat, unpack)
 from onnxjob.ops.array import *  # noqa: F401,F403
 from onnxjob.ops.array import unique_with_counts as _unique_with_counts
 from onnxjob.ops.losses import ctc_loss, smooth_l1_loss  # noqa: F401
@@ -75,7 +79,8 @@ def _enable_typing_check(value=True):
 
 
 experimental = _Namespace("flow.experimental", enable_typing_check=_enable_typing_check,
-                          name_scope=scope.namespace, unique_with_counts=_unique_with_counts)
+                          name_scope=scope.namespace, unique_with_counts=_unique_with_counts,
+                          indexed_slices_reduce_sum=indexed_slices_reduce_sum)
 
 
 def enable_eager_execution(value=True):

@@ -301,4 +301,6 @@ def prelu(inputs, alpha_initializer=None, alpha_regularizer=None, shared_axes=No
     return op("Where", positive, inputs, inputs * alpha, name=name)
 
 
+from onnxjob.ops.legacy import categorical_ordinal_encoder  # noqa: E402,F401
+
 __getattr__ = missing_api("flow.layers")

@@ -645,4 +645,7 @@ def unsorted_batch_segment_sum(data, segment_ids, num_segments, name=None):
     return op("Reshape", summed, int64_constant(data, out_shape), name=name)
 
 
+from onnxjob.ops.legacy import (count_not_finite,  # noqa: E402,F401
+                                fused_scale_tril_softmax_dropout)
+
 __getattr__ = missing_api("flow.math")

@@ -1,0 +1,350 @@
+"""OneFlow 0.5's remaining single-client ops: count_not_finite, indexed_slices_reduce_sum,
+the fused attention helpers, the face-recognition ops (combined_margin_loss,
+distributed_partial_fc_sample), the time-shape ops (repeat / acc, unpack / pack) and the
+stateful categorical_ordinal_encode (refused).
+
+Sources: python/oneflow/compatible/single_client/ops/{count_not_finite,
+combined_margin_loss, partial_fc_sample, domain_ops, math_ops,
+categorical_ordinal_encode_op}.py, framework/ops.py, experimental/indexed_slices_ops.py,
+and the kernels under oneflow/user/kernels/ of the v0.5.0 tag.
+"""
+import numbers
+
+import numpy as np
+
+from onnxjob import dtypes
+from onnxjob.errors import TraceError, UnsupportedAPIError
+from onnxjob.graph.primitives.elementwise import FLOATS
+from onnxjob.graph.primitives.shape_ops import reshape_to
+from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
+from onnxjob.ops import random as _random
+from onnxjob.ops.array import unique_with_counts
+from onnxjob.source_info import user_location
+
+_INDEX = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _named(blob, name):
+    return blob if name is None else op("Identity", blob, name=name)
+
+
+def _blob(x, api, what="x", allowed=None):
+    if not isinstance(x, Blob):
+        raise TraceError(f"{api}: {what} must be a Blob, got {type(x).__name__}")
+    if allowed is not None and x.np_dtype not in allowed:
+        raise TraceError(f"{api}: {what} must be " + " or ".join(map(str, allowed))
+                         + f", got {x.np_dtype}")
+    return x
+
+
+def _positive_int(value, api, what):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
+        raise TraceError(f"{api}: {what} must be a positive int, got {value!r}")
+    return int(value)
+
+
+# -- count_not_finite ------------------------------------------------------------------------
+
+def _not_finite_count(x):
+    """int64 (1,): the number of NaN and +-inf elements (x - x is NaN exactly there)."""
+    bad = op("IsNaN", op("Sub", x, x))
+    flat = reshape_to(op("Cast", bad, to=7), (int(np.prod(x.shape)),))
+    return op("ReduceSum", flat, int64_constant(flat, [0]), keepdims=1)
+
+
+def count_not_finite(x, name=None):
+    """int64 of shape (1,): how many elements of x are NaN or infinite (flow.count_not_finite;
+    float32 / float64, as OneFlow's kernels). No gradient."""
+    _blob(x, "flow.count_not_finite", allowed=FLOATS)
+    return _named(_not_finite_count(x), name)
+
+
+def multi_count_not_finite(x=None, name=None):
+    """count_not_finite summed over a list of Blobs of one float dtype."""
+    api = "flow.multi_count_not_finite"
+    if not x or not isinstance(x, (list, tuple)):
+        raise TraceError(f"{api} takes a non-empty list of Blobs, got {x!r}")
+    for b in x:
+        _blob(b, api, allowed=FLOATS)
+    if len({b.np_dtype for b in x}) > 1:
+        raise TraceError(f"{api}: the Blobs must share one dtype, got "
+                         + ", ".join(str(b.np_dtype) for b in x))
+    total = _not_finite_count(x[0])
+    for b in x[1:]:
+        total = op("Add", total, _not_finite_count(b))
+    return _named(total, name)
+
+
+# -- indexed_slices_reduce_sum ---------------------------------------------------------------
+
+def indexed_slices_reduce_sum(indices, values, name=None):
+    """[y_indices (n,), y_values (n, m), num_unique (1,) int64] for x_indices of n elements
+    and values of shape indices.shape + rest (m = prod(rest)): the first num_unique rows hold
+    each distinct index (in order of first appearance) and the sum of its value rows; the
+    rows after them are 0 (OneFlow leaves them unspecified). No gradient, as in OneFlow."""
+    api = "flow.experimental.indexed_slices_reduce_sum"
+    _blob(indices, api, "indices", _INDEX)
+    _blob(values, api, "values")
+    k = len(indices.shape)
+    if k >= len(values.shape) or tuple(values.shape[:k]) != tuple(indices.shape):
+        raise TraceError(f"{api}: values {values.shape} must start with the indices' shape "
+                         f"{indices.shape} and have more axes")
+    n = int(np.prod(indices.shape))
+    m = int(np.prod(values.shape[k:]))
+    flat = reshape_to(indices, (n,))
+    y, idx, _, num_unique = unique_with_counts(flat, out_idx=dtypes.int64)
+    rows = reshape_to(values, (n, m))
+    summed = op("onnxjob.UnsortedSegmentSum", rows, idx, axis=0, num_segments=n)
+    prefix = "" if name is None else name + "/"
+    return [op("Identity", y, name=prefix + "y_indices" if name else None),
+            op("Identity", summed, name=prefix + "y_values" if name else None),
+            op("Cast", num_unique, to=7, name=prefix + "num_unique" if name else None)]
+
+
+# -- fused attention helpers -----------------------------------------------------------------
+
+def fused_self_attention_query_mul_key_and_value(x, head_size, alpha=1.0, name=None):
+    """(query_mul_key (b, n, s, s), value (b, n, s, h)) of hidden states x (s, b, n*3*h):
+    x viewed as (s, b, n, 3, h) holds q, k, v per head; query_mul_key = alpha * q @ k^T."""
+    api = "flow.nn.fused_self_attention_query_mul_key_and_value"
+    _blob(x, api, allowed=FLOATS)
+    head_size = _positive_int(head_size, api, "head_size")
+    if len(x.shape) != 3 or x.shape[2] % (3 * head_size):
+        raise TraceError(f"{api}: x must be (seq_len, batch, num_heads * 3 * head_size), got "
+                         f"{x.shape} with head_size {head_size}")
+    s, b, hidden = x.shape
+    heads = hidden // (3 * head_size)
+    per_head = op("Transpose", reshape_to(x, (s, b, heads, 3, head_size)), perm=[3, 1, 2, 0, 4])
+    q, k, v = [reshape_to(p, (b, heads, s, head_size))
+               for p in op("Split", per_head, axis=0, num_outputs=3)]
+    qmk = op("MatMul", q, op("Transpose", k, perm=[0, 1, 3, 2]))
+    if float(alpha) != 1.0:
+        qmk = op("Mul", qmk, as_blob(float(alpha), like=qmk))
+    prefix = "" if name is None else name + "/"
+    return (_named(qmk, prefix + "query_mul_key" if name else None),
+            _named(v, prefix + "value" if name else None))
+
+
+def fused_scale_tril_softmax_dropout(x, diagonal=0, fill_value=0, scale=1, rate=0.0,
+                                     noise_shape=None, seed=None, name=None):
+    """softmax(tril(x * scale, diagonal, fill_value)) over the last axis, then dropout:
+    kept values (probability 1 - rate) are scaled by 1 / (1 - rate). As in OneFlow, the mask
+    is drawn in predict jobs too (the op has no train-only switch)."""
+    from onnxjob.ops.math import fused_scale_tril
+    api = "flow.math.fused_scale_tril_softmax_dropout"
+    _blob(x, api, allowed=FLOATS)
+    if not isinstance(rate, numbers.Real) or not 0.0 <= rate < 1.0:
+        raise TraceError(f"{api}: rate must be in [0, 1), got {rate!r}")
+    if noise_shape is not None:
+        raise TraceError(f"{api}: noise_shape is not supported (as in OneFlow)")
+    y = op("Softmax", fused_scale_tril(x, diagonal, fill_value, scale), axis=-1)
+    if rate > 0:
+        mask = _random.random_mask_like(x, rate, seed)
+        keep = op("Mul", op("Cast", mask, to=dtypes.from_numpy(x.np_dtype).ir_dtype.value),
+                  as_blob(1.0 / (1.0 - rate), like=y))
+        y = op("Mul", y, keep)
+    return _named(y, name)
+
+
+# -- face recognition ------------------------------------------------------------------------
+
+def combined_margin_loss(x, label, m1=1, m2=0, m3=0, name=None):
+    """The combined (ArcFace / CosFace / SphereFace) margin: x (N, C...) holds cosines; at each
+    row's label the value becomes cos(m1 * acos(x) + m2) - m3, the rest passes through.
+    Labels outside [0, C) leave their row unchanged. Gradient: OneFlow's rule."""
+    api = "flow.combined_margin_loss"
+    _blob(x, api, allowed=FLOATS)
+    _blob(label, api, "label", _INDEX)
+    if len(x.shape) < 2 or len(label.shape) != 1 or label.shape[0] != x.shape[0]:
+        raise TraceError(f"{api}: x must be (N, C, ...) and label (N,), got {x.shape} and "
+                         f"{label.shape}")
+    flat = reshape_to(x, (x.shape[0], int(np.prod(x.shape[1:]))))
+    y, _theta = op("onnxjob.CombinedMarginLoss", flat, label, m1=float(m1), m2=float(m2),
+                   m3=float(m3), num_outputs=2)
+    return _named(reshape_to(y, x.shape), name)
+
+
+def distributed_partial_fc_sample(weight, label, num_sample, name=None):
+    """(mapped_label, sampled_label, sampled_weight) on one device: `num_sample` classes of
+    weight (C, ...) drawn at random each run, every class in `label` first (ascending),
+    then random others; sampled_weight = weight[sampled_label] (its gradient reaches the
+    sampled rows of weight); mapped_label[i] is the position of label[i] among the samples.
+
+    Labels must lie in [0, C) and there must be at most num_sample distinct labels (OneFlow's
+    kernel assumes both)."""
+    api = "flow.distributed_partial_fc_sample"
+    _blob(weight, api, "weight", FLOATS)
+    _blob(label, api, "label", _INDEX)
+    num_sample = _positive_int(num_sample, api, "num_sample")
+    if len(weight.shape) < 1 or len(label.shape) != 1:
+        raise TraceError(f"{api}: weight must be (C, ...) and label (N,), got {weight.shape} "
+                         f"and {label.shape}")
+    classes = weight.shape[0]
+    if num_sample > classes:
+        raise TraceError(f"{api}: num_sample {num_sample} exceeds the {classes} classes of "
+                         "weight")
+    lab = op("Cast", label, to=7)
+    hits = op("Equal", op("Unsqueeze", lab, int64_constant(lab, [1])),
+              int64_constant(lab, np.arange(classes)[None, :]))
+    hit_count = op("ReduceSum", op("Cast", hits, to=6), int64_constant(lab, [0]), keepdims=0)
+    positive = op("Greater", hit_count, as_blob(np.int32(0), like=hit_count))
+    # keys: classes in label get (class - C) < 0, so they sort first and ascending; the
+    # others a uniform draw in [0, 1), so the rest of the sample is random
+    draw = _random._uniform((classes,), np.float32, None, api)
+    keys = op("Where", positive, as_blob(np.arange(classes, dtype=np.float32) - classes,
+                                         like=draw), draw)
+    _, picked = op("TopK", keys, int64_constant(keys, [num_sample]), axis=0, largest=0,
+                   sorted=1, num_outputs=2)
+    slot = op("ScatterElements", int64_constant(lab, np.zeros(classes, np.int64)), picked,
+              int64_constant(lab, np.arange(num_sample)), axis=0)
+    mapped = op("Gather", slot, lab, axis=0)
+    to = dtypes.from_numpy(label.np_dtype).ir_dtype.value
+    prefix = "" if name is None else name + "/"
+    return (op("Cast", mapped, to=to, name=prefix + "mapped_label" if name else None),
+            op("Cast", picked, to=to, name=prefix + "sampled_label" if name else None),
+            _named(op("Gather", weight, picked, axis=0), prefix + "sampled_weight" if name
+                   else None))
+
+
+# -- time-shape ops: repeat / acc, unpack / pack ---------------------------------------------
+# In OneFlow these change a Blob's time shape: the ops after repeat(x, n) run n times per
+# job step and acc(y, n) sums their n results; unpack(x, n) feeds n micro-batches (the
+# slices of axis 0) to the ops after it, one per time step, and pack(y, n) concatenates
+# the n results along axis 0. onnxjob traces one graph per job, so it replays the traced
+# ops between the two ends once per time step (_replay below).
+
+def _cone(start, end):
+    """The traced nodes that lead from Blob `start` to Blob `end`, in trace order."""
+    builder = end.builder
+    index = {id(n): i for i, n in enumerate(builder.nodes)}
+    depends = {id(start)}
+    cone = []
+    first = index.get(id(start.producer), -1) + 1
+    for node in builder.nodes[first:index[id(end.producer)] + 1]:
+        if any(id(b) in depends for b in node.inputs):
+            cone.append(node)
+            depends.update(id(b) for b in node.outputs)
+    if id(end) not in depends:
+        return None
+    return cone
+
+
+def _replay(cone, start, replacement, end, api):
+    """Emit the nodes of `cone` again with `replacement` in place of `start`; returns the
+    copy of `end`. Random ops get fresh seeds, as each OneFlow time step draws anew."""
+    copies = {id(start): replacement}
+    for node in cone:
+        attrs = dict(node.attrs)
+        if "seed" in attrs:
+            attrs["seed"] = type(attrs["seed"])(_random.op_seed(None))
+        inputs = [copies.get(id(b), b) for b in node.inputs]
+        outs = op(node.op_type, *inputs, num_outputs=len(node.outputs), **attrs)
+        outs = outs if isinstance(outs, list) else [outs]
+        for old, new in zip(node.outputs, outs):
+            copies[id(old)] = new
+    return copies[id(end)]
+
+
+def _time_source(y, kind, api):
+    """The Blob that `kind` (repeat / unpack) made and that y depends on, with its count."""
+    builder = y.builder
+    sources = getattr(builder, "_time_sources", {})
+    found = [(blob, n, src) for blob, n, k, src in sources.values() if k == kind
+             and (blob is y or _cone(blob, y) is not None)]
+    if len(found) != 1:
+        what = "no" if not found else "more than one"
+        raise TraceError(f"{api}: its input depends on {what} flow.{kind} result; onnxjob "
+                         f"supports exactly one flow.{kind} before each {api}")
+    return found[0]
+
+
+def _mark(blob, source, n, kind):
+    builder = blob.builder
+    if not hasattr(builder, "_time_sources"):
+        builder._time_sources = {}
+    builder._time_sources[id(blob)] = (blob, n, kind, source)
+    return blob
+
+
+def repeat(input, repeat_num, name=None):
+    """x, seen `repeat_num` times by the ops after it (until flow.acc sums them)."""
+    api = "flow.repeat"
+    _blob(input, api, "input")
+    n = _positive_int(repeat_num, api, "repeat_num")
+    return _mark(op("Identity", input, name=name), input, n, "repeat")
+
+
+def acc(one, max_acc_num, name=None):
+    """The sum of `one` over the max_acc_num time steps that a flow.repeat started: the ops
+    between flow.repeat and here run once per step (random ones draw anew each step)."""
+    api = "flow.acc"
+    _blob(one, api, "one")
+    n = _positive_int(max_acc_num, api, "max_acc_num")
+    source, repeats, _ = _time_source(one, "repeat", api)
+    if repeats != n:
+        raise TraceError(f"{api}: max_acc_num {n} differs from the repeat_num {repeats} of "
+                         "the flow.repeat it closes")
+    cone = _cone(source, one) if source is not one else []
+    del one.builder._time_sources[id(source)]
+    total = one
+    for _ in range(n - 1):
+        total = op("Add", total, _replay(cone, source, source, one, api))
+    return _named(total if n > 1 else op("Identity", one), name)
+
+
+def unpack(input, unpack_num, name=None):
+    """The first of unpack_num micro-batches (slices of axis 0) of input; the ops after it
+    run on each micro-batch in turn when a flow.pack closes them."""
+    api = "flow.unpack"
+    _blob(input, api, "input")
+    n = _positive_int(unpack_num, api, "unpack_num")
+    if len(input.shape) == 0 or input.shape[0] % n:
+        raise TraceError(f"{api}: axis 0 of input {input.shape} must be a multiple of "
+                         f"unpack_num {n}")
+    part = input.shape[0] // n
+    first = op("Slice", input, int64_constant(input, [0]), int64_constant(input, [part]),
+               int64_constant(input, [0]), name=name)
+    return _mark(first, input, n, "unpack")
+
+
+def pack(input, pack_num, name=None):
+    """The results of the unpack_num time steps a flow.unpack started, concatenated along
+    axis 0 (a scalar result becomes a vector of pack_num values)."""
+    api = "flow.pack"
+    _blob(input, api, "input")
+    n = _positive_int(pack_num, api, "pack_num")
+    source, parts, whole = _time_source(input, "unpack", api)
+    if parts != n:
+        raise TraceError(f"{api}: pack_num {n} differs from the unpack_num {parts} of the "
+                         "flow.unpack it closes")
+    size = whole.shape[0] // n
+    cone = _cone(source, input) if source is not input else []
+    del input.builder._time_sources[id(source)]
+    steps = [input]
+    for i in range(1, n):
+        micro = op("Slice", whole, int64_constant(whole, [i * size]),
+                   int64_constant(whole, [(i + 1) * size]), int64_constant(whole, [0]))
+        steps.append(_replay(cone, source, micro, input, api) if cone else micro)
+    if len(input.shape) == 0:
+        steps = [reshape_to(s, (1,)) for s in steps]
+    return op("Concat", *steps, axis=0, name=name)
+
+
+# -- categorical_ordinal_encode --------------------------------------------------------------
+
+def categorical_ordinal_encode(table, size, input_tensor, hash_precomputed=True, name=None):
+    """Refused: see the message."""
+    raise UnsupportedAPIError(
+        f"{user_location()}: flow.categorical_ordinal_encode is not provided by onnxjob. "
+        "OneFlow's kernel inserts each input value, one after another, into a linear-probing "
+        "hash table held in two int variables (table, size) that it updates in place while it "
+        "reads them; the result of every element depends on the inserts of all elements "
+        "before it. onnxjob's graphs write variables back only through optimizer updates, and "
+        "an element-by-element ONNX Loop over the table is not built. Encode categories "
+        "outside the job (e.g. with a Python dict) and feed the ids instead.")
+
+
+def categorical_ordinal_encoder(input_tensor, capacity, hash_precomputed=True,
+                                name="CategoricalOrdinalEncoder"):
+    """Refused, as categorical_ordinal_encode."""
+    categorical_ordinal_encode(None, None, input_tensor, hash_precomputed, name)

@@ -1,0 +1,305 @@
+"""OneFlow's remaining legacy ops (onnxjob/ops/legacy.py, flow.summary): forward values
+against NumPy / PyTorch, gradients by finite differences and against PyTorch, OneFlow's
+own test expectations, and trace-time errors that name the user's line."""
+import os
+import warnings
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from gradcheck import check_finite_differences, vjp
+
+import onnxjob as flow
+from onnxjob.errors import TraceError, UnsupportedAPIError
+from onnxjob.graph.compiler import IR_VERSION
+from onnxjob.graph.tracer import GraphBuilder, op, tracing
+
+torch = pytest.importorskip("torch", reason="PyTorch is the reference")
+THIS_FILE = os.path.basename(__file__)
+RNG = np.random.default_rng(0)
+
+
+def forward(fn, *arrays, train=False):
+    """Trace `fn` (one Blob or a list) on inputs shaped like `arrays`, run it once."""
+    builder = GraphBuilder("forward", is_train=train)
+    with tracing(builder):
+        blobs = [builder.add_input(f"x{i}", a.shape, a.dtype) for i, a in enumerate(arrays)]
+        ys = fn(*blobs)
+        single = not isinstance(ys, (list, tuple))
+        for y in [ys] if single else ys:
+            if y.producer is None or y.value in builder.graph.outputs:
+                y = op("Identity", y)
+            builder.graph.outputs.append(y.value)
+    model = ir.to_proto(ir.Model(builder.graph, ir_version=IR_VERSION))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    out = session.run(None, {f"x{i}": a for i, a in enumerate(arrays)})
+    return out[0] if single else out
+
+
+def vjp_against_torch(fn, torch_fn, xs, diff, rtol=1e-5, atol=1e-5):
+    run, yshape = vjp(fn, xs, diff)
+    ct = RNG.standard_normal(yshape).astype(np.float32)
+    y, grads = run(xs, ct)
+    txs = [torch.tensor(x, requires_grad=bool(d)) for x, d in zip(xs, diff)]
+    ty = torch_fn(*txs)
+    np.testing.assert_allclose(y, ty.detach().numpy(), rtol=rtol, atol=atol)
+    ty.backward(torch.tensor(ct))
+    gi = iter(grads)
+    for x, d in zip(txs, diff):
+        if d:
+            np.testing.assert_allclose(next(gi), x.grad.numpy(), rtol=rtol, atol=atol)
+
+
+# -- count_not_finite ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_count_not_finite_as_oneflow_test(dtype):
+    x = RNG.standard_normal((10, 30)).astype(dtype)
+    x[0] = np.nan
+    x[5][4] = np.inf
+    x[7][1] = -np.inf
+    for fn in (flow.count_not_finite, flow.math.count_not_finite):
+        y = forward(fn, x)
+        assert y.dtype == np.int64 and y.shape == (1,)
+        assert y[0] == x.size - np.isfinite(x).sum() == 32
+    x2 = RNG.standard_normal((10, 20)).astype(dtype)
+    x2[2] = np.inf
+    x2[6, 5] = np.nan
+    y = forward(lambda a, b: flow.multi_count_not_finite([a] * 3 + [b] * 2), x, x2)
+    assert y[0] == 3 * 32 + 2 * 21
+
+
+def test_count_not_finite_rejects_integers():
+    with pytest.raises(TraceError, match=THIS_FILE):
+        forward(flow.count_not_finite, np.zeros(3, np.int32))
+    with pytest.raises(TraceError, match="one dtype"):
+        forward(lambda a, b: flow.multi_count_not_finite([a, b]), np.zeros(3, np.float32),
+                np.zeros(3, np.float64))
+
+
+# -- indexed_slices_reduce_sum ---------------------------------------------------------------
+
+@pytest.mark.parametrize("idx_dtype", [np.int32, np.int64])
+def test_indexed_slices_reduce_sum_as_oneflow_test(idx_dtype):
+    indices = RNG.integers(0, 32, 256).astype(idx_dtype)
+    values = RNG.random((256, 8)).astype(np.float32)
+    for fn in (flow.experimental.indexed_slices_reduce_sum, flow.indexed_slices_reduce_sum):
+        y_idx, y_val, num = forward(fn, indices, values)
+        assert num.dtype == np.int64 and num.shape == (1,) and y_idx.dtype == idx_dtype
+        ref = np.unique(indices)
+        k = int(num[0])
+        assert k == len(ref) and y_val.shape == (256, 8)
+        order = np.argsort(y_idx[:k])
+        np.testing.assert_array_equal(y_idx[:k][order], ref)
+        want = np.stack([values[indices == i].sum(0) for i in ref])
+        np.testing.assert_allclose(y_val[:k][order], want, rtol=1e-5)
+        assert not y_val[k:].any()
+
+
+def test_indexed_slices_reduce_sum_multi_axis_indices():
+    indices = np.array([[3, 1], [3, 0]], np.int64)
+    values = np.arange(2 * 2 * 2 * 3, dtype=np.float64).reshape(2, 2, 2, 3)
+    y_idx, y_val, num = forward(flow.indexed_slices_reduce_sum, indices, values)
+    assert num[0] == 3 and y_val.shape == (4, 6)
+    np.testing.assert_array_equal(y_idx[:3], [3, 1, 0])  # order of first appearance
+    flat = values.reshape(4, 6)
+    np.testing.assert_allclose(y_val[:3], [flat[0] + flat[2], flat[1], flat[3]])
+    with pytest.raises(TraceError, match=THIS_FILE):
+        forward(flow.indexed_slices_reduce_sum, indices, np.zeros((2, 3, 4), np.float32))
+
+
+# -- fused self attention --------------------------------------------------------------------
+
+def _torch_qkv(h, heads, head_size, alpha):
+    s, b, _ = h.shape
+    x = h.reshape(s, b, heads, 3, head_size)
+    q, k, v = (x[:, :, :, i].permute(1, 2, 0, 3) for i in range(3))
+    return alpha * q @ k.transpose(-1, -2), v
+
+
+@pytest.mark.parametrize("seq,batch,heads,head_size,alpha", [(4, 2, 3, 5, 1.0),
+                                                             (6, 1, 1, 4, 0.125)])
+def test_fused_self_attention_forward_and_gradients(seq, batch, heads, head_size, alpha):
+    h = RNG.standard_normal((seq, batch, heads * 3 * head_size)).astype(np.float32)
+    fused = flow.nn.fused_self_attention_query_mul_key_and_value
+    qmk, v = forward(lambda x: list(fused(x, head_size, alpha)), h)
+    tq, tv = _torch_qkv(torch.tensor(h), heads, head_size, alpha)
+    np.testing.assert_allclose(qmk, tq.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(v, tv.numpy())
+    # the gradient of both outputs together, as OneFlow's test (qmk @ v)
+    both = lambda x: op("MatMul", *fused(x, head_size, alpha))
+    check_finite_differences(both, [h.astype(np.float64)], [True], np.random.default_rng(1))
+    vjp_against_torch(both, lambda x: torch.matmul(*_torch_qkv(x, heads, head_size, alpha)),
+                      [h], [True], rtol=1e-4, atol=1e-4)
+
+
+def test_fused_self_attention_bad_shapes():
+    fused = flow.nn.fused_self_attention_query_mul_key_and_value
+    with pytest.raises(TraceError, match=THIS_FILE):
+        forward(lambda x: fused(x, 4, 1.0)[0], np.zeros((2, 2, 20), np.float32))
+    with pytest.raises(TraceError, match="head_size"):
+        forward(lambda x: fused(x, 0)[0], np.zeros((2, 2, 12), np.float32))
+
+
+# -- fused_scale_tril_softmax_dropout --------------------------------------------------------
+
+def _torch_tril_softmax(x, diagonal, fill, scale):
+    rows, cols = x.shape[-2:]
+    keep = torch.tensor(np.arange(cols)[None, :] - np.arange(rows)[:, None] <= diagonal)
+    return torch.softmax(torch.where(keep, x * scale, torch.tensor(fill, dtype=x.dtype)), -1)
+
+
+@pytest.mark.parametrize("diagonal,fill,scale", [(0, -1e4, 0.5), (1, 0.0, 2.0), (-1, -3.0, 1)])
+def test_fused_scale_tril_softmax_without_dropout(diagonal, fill, scale):
+    x = RNG.standard_normal((2, 4, 5)).astype(np.float32)
+    fn = lambda v: flow.math.fused_scale_tril_softmax_dropout(v, diagonal, fill, scale)
+    y = forward(fn, x)
+    np.testing.assert_allclose(y, _torch_tril_softmax(torch.tensor(x), diagonal, fill,
+                                                      scale).numpy(), rtol=1e-5, atol=1e-6)
+    check_finite_differences(fn, [x.astype(np.float64)], [True], np.random.default_rng(1))
+    vjp_against_torch(fn, lambda v: _torch_tril_softmax(v, diagonal, fill, scale), [x], [True])
+
+
+def test_fused_scale_tril_softmax_dropout_masks_and_rescales():
+    x = RNG.standard_normal((8, 64, 64)).astype(np.float32)
+    fn = lambda v: [flow.nn.fused_scale_tril_softmax_dropout(v, 0, -1e4, 1.0, rate=0.25),
+                    flow.math.fused_scale_tril_softmax_dropout(v, 0, -1e4, 1.0)]
+    y, ref = forward(fn, x)  # the mask is drawn in predict jobs too, as in OneFlow
+    kept = y != 0
+    visible = ref > 1e-30
+    np.testing.assert_allclose(y[kept], ref[kept] / 0.75, rtol=1e-5)
+    assert abs(kept[visible].mean() - 0.75) < 0.01
+    with pytest.raises(TraceError, match=THIS_FILE):
+        forward(lambda v: flow.nn.fused_scale_tril_softmax_dropout(v, rate=1.0), x)
+
+
+# -- combined_margin_loss --------------------------------------------------------------------
+
+def _np_margin(x, label, m1, m2, m3):
+    y = x.copy()
+    for i, c in enumerate(label):
+        if 0 <= c < x.shape[1]:
+            y[i, c] = np.cos(m1 * np.arccos(x[i, c]) + m2) - m3
+    return y
+
+
+def _torch_margin(x, label, m1, m2, m3):
+    onehot = torch.nn.functional.one_hot(torch.tensor(label, dtype=torch.long), x.shape[1]).bool()
+    return torch.where(onehot, torch.cos(m1 * torch.acos(x) + m2) - m3, x)
+
+
+@pytest.mark.parametrize("m1,m2,m3", [(1.0, 0.5, 0.0), (1.0, 0.0, 0.35), (1.35, 0.2, 0.1)])
+@pytest.mark.parametrize("label_dtype", [np.int32, np.int64])
+def test_combined_margin_loss(m1, m2, m3, label_dtype):
+    x = RNG.uniform(-0.9, 0.9, (6, 7)).astype(np.float32)
+    label = RNG.integers(0, 7, 6).astype(label_dtype)
+    fn = lambda a, b: flow.combined_margin_loss(a, b, m1, m2, m3)
+    np.testing.assert_allclose(forward(fn, x, label), _np_margin(x, label, m1, m2, m3),
+                               rtol=1e-5, atol=1e-6)
+    check_finite_differences(fn, [x.astype(np.float64), label], [True, False],
+                             np.random.default_rng(1))
+    vjp_against_torch(fn, lambda a, b: _torch_margin(a, label, m1, m2, m3), [x, label],
+                      [True, False])
+
+
+def test_combined_margin_loss_out_of_range_labels_pass_through():
+    x = RNG.uniform(-0.9, 0.9, (3, 4)).astype(np.float32)
+    label = np.array([1, -1, 4], np.int32)
+    y = forward(lambda a, b: flow.combined_margin_loss(a, b, 1.0, 0.5, 0.0), x, label)
+    np.testing.assert_allclose(y, _np_margin(x, label, 1.0, 0.5, 0.0), rtol=1e-6)
+    with pytest.raises(TraceError, match=THIS_FILE):
+        forward(lambda a, b: flow.combined_margin_loss(a, b), x, np.zeros(2, np.int32))
+
+
+# -- distributed_partial_fc_sample -----------------------------------------------------------
+
+def test_distributed_partial_fc_sample():
+    classes, dim, num_sample = 20, 3, 8
+    weight = RNG.standard_normal((classes, dim)).astype(np.float32)
+    label = np.array([7, 2, 7, 15, 2], np.int32)
+    for _ in range(3):
+        mapped, sampled, sw = forward(
+            lambda w, l: list(flow.distributed_partial_fc_sample(w, l, num_sample)), weight, label)
+        assert sampled.shape == (num_sample,) and sampled.dtype == np.int32
+        np.testing.assert_array_equal(sampled[:3], [2, 7, 15])  # the positives, ascending
+        assert len(set(sampled.tolist())) == num_sample
+        np.testing.assert_array_equal(sampled[mapped], label)
+        np.testing.assert_array_equal(sw, weight[sampled])
+    # the gradient reaches exactly the sampled rows of weight (one run: one sample)
+    run, yshape = vjp(lambda w, l: flow.distributed_partial_fc_sample(w, l, num_sample)[2],
+                      [weight, label], [True, False])
+    ct = RNG.standard_normal(yshape).astype(np.float32)
+    _, (gw,) = run([weight, label], ct)
+    touched = np.flatnonzero(np.abs(gw).sum(1))
+    assert len(touched) == num_sample and {2, 7, 15} <= set(touched.tolist())
+    with pytest.raises(TraceError, match=THIS_FILE):
+        forward(lambda w, l: flow.distributed_partial_fc_sample(w, l, 21)[0], weight, label)
+
+
+# -- repeat / acc, unpack / pack -------------------------------------------------------------
+
+def test_repeat_acc_as_oneflow_test():
+    x = RNG.random((4, 3)).astype(np.float32)
+    y = forward(lambda a: flow.acc(flow.repeat(a, 5), 5), x)
+    np.testing.assert_allclose(y, x * 5, rtol=1e-6)
+    y = forward(lambda a: flow.acc(flow.math.square(flow.repeat(a, 3)) + 1.0, 3), x)
+    np.testing.assert_allclose(y, 3 * (x * x + 1), rtol=1e-6)
+    # random ops between the two ends draw anew at each time step
+    x = np.ones((2000,), np.float32)
+    y = forward(lambda a: flow.acc(flow.nn.dropout(flow.repeat(a, 4), 0.5), 4), x, train=True)
+    assert set(np.unique(y)) <= {0, 2, 4, 6, 8} and len(np.unique(y)) == 5
+
+
+def test_unpack_pack():
+    x = RNG.random((6, 4)).astype(np.float32)
+    np.testing.assert_array_equal(forward(lambda a: flow.pack(flow.unpack(a, 3), 3), x), x)
+    # the ops between run on each micro-batch: a reduction sums per micro-batch
+    y = forward(lambda a: flow.pack(flow.math.reduce_sum(flow.unpack(a, 3)), 3), x)
+    np.testing.assert_allclose(y, x.reshape(3, 8).sum(1), rtol=1e-6)
+    y = forward(lambda a: flow.pack(flow.math.reduce_sum(flow.unpack(a, 2), axis=0,
+                                                         keepdims=True), 2), x)
+    np.testing.assert_allclose(y, x.reshape(2, 3, 4).sum(1), rtol=1e-6)
+    # gradients flow through every time step's copy
+    fn = lambda a: flow.pack(flow.math.reduce_mean(flow.math.square(flow.unpack(a, 3)),
+                                                   axis=0), 3)
+    check_finite_differences(fn, [x.astype(np.float64)], [True], np.random.default_rng(1))
+
+
+def test_time_shape_errors_name_the_line():
+    x = np.zeros((6, 4), np.float32)
+    with pytest.raises(TraceError, match=THIS_FILE):
+        forward(lambda a: flow.acc(a, 2), x)
+    with pytest.raises(TraceError, match="differs"):
+        forward(lambda a: flow.acc(flow.repeat(a, 2), 3), x)
+    with pytest.raises(TraceError, match="multiple"):
+        forward(lambda a: flow.pack(flow.unpack(a, 4), 4), x)
+    with pytest.raises(TraceError, match="differs"):
+        forward(lambda a: flow.pack(flow.unpack(a, 3), 2), x)
+
+
+# -- categorical_ordinal_encode, summary -----------------------------------------------------
+
+def test_categorical_ordinal_encode_is_refused_with_the_reason():
+    for fn in (lambda a: flow.categorical_ordinal_encode(a, a, a),
+               lambda a: flow.layers.categorical_ordinal_encoder(a, 16)):
+        with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}.*hash table"):
+            forward(fn, np.zeros((3, 3), np.int32))
+
+
+def test_summary_is_accepted_with_one_warning(monkeypatch):
+    from onnxjob.ops import summary
+    monkeypatch.setattr(summary, "_warned", False)
+    x = np.ones((3,), np.float32)
+
+    def body(a):
+        flow.summary.scalar(flow.math.reduce_sum(a), 1, "loss")
+        flow.summary.histogram(a, 1, "a")
+        flow.summary.Graph("logdir").write_structure_graph()
+        return a * 2.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = forward(body, x)
+    np.testing.assert_array_equal(y, 2 * x)
+    assert [w.category.__name__ for w in caught] == ["SummaryIgnoredWarning"]
+    assert "TensorBoard" in str(caught[0].message)
