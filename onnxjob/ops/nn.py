@@ -13,4 +13,7 @@ from onnxjob.ops.dropout import dropout  # noqa: F401
 from onnxjob.ops.random import random_mask_like  # noqa: F401
 
 
-__getattr__ = missing_api("flow.nn")
+__getattr__ = missing_api("flow.nn", {
+    "Module": "flow.nn.Module is OneFlow 0.5's eager-mode module class (Tensor parameters, "
+              "forward run op by op); onnxjob runs lazy job functions only, so build the "
+              "model with flow.layers / flow.get_variable inside a flow.global_function"})
