@@ -34,7 +34,7 @@ from onnxjob.frontend.namespaces import ApiNamespace as _Namespace
 from onnxjob.frontend.variables import assign, get_variable, regularizers  # noqa: F401
 from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
 from onnxjob.io import checkpoint  # noqa: F401
-from onnxjob.io.checkpoint_manager import SimpleCheckPointManager
+from onnxjob.io.checkpoint_manager import SimpleCheckPointManager as _SimpleCheckPointManager
 from onnxjob.io.export import export  # noqa: F401
 from onnxjob.ops import data, image, layers, math, nn, random  # noqa: F401
 from onnxjob.ops.array import *  # noqa: F401,F403
@@ -65,7 +65,7 @@ broadcast_add = math.add
 broadcast_mul = math.multiply
 
 train = _Namespace("flow.train", CheckPoint=checkpoint.CheckPoint,
-                   SimpleCheckPointManager=SimpleCheckPointManager)
+                   SimpleCheckPointManager=_SimpleCheckPointManager)
 losses = _Namespace("flow.losses", add_loss=optimizer.add_loss)
 linalg = _Namespace("flow.linalg", matmul=matmul)  # noqa: F405  (from ops.array)
 

@@ -24,7 +24,9 @@ so a legal <= 0.4 positional call binds its later arguments to the wrong names:
 `two_generations` wraps the 0.5 function: where the two forms differ in the type of the
 argument at a position (a string where 0.5 has a Blob, a bool or a number), that type
 decides, and an old-form call is re-bound by the old parameter names. Calls by keyword
-mean the same in both generations. Signatures that only gained parameters at the end
+mean the same in both generations. (OFRecordRawDecoder with exactly six positional
+arguments cannot be told apart: its sixth is `auto_zero_padding` or `truncate`, which
+onnxjob treats alike.) Signatures that only gained parameters at the end
 (layers.batch_normalization's `*_name`s) need nothing. (conv1d/conv3d, the pools,
 moments, layers.conv2d and layers.dense did not change.)
 """
