@@ -464,9 +464,34 @@ def test_function_config_reads_flags_back():
     assert train.function_desc.IsTrainable()
 
 
-def test_nn_module_is_refused_naming_the_line_and_why():
-    with pytest.raises(UnsupportedAPIError, match=rf"{THIS_FILE}:\d+: flow.nn.Module .*eager"):
-        flow.nn.Module  # noqa: B018
+def test_nn_module_is_onnxjob_0_3s_lazy_helper():
+    class Scale(flow.nn.Module):
+        def __init__(self, factor):
+            super().__init__()
+            self.factor = factor
+
+        def forward(self, x):
+            return x * self.factor
+
+    scale = Scale(3.0)
+    assert scale.module_name.startswith("Module_") and Scale(1.0).module_name != scale.module_name
+    assert flow.nn.Module("named").module_name == "named"
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return scale(scale(x))
+
+    np.testing.assert_array_equal(job(np.ones(2, np.float32)), [9, 9])
+    assert scale.call_seq_no == 2
+    with pytest.raises(AssertionError, match="do not override __call__"):
+        class Bad(flow.nn.Module):
+            def __call__(self, x):
+                return x
+
+
+def test_unprovided_names_are_refused_naming_the_line_and_why():
+    with pytest.raises(UnsupportedAPIError, match=rf"{THIS_FILE}:\d+: flow.nn.Parameter .*eager"):
+        flow.nn.Parameter  # noqa: B018
     with pytest.raises(UnsupportedAPIError, match=rf"{THIS_FILE}:\d+: flow.distribute.nope"):
         flow.distribute.nope  # noqa: B018
     with pytest.raises(UnsupportedAPIError, match=rf"{THIS_FILE}:\d+: flow.linalg.svd"):

@@ -10,10 +10,11 @@ from onnxjob.ops.losses import *  # noqa: F401,F403
 from onnxjob.ops.normalization import *  # noqa: F401,F403
 from onnxjob.ops.math import fused_scale_tril, tril  # noqa: F401
 from onnxjob.ops.dropout import dropout  # noqa: F401
+from onnxjob.ops.module import Module  # noqa: F401
 from onnxjob.ops.random import random_mask_like  # noqa: F401
 
 
 __getattr__ = missing_api("flow.nn", {
-    "Module": "flow.nn.Module is OneFlow 0.5's eager-mode module class (Tensor parameters, "
-              "forward run op by op); onnxjob runs lazy job functions only, so build the "
-              "model with flow.layers / flow.get_variable inside a flow.global_function"})
+    "Parameter": "OneFlow 0.4/0.5's eager modules (flow.nn.Module with Tensor parameters) "
+                 "do not run in onnxjob, which runs lazy job functions only; flow.nn.Module "
+                 "is OneFlow <= 0.3's lazy helper"})
