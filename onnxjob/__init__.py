@@ -14,12 +14,12 @@ from onnxjob import typing  # noqa: F401
 from onnxjob.dtypes import (bfloat16, char, double, float, float16, float32,  # noqa: F401
                             float64, int8, int32, int64, record, tensor_buffer, uint8)
 from onnxjob.errors import missing_api as _missing_api
-from onnxjob.frontend import initializers, scope  # noqa: F401
+from onnxjob.frontend import distribute, initializers, scope  # noqa: F401
 from onnxjob.frontend.config import (FunctionConfig, ExecutionConfig, config, env,  # noqa: F401
                                      function_config)
 from onnxjob.frontend.helpers import (Size, convert_oneflow_dtype_to_numpy_dtype,  # noqa: F401
                                       current_machine_id, current_resource, current_scope,
-                                      eager_execution_enabled)
+                                      eager_execution_enabled, manual_seed, no_grad)
 from onnxjob.frontend.initializers import (constant_initializer, glorot_normal_initializer,  # noqa: F401
                                            glorot_uniform_initializer, kaiming_initializer,
                                            ones_initializer, random_normal_initializer,
@@ -34,6 +34,7 @@ from onnxjob.frontend.namespaces import ApiNamespace as _Namespace
 from onnxjob.frontend.variables import assign, get_variable, regularizers  # noqa: F401
 from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
 from onnxjob.io import checkpoint  # noqa: F401
+from onnxjob.io.checkpoint_manager import SimpleCheckPointManager as _SimpleCheckPointManager
 from onnxjob.io.export import export  # noqa: F401
 from onnxjob.ops import data, image, layers, math, nn, random, summary  # noqa: F401
 from onnxjob.ops.legacy import (acc, categorical_ordinal_encode, combined_margin_loss,  # noqa: F401
@@ -48,6 +49,8 @@ from onnxjob.ops.math import (argsort, broadcast_to_compatible_with, clip_by_val
                               unsorted_segment_sum_like)
 from onnxjob.runtime.session import clear_default_session, sync_default_session  # noqa: F401
 from onnxjob.train import optimizer  # noqa: F401
+
+from onnxjob.compat import unittest_helpers as unittest  # noqa: E402  (flow.unittest)
 
 __version__ = "0.1.0"
 
@@ -65,12 +68,10 @@ name_scope = scope.namespace
 broadcast_add = math.add
 broadcast_mul = math.multiply
 
-train = _Namespace("flow.train", CheckPoint=checkpoint.CheckPoint)
+train = _Namespace("flow.train", CheckPoint=checkpoint.CheckPoint,
+                   SimpleCheckPointManager=_SimpleCheckPointManager)
 losses = _Namespace("flow.losses", add_loss=optimizer.add_loss)
-distribute = _Namespace("flow.distribute",
-                        split=lambda axis: ("split", axis),
-                        broadcast=lambda: ("broadcast",),
-                        auto=lambda: ("auto",))
+linalg = _Namespace("flow.linalg", matmul=matmul)  # noqa: F405  (from ops.array)
 
 
 def _enable_typing_check(value=True):

@@ -37,16 +37,20 @@ class UnsupportedAPIError(OnnxJobError, AttributeError):
     `getattr(obj, name, default)` keep working)."""
 
 
-def missing_api(namespace):
+def missing_api(namespace, reasons=None):
     """A module-level `__getattr__` for the `flow.*` namespace `namespace` (PEP 562): an
-    unknown name raises UnsupportedAPIError naming it and the user's file:line."""
+    unknown name raises UnsupportedAPIError naming it and the user's file:line. `reasons`
+    maps names that onnxjob leaves out on purpose to why."""
+    reasons = reasons or {}
+
     def __getattr__(name):
         if name.startswith("__"):
             raise AttributeError(name)
+        why = reasons.get(name, "onnxjob implements OneFlow's single-device legacy "
+                                "job-function API")
         raise UnsupportedAPIError(
-            f"{user_location()}: {namespace}.{name} is not provided by onnxjob, which "
-            "implements OneFlow's single-device legacy job-function API (docs/oneflow-scripts.md "
-            "in onnxjob's repository says what is supported)")
+            f"{user_location()}: {namespace}.{name} is not provided by onnxjob: {why} "
+            "(docs/oneflow-scripts.md in onnxjob's repository says what is supported)")
     return __getattr__
 
 

@@ -9,6 +9,7 @@ import pytest
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.errors import ConcreteBlobError, JobArgumentError, TraceError
+from onnxjob.runtime.session import default_session
 
 THIS_FILE = os.path.basename(__file__)
 
@@ -167,9 +168,11 @@ def test_bad_type_and_no_parentheses():
 
 
 def test_no_new_job_after_start_and_duplicates():
-    foo = job_numpy()
-    with pytest.raises(ValueError, match="already defined"):
-        job_numpy()
+    first = job_numpy()
+    foo = job_numpy()  # the same name again: replaces the first, as in OneFlow
+    assert list(default_session().jobs) == ["foo"]
+    with pytest.raises(RuntimeError, match="was replaced"):
+        first(np.zeros((2, 3), np.float32))
     flow.clear_default_session()
     foo = job_numpy()
     foo(np.zeros((2, 3), np.float32))

@@ -8,9 +8,12 @@ What resolves:
 
     oneflow, oneflow.compatible.single_client      the flow namespace (onnxjob)
     oneflow.typing, ...single_client.typing        onnxjob.typing
-    oneflow.<namespace>, ...single_client.<ns>     onnxjob's namespace modules (math, nn, ...)
+    oneflow.<namespace>, ...single_client.<ns>     onnxjob's namespace modules (math, nn,
+                                                   distribute, unittest, unittest.env, ...)
     oneflow.core.operator.op_conf_pb2              OneFlow's enums model code reads (kNone, ...)
     oneflow.core.common.data_type_pb2
+    oneflow.core.record.record_pb2                 OFRecord messages (compat/protos.py)
+    oneflow.core.job.initializer_conf_pb2          InitializerConf messages
 
 Any other `oneflow.*` module raises ModuleNotFoundError naming it and the importing line.
 """
@@ -23,6 +26,7 @@ import types
 
 import onnxjob
 from onnxjob import dtypes
+from onnxjob.compat import protos
 from onnxjob.source_info import user_location
 
 _SINGLE_CLIENT = "oneflow.compatible.single_client"
@@ -43,7 +47,9 @@ def _core_modules():
                              "OneFlow's data_type.proto DataType values.",
                              kInvalidDataType=0,
                              **{d.oneflow_enum: d.oneflow_enum_value for d in dtypes.ALL})
-    return {op_conf.__name__: op_conf, data_type.__name__: data_type}
+    return {op_conf.__name__: op_conf, data_type.__name__: data_type,
+            "oneflow.core.record.record_pb2": protos.record_pb2,
+            "oneflow.core.job.initializer_conf_pb2": protos.initializer_conf_pb2}
 
 
 class _RootAlias(types.ModuleType):
@@ -80,7 +86,7 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             root.__path__ = []
             return root
         if fullname in ("oneflow.compatible", "oneflow.core", "oneflow.core.operator",
-                        "oneflow.core.common"):
+                        "oneflow.core.common", "oneflow.core.record", "oneflow.core.job"):
             package = types.ModuleType(fullname)
             package.__path__ = []
             return package
@@ -88,10 +94,13 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return onnxjob
         core = _core_modules()
         if fullname in core:
-            return core[fullname]
+            module = core[fullname]
+            return module() if callable(module) else module
         for prefix in (_SINGLE_CLIENT + ".", "oneflow."):
             if fullname.startswith(prefix):
-                namespace = getattr(onnxjob, fullname[len(prefix):], None)
+                namespace = onnxjob
+                for part in fullname[len(prefix):].split("."):
+                    namespace = getattr(namespace, part, None)
                 if isinstance(namespace, types.ModuleType):
                     return namespace
                 break

@@ -7,6 +7,7 @@ import warnings
 
 from onnxjob.errors import missing_api
 from onnxjob.frontend import scope
+from onnxjob.frontend.function_desc import FunctionDesc
 from onnxjob.frontend.namespaces import ApiNamespace
 from onnxjob.runtime.session import default_session
 
@@ -147,6 +148,12 @@ class FunctionConfig:
                 raise ValueError(f"freeze_variables_after takes a count >= 0, got {value!r}")
             self.flags[name] = value
         return setter
+
+    @property
+    def function_desc(self):
+        """The flags read back: `config.function_desc.<flag>`, `.HasAttr`, `.IsTrainable()`
+        (frontend/function_desc.py)."""
+        return FunctionDesc(self)
 
     def clone(self):
         other = FunctionConfig()

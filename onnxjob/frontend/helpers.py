@@ -45,3 +45,28 @@ def current_scope():
     tag = "gpu" if session.device == "cuda" else "cpu"
     desc = types.SimpleNamespace(device_tag=tag, parallel_num=process_config.gpu_device_num)
     return types.SimpleNamespace(device_parallel_desc_symbol=desc)
+
+
+def manual_seed(seed):
+    """OneFlow's global seed. onnxjob draws the initial variable values and the random ops
+    of the jobs compiled at the next session start from it (the same as flow.config.seed);
+    a session already started keeps its draws."""
+    process_config.random_seed = int(seed)
+
+
+class no_grad:
+    """OneFlow's context manager / decorator that turns off eager autograd recording. Lazy
+    job functions record no eager autograd, so in onnxjob (as in OneFlow's lazy mode) it
+    changes nothing: a train job still differentiates its loss."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __call__(self, func):
+        def wrapper(*args, **kwargs):
+            with self:
+                return func(*args, **kwargs)
+        return wrapper

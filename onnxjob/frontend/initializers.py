@@ -174,3 +174,39 @@ def kaiming_initializer(shape=None, distribution="random_normal", mode="fan_in",
     return Initializer("kaiming", distribution=distribution, mode=mode,
                        nonlinearity=nonlinearity, negative_slope=negative_slope,
                        data_format=data_format)
+
+
+_VARIANCE_NORMS = {0: "fan_in", 1: "fan_out", 2: "fan_avg"}
+_DISTRIBUTIONS = {0: "random_uniform", 1: "random_normal", 2: "truncated_normal"}
+
+
+def from_initializer_conf(conf):
+    """The initializer that OneFlow's `InitializerConf` message `conf` describes (the
+    protobuf of oneflow/core/job/initializer_conf.proto, which OneFlow <= 0.4's
+    initializer functions returned and flow.get_variable accepted)."""
+    kind = conf.WhichOneof("type") if hasattr(conf, "WhichOneof") else None
+    if kind is None:
+        raise TypeError(f"flow.get_variable: initializer must be a flow.*_initializer() or an "
+                        f"InitializerConf with one conf set, got {conf!r}")
+    c = getattr(conf, kind)
+    if kind in ("constant_conf", "constant_int_conf"):
+        return Initializer("constant", value=c.value)
+    if kind in ("random_uniform_conf", "random_uniform_int_conf"):
+        return Initializer("random_uniform", minval=c.min, maxval=c.max,
+                           integer=kind == "random_uniform_int_conf")
+    if kind == "random_normal_conf":
+        return Initializer("random_normal", mean=c.mean, stddev=c.std)
+    if kind == "truncated_normal_conf":
+        return Initializer("truncated_normal", mean=c.mean, stddev=c.std)
+    if kind == "xavier_conf":  # OneFlow: uniform in +-sqrt(3 / n)
+        return variance_scaling_initializer(1.0, _VARIANCE_NORMS[c.variance_norm],
+                                            "random_uniform", c.data_format)
+    if kind == "msra_conf":  # OneFlow: normal with std sqrt(2 / n)
+        return variance_scaling_initializer(2.0, _VARIANCE_NORMS[c.variance_norm],
+                                            "random_normal", c.data_format)
+    if kind == "variance_scaling_conf":
+        return variance_scaling_initializer(c.scale, _VARIANCE_NORMS[c.variance_norm],
+                                            _DISTRIBUTIONS[c.distribution], c.data_format)
+    raise NotImplementedError(f"flow.get_variable: InitializerConf.{kind} is not supported by "
+                              "onnxjob (constant, random uniform/normal, truncated normal, "
+                              "xavier, msra and variance scaling are)")

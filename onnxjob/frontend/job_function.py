@@ -102,10 +102,20 @@ class JobFunction:
         return bool(self.config.train_conf)
 
     # -- calling --------------------------------------------------------------------------
+    def _raise_replaced(self, session):
+        later = session.jobs.get(self.name)
+        where = f" by the definition at {later.location}" if later is not None else ""
+        raise RuntimeError(f"{user_location()}: job function {self.name!r} defined at "
+                           f"{self.location} was replaced{where} (as in OneFlow, a later "
+                           "global function of the same name replaces the earlier one); call "
+                           "the later one")
+
     def __call__(self, *args, **kwargs):
         session = default_session()
         if not session.is_running:
             started_session()
+        if session.jobs.get(self.name) is not self:
+            self._raise_replaced(session)
         if kwargs:
             raise TypeError(f"{user_location()}: job {self.name!r} takes positional arguments "
                             f"only, got keywords {sorted(kwargs)}")

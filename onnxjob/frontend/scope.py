@@ -40,9 +40,13 @@ class _View:
         self.name = name
 
     def __enter__(self):
+        if not hasattr(_state, "views"):
+            _state.views = []
+        _state.views.append(self)
         return self
 
     def __exit__(self, *exc):
+        _state.views.pop()
         return False
 
     def __repr__(self):
@@ -62,3 +66,15 @@ def consistent_view():
 
 def is_view(obj):
     return obj is _MIRRORED or obj is _CONSISTENT
+
+
+def mirrored_view_enabled():
+    """Whether the innermost open `with flow.scope.*_view():` block is the mirrored one
+    (False outside any block: the consistent view is OneFlow's default)."""
+    views = getattr(_state, "views", None)
+    return bool(views) and views[-1] is _MIRRORED
+
+
+def consistent_view_enabled():
+    """The opposite of `mirrored_view_enabled()`."""
+    return not mirrored_view_enabled()

@@ -2,7 +2,9 @@
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.frontend import scope
+from onnxjob.compat.generations import positional_is, two_generations
+from onnxjob.frontend import initializers, scope
+from onnxjob.frontend.distribute import Distribute, assert_is_valid_distribute
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import current_builder
 
@@ -68,10 +70,27 @@ def _check_same(existing, spec):
                          f"and dtype {existing.np_dtype}; asked for {spec.shape}, {spec.np_dtype}")
 
 
+def _get_variable_is_old(args):
+    """OneFlow <= 0.4 put `distribute` ninth, where 0.5 has `nd_sbp`: a scheme there (or a
+    bool tenth argument, the old `reuse`) means the old order."""
+    return positional_is(8, Distribute)(args) or positional_is(9, bool)(args)
+
+
+@two_generations(("name", "shape", "dtype", "initializer", "regularizer", "trainable",
+                  "model_name", "random_seed", "distribute", "reuse"), _get_variable_is_old)
 def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regularizer=None,
-                 trainable=None, model_name=None, random_seed=None, distribute=None,
-                 reuse=True):
-    """A variable shared by name across the session's jobs (spec §5.5)."""
+                 trainable=None, model_name=None, random_seed=None, nd_sbp=None,
+                 distribute=None, reuse=True):
+    """A variable shared by name across the session's jobs (spec §5.5).
+
+    `initializer` is an onnxjob initializer (flow.*_initializer) or OneFlow's
+    `initializer_conf_pb2.InitializerConf` message. `nd_sbp` / `distribute` (a
+    flow.distribute scheme) are accepted; onnxjob keeps the whole variable on one device.
+    """
+    if distribute is not None:
+        assert_is_valid_distribute(distribute)
+    if initializer is not None and not isinstance(initializer, initializers.Initializer):
+        initializer = initializers.from_initializer_conf(initializer)
     assert isinstance(shape, (list, tuple)), "param shape should be a list or tuple of dimension"
     full = scope.full_name(name)
     builder = current_builder("flow.get_variable")

@@ -62,10 +62,20 @@ def _record_classes():
                      type_name=".oneflow.OFRecord.FeatureEntry")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("oneflow.OFRecord"))
+    return pool
 
 
-OFRecord = _record_classes()
+_POOL = _record_classes()
+
+
+def record_message_class(name):
+    """The class of record.proto's message `name` ("OFRecord", "Feature", "BytesList",
+    "FloatList", "DoubleList", "Int32List" or "Int64List"; `oneflow.core.record.record_pb2`
+    under the `oneflow` alias)."""
+    return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"oneflow.{name}"))
+
+
+OFRecord = record_message_class("OFRecord")
 
 
 def encode_record(features):

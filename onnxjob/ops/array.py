@@ -8,6 +8,7 @@ import builtins
 
 import numpy as np
 
+from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import resolve_reshape
@@ -76,8 +77,10 @@ def expand_dims(input, axis, name=None):
     return op("Unsqueeze", input, int64_constant(input, [axis]), name=name)
 
 
+@two_generations(("a", "perm", "conjugate", "name"), positional_is(3, str))
 def transpose(a, perm=None, conjugate=False, batch_axis_non_change=False, name=None):
-    """Permute the axes by `perm` (None: reverse them)."""
+    """Permute the axes by `perm` (None: reverse them); OneFlow <= 0.4's order (a string
+    fourth argument is the name) is accepted too."""
     if conjugate:
         raise TraceError("transpose: conjugate=True is not supported (as in OneFlow)")
     rank = len(a.shape)
@@ -257,8 +260,10 @@ def _to_bool(x):
 
 # -- matmul -------------------------------------------------------------------------------
 
+@two_generations(("a", "b", "transpose_a", "transpose_b", "name"), positional_is(4, str))
 def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, name=None):
-    """alpha * a @ b, optionally with the last two axes of a or b swapped."""
+    """alpha * a @ b, optionally with the last two axes of a or b swapped (OneFlow <= 0.4's
+    order without alpha is accepted too: a string fifth argument is the name)."""
     if transpose_a:
         a = _swap_last(a)
     if transpose_b:

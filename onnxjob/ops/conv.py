@@ -14,6 +14,7 @@ formulations, see graph/primitives/conv.py); other dtypes raise TraceError.
 """
 import numpy as np
 
+from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import Blob, as_blob, current_builder, op
 from onnxjob.ops.array import reshape, transpose
@@ -123,32 +124,21 @@ def convolution(x, filters, strides, padding, data_format, dilations, groups, bi
     return from_channels_first(y, channels_last)
 
 
-_UNSET = object()
-
-
-def conv2d(input, filters, strides, padding, bias=None, data_format=_UNSET, dilations=_UNSET,
-           groups=_UNSET, name=_UNSET):
+@two_generations(("input", "filters", "strides", "padding", "data_format", "dilations",
+                  "groups", "name"), positional_is(4, str))
+def conv2d(input, filters, strides, padding, bias=None, data_format="NCHW", dilations=None,
+           groups=1, name=None):
     """2-D convolution with an explicit weight Blob (OneFlow's `flow.nn.conv2d`).
 
-    Both API generations are accepted, told apart by the fifth positional argument:
-    OneFlow 0.5 `(input, filters, strides, padding, bias=None, data_format="NCHW",
-    dilations=None, groups=1, name=None)` and OneFlow <= 0.4, where the fifth place is
-    the `data_format` string: `(input, filters, strides, padding, data_format="NCHW",
-    dilations=None, groups=1, name=None)`.
+    Both API generations are accepted (compat/generations.py), told apart by the fifth
+    positional argument: OneFlow 0.5 `(input, filters, strides, padding, bias=None,
+    data_format="NCHW", dilations=None, groups=1, name=None)` and OneFlow <= 0.4, where
+    the fifth place is the `data_format` string: `(input, filters, strides, padding,
+    data_format="NCHW", dilations=None, groups=1, name=None)`.
     """
-    if isinstance(bias, str):  # the <= 0.4 signature: positions shifted by one
-        if name is not _UNSET:
-            raise TraceError("flow.nn.conv2d takes at most 8 arguments in OneFlow <= 0.4: "
-                             "(input, filters, strides, padding, data_format, dilations, "
-                             "groups, name)")
-        bias, data_format, dilations, groups, name = None, bias, data_format, dilations, groups
-    elif bias is not None and not isinstance(bias, Blob):
+    if bias is not None and not isinstance(bias, Blob):
         raise TraceError(f"flow.nn.conv2d: the fifth argument is the bias Blob (OneFlow 0.5) "
                          f"or the data_format string (OneFlow <= 0.4), got {bias!r}")
-    data_format = "NCHW" if data_format is _UNSET else data_format
-    dilations = None if dilations is _UNSET else dilations
-    groups = 1 if groups is _UNSET else groups
-    name = None if name is _UNSET else name
     y = convolution(input, filters, strides, padding, data_format, dilations, groups, None,
                     name, 2)
     return y if bias is None else bias_add(y, bias, data_format)
@@ -408,12 +398,14 @@ def PixelShuffle(input, upscale_factor, name=None):
     return PixelShufflev2(input, upscale_factor, upscale_factor, name=name)
 
 
+@two_generations(("x", "size", "data_format", "interpolation", "name"), positional_is(2, str))
 def upsample(x, size=(2, 2), align_corners=False, data_format="NCHW", interpolation="nearest",
              name="Upsample2D"):
     """Upsampling of H and W by the factors `size` (OneFlow's flow.layers.upsample_2d):
     output size int(factor * input size); "nearest" takes input floor(out / factor),
     "bilinear" interpolates at (out + 0.5) / factor - 0.5 clamped to >= 0, or at
-    out * (in - 1) / (out_size - 1) with align_corners."""
+    out * (in - 1) / (out_size - 1) with align_corners. OneFlow <= 0.4's order (no
+    align_corners) is accepted too, told apart by a string third argument."""
     api = "flow.layers.upsample_2d"
     if isinstance(size, (int, float)):
         scales = [float(size)] * 2

@@ -8,6 +8,7 @@ io/images.py, spread over a small thread pool per batch.
 """
 import numpy as np
 
+from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
@@ -82,6 +83,8 @@ def _raw_values(where, value, count, np_dtype, truncate, dim1_varying_length):
     return out
 
 
+@two_generations(("input_blob", "blob_name", "shape", "dtype", "dim1_varying_length",
+                  "auto_zero_padding", "name"), positional_is(6, str))
 def OFRecordRawDecoder(input_blob, blob_name, shape, dtype, dim1_varying_length=False,
                        truncate=False, auto_zero_padding=False, name=None):
     """Feature `blob_name` of each record as a (batch, *shape) array of `dtype`: number

@@ -9,6 +9,7 @@ import numbers
 
 import numpy as np
 
+from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.graph.primitives.elementwise import FLOATS, cast
@@ -470,6 +471,7 @@ def _axis(x, axis, api):
     return axis % len(x.shape)
 
 
+@two_generations(("input", "name"), positional_is(1, str))
 def argmax(input, axis=-1, name=None):
     """Index of the (first) largest value along `axis`, as int64 (OneFlow 0.5's dtype)."""
     _check_dtype(input, "flow.math.argmax", _ARITHMETIC)
@@ -477,15 +479,30 @@ def argmax(input, axis=-1, name=None):
     return op("ArgMax", input, axis=axis, keepdims=0, name=name)
 
 
+def _top_k_is_old(args):
+    """Whether a top_k call is OneFlow <= 0.4's `(input, k, sorted, name)`: a bool third or
+    a string fourth argument, or a second argument that is no axis of the input (OneFlow
+    0.5's own docstring example `top_k(x, 2)` on a 1-D x is such a call). An in-range int
+    second argument is 0.5's axis."""
+    if positional_is(2, bool)(args) or positional_is(3, str)(args):
+        return True
+    if len(args) < 2 or not isinstance(args[1], numbers.Integral) or isinstance(args[1], bool):
+        return False
+    rank = len(getattr(args[0], "shape", ()))
+    return not -rank <= args[1] < rank
+
+
 def _top_k_values_and_indices(input, axis, k, largest):
     k_blob = int64_constant(input, [k])
     return op("TopK", input, k_blob, axis=axis, largest=int(largest), sorted=1, num_outputs=2)
 
 
+@two_generations(("input", "k", "sorted", "name"), _top_k_is_old)
 def top_k(input, axis=-1, k=1, sorted=True, name=None):
     """int32 indices of the `k` largest values along `axis`, largest first (ties: the
     lower index first); k above the axis size takes all. `sorted=False` (any order in
-    OneFlow) gives the same sorted order."""
+    OneFlow) gives the same sorted order. OneFlow <= 0.4's `(input, k, sorted, name)` is
+    accepted too: see `_top_k_is_old`."""
     _check_dtype(input, "flow.math.top_k", FLOATS + _INTS[1:])
     axis = _axis(input, axis, "flow.math.top_k")
     if not isinstance(k, numbers.Integral) or k < 1:
@@ -503,12 +520,14 @@ def _sort_args(input, axis, direction, api):
     return _top_k_values_and_indices(input, axis, input.shape[axis], direction == "DESCENDING")
 
 
+@two_generations(("input", "direction", "name"), positional_is(1, str))
 def sort(input, axis=-1, direction="ASCENDING", name=None):
     """The values of `input` sorted along `axis` (flow.sort)."""
     values, _ = _sort_args(input, axis, direction, "flow.sort")
     return _named(values, name)
 
 
+@two_generations(("input", "direction", "name"), positional_is(1, str))
 def argsort(input, axis=-1, direction="ASCENDING", name=None):
     """int32 indices that sort `input` along `axis`, stable for ties (flow.argsort)."""
     _, indices = _sort_args(input, axis, direction, "flow.argsort")
@@ -569,6 +588,7 @@ def _fill_scalar(x, value):
     return as_blob(value, like=x)
 
 
+@two_generations(("x", "diagonal", "name"), positional_is(2, str))
 def tril(x, diagonal=0, fill_value=0, name=None):
     """The lower triangle of the last two axes (column - row <= diagonal); the rest is
     fill_value."""

@@ -12,7 +12,11 @@ from onnxjob.ops.math import fused_scale_tril, tril  # noqa: F401
 from onnxjob.ops.dropout import dropout  # noqa: F401
 from onnxjob.ops.legacy import (fused_scale_tril_softmax_dropout,  # noqa: F401
                                 fused_self_attention_query_mul_key_and_value)
+from onnxjob.ops.module import Module  # noqa: F401
 from onnxjob.ops.random import random_mask_like  # noqa: F401
 
 
-__getattr__ = missing_api("flow.nn")
+__getattr__ = missing_api("flow.nn", {
+    "Parameter": "OneFlow 0.4/0.5's eager modules (flow.nn.Module with Tensor parameters) "
+                 "do not run in onnxjob, which runs lazy job functions only; flow.nn.Module "
+                 "is OneFlow <= 0.3's lazy helper"})

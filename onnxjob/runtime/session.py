@@ -253,10 +253,8 @@ class Session(VariableRegistry):
                 'no avaliable function found.\n"Session initialized"[True]\n'
                 "Jobs cannot be defined after the session started (the first job or "
                 "checkpoint call); call flow.clear_default_session() first.")
-        if job.name in self.jobs:
-            raise ValueError(
-                f"{job.location}: a job function named {job.name!r} is already defined "
-                f"(at {self.jobs[job.name].location}); job names must be unique")
+        # As OneFlow: a later job of the same name replaces the earlier one (keeping its
+        # place in the compile order); the earlier wrapper then refuses to run.
         self.jobs[job.name] = job
 
     # -- variables ------------------------------------------------------------------------

@@ -1,0 +1,82 @@
+"""Ops whose positional parameters moved between OneFlow releases.
+
+OneFlow 0.5 (`oneflow.compatible.single_client`, onnxjob's signatures) inserted a
+parameter into the middle of some signatures of OneFlow <= 0.4 (`oneflow/python/ops`),
+so a legal <= 0.4 positional call binds its later arguments to the wrong names:
+
+    op                      OneFlow <= 0.4                           0.5 inserts
+    flow.nn.conv2d          (input, filters, strides, padding,       bias (5th)
+                             data_format, dilations, groups, name)
+    flow.matmul,            (a, b, transpose_a, transpose_b, name)   alpha (5th)
+      flow.linalg.matmul
+    flow.transpose          (a, perm, conjugate, name)               batch_axis_non_change (4th)
+    flow.math.argmax        (input, name)                            axis (2nd)
+    flow.math.top_k         (input, k, sorted, name)                 axis (2nd)
+    flow.sort, argsort      (input, direction, name)                 axis (2nd)
+    flow.math.tril          (x, diagonal, name)                      fill_value (3rd)
+    flow.layers.upsample_2d (x, size, data_format, interpolation,    align_corners (3rd)
+                             name)
+    flow.data.OFRecordRawDecoder (input_blob, blob_name, shape,      truncate (6th)
+                             dtype, dim1_varying_length,
+                             auto_zero_padding, name)
+    flow.get_variable       (..., random_seed, distribute, reuse)    nd_sbp (9th)
+
+`two_generations` wraps the 0.5 function: where the two forms differ in the type of the
+argument at a position (a string where 0.5 has a Blob, a bool or a number), that type
+decides, and an old-form call is re-bound by the old parameter names. Calls by keyword
+mean the same in both generations. (OFRecordRawDecoder with exactly six positional
+arguments cannot be told apart: its sixth is `auto_zero_padding` or `truncate`, which
+onnxjob treats alike.) Signatures that only gained parameters at the end
+(layers.batch_normalization's `*_name`s) need nothing. (conv1d/conv3d, the pools,
+moments, layers.conv2d and layers.dense did not change.)
+"""
+import functools
+import inspect
+
+from onnxjob.source_info import user_location
+
+
+def two_generations(old_params, is_old):
+    """Decorator: accept both OneFlow's <= 0.4 positional order `old_params` (names of the
+    0.5 function's parameters) and the 0.5 order. `is_old(args)` looks at the positional
+    arguments and says whether the call is in the old form."""
+    def wrap(fn):
+        params = inspect.signature(fn).parameters
+        unknown = [p for p in old_params if p not in params]
+        assert not unknown, f"{fn.__name__}: {unknown} are not parameters"
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if not is_old(args):
+                return fn(*args, **kwargs)
+            if len(args) > len(old_params):
+                raise TypeError(f"{user_location()}: {fn.__name__}() takes at most "
+                                f"{len(old_params)} positional arguments in OneFlow <= 0.4 "
+                                f"({', '.join(old_params)}), got {len(args)}")
+            named = dict(zip(old_params, args))
+            twice = sorted(set(named) & set(kwargs))
+            if twice:
+                raise TypeError(f"{user_location()}: {fn.__name__}() got multiple values for "
+                                f"{', '.join(twice)} (OneFlow <= 0.4 order: "
+                                f"{', '.join(old_params)})")
+            return fn(**named, **kwargs)
+        call.legacy_parameters = tuple(old_params)
+        return call
+    return wrap
+
+
+def positional_is(index, types):
+    """An `is_old` test: the positional argument at `index` is an instance of `types`
+    (bools are not taken for numbers)."""
+    def test(args):
+        if len(args) <= index:
+            return False
+        value = args[index]
+        if isinstance(value, bool) and bool not in _as_tuple(types):
+            return False
+        return isinstance(value, types)
+    return test
+
+
+def _as_tuple(types):
+    return types if isinstance(types, tuple) else (types,)
