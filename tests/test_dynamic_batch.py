@@ -12,6 +12,7 @@ import pytest
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.errors import JobArgumentError, TraceError
+from onnxjob.runtime.session import default_session
 
 import models
 
@@ -20,9 +21,11 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 B = 8
 
 
-def dynamic_config():
+def dynamic_config(freeze_after=None):
     config = flow.function_config()
     config.dynamic_batch(True)
+    if freeze_after is not None:
+        config.freeze_variables_after(freeze_after)
     return config
 
 
@@ -46,14 +49,16 @@ def test_fewer_rows_equal_the_slices_of_the_full_batch(net):
     def fixed(x: tp.Numpy.Placeholder(shape, dtype=flow.float)) -> tp.Numpy:
         return net(x)
 
-    @flow.global_function(type="predict", function_config=dynamic_config())
+    # from the 2nd call on, the session with the variables as constants (runtime/frozen.py)
+    @flow.global_function(type="predict", function_config=dynamic_config(freeze_after=2))
     def dynamic(x: tp.Numpy.Placeholder(shape, dtype=flow.float)) -> tp.Numpy:
         return net(x)     # the same variables (by name) as `fixed`
 
     x = images(shape)
     full = fixed(x)
-    for n in (1, 7, B, 3, 1):
+    for n in (1, 7, B, 3, 1, 5):
         assert_rows_equal(dynamic(x[:n]), full, n)
+    assert default_session().runtimes["dynamic"]._frozen._session is not None
     # OneFlow's rule stays for the job without the flag
     with pytest.raises(JobArgumentError, match="expected exactly"):
         fixed(x[:3])
@@ -137,6 +142,22 @@ def test_a_reshape_that_mixes_the_batch_is_refused():
     with pytest.raises(TraceError) as e:
         job(images((B, 3)))
     assert "Reshape" in str(e.value) and THIS_FILE in str(e.value)
+
+
+def test_a_callback_job_copies_its_rows():
+    config = dynamic_config()
+
+    @flow.global_function(type="predict", function_config=config)
+    def job(x: tp.Numpy.Placeholder((B, 3))) -> tp.Callback[tp.Numpy]:
+        return x * 2.0
+
+    got = []
+    x = images((B, 3))
+    part = x[:3].copy()
+    job(part)(got.append)
+    part[:] = 0     # the caller may reuse its array at once
+    flow.sync_default_session()
+    np.testing.assert_array_equal(got[0], x[:3] * 2.0)
 
 
 def test_the_flag_is_for_predict_jobs():
