@@ -157,9 +157,9 @@ def make_batch_symbolic(proto, placeholder_names, job_name, row_outputs=None):
     # the traced intermediate shapes hold B: onnxruntime infers them again
     del graph.value_info[:]
     graph.initializer.extend(new_inits)
-    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
-    kept = [t for t in graph.initializer if t.name in used or t.name in
-            {v.name for v in graph.input}]
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output} | \
+        {v.name for v in graph.input}
+    kept = [t for t in graph.initializer if t.name in used]
     if len(kept) != len(graph.initializer):
         del graph.initializer[:]
         graph.initializer.extend(kept)
