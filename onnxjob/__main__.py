@@ -3,6 +3,7 @@
     python -m onnxjob run script.py [ARGS...]           run a script written for OneFlow
     python -m onnxjob run --nproc N script.py [ARGS...] N data-parallel ranks (onnxjob/launch.py)
     python -m onnxjob export script.py:job -o m.onnx    write a job function as an .onnx file
+                     [--dynamic-batch]                  ... with a symbolic batch axis
     python -m onnxjob settings [--markdown]             the ONNXJOB_* variables and their values
 
 `run` executes the script as `__main__` with `import oneflow` (and
@@ -11,7 +12,9 @@ script's directory first on `sys.path` and `sys.argv` = [script, ARGS...].
 
 `export` imports the script (not as __main__, so its training loop does not start),
 compiles the named job and writes it with the variables' initial values, or with the
-values of `--checkpoint DIR` when given. Scripts written for OneFlow work here too.
+values of `--checkpoint DIR` when given; `--dynamic-batch` writes the batch axis of a
+predict job's placeholders and outputs as the symbolic dimension "batch" (any number of
+rows; flow.export(..., dynamic_batch=True)). Scripts written for OneFlow work here too.
 
 `settings` prints every ONNXJOB_* environment variable (onnxjob/settings.py) with its
 current value or default, what it takes and what it does, then any unknown ONNXJOB_*
@@ -38,7 +41,7 @@ def run_script(script, args):
     runpy.run_path(script, run_name="__main__")
 
 
-def export_job(parser, target, output, checkpoint):
+def export_job(parser, target, output, checkpoint, dynamic_batch=False):
     script, sep, job_name = target.rpartition(":")
     if not sep or not script:
         parser.error("target must look like script.py:job_name")
@@ -53,7 +56,7 @@ def export_job(parser, target, output, checkpoint):
     import onnxjob as flow
     if checkpoint:
         flow.load_variables(flow.checkpoint.get(checkpoint))
-    flow.export(job, output)
+    flow.export(job, output, dynamic_batch=True if dynamic_batch else None)
     print(f"wrote {output}")
 
 
@@ -69,6 +72,8 @@ def main(argv=None):
     exp.add_argument("target", help="path/to/script.py:job_name")
     exp.add_argument("-o", "--output", required=True, help="the .onnx file to write")
     exp.add_argument("--checkpoint", help="load variables from this checkpoint directory first")
+    exp.add_argument("--dynamic-batch", action="store_true",
+                     help="write the batch axis as a symbolic dimension (predict jobs)")
     table = sub.add_parser("settings", help="list the ONNXJOB_* environment variables")
     table.add_argument("--markdown", action="store_true",
                        help="print the Markdown table of docs/settings.md (no current values)")
@@ -83,7 +88,7 @@ def main(argv=None):
     if args.command == "run":
         run_script(_script_path(parser, args.script), args.args)
     else:
-        export_job(parser, args.target, args.output, args.checkpoint)
+        export_job(parser, args.target, args.output, args.checkpoint, args.dynamic_batch)
 
 
 if __name__ == "__main__":

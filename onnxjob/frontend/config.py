@@ -108,6 +108,9 @@ class FunctionConfig:
     `cudnn_conv_use_deterministic_algo_only(True)` (onnxruntime's deterministic compute),
     `freeze_variables_after(n)` (runtime/frozen.py) and `prefetch(n)` (how many batches a
     job that makes its own data prepares ahead, runtime/pipeline.py; 0 = inline).
+    `dynamic_batch(True)`: a predict job also takes fewer rows than its tp.Numpy
+    placeholders' first dimension (the same count in every input) and returns that many
+    rows; its graph has a symbolic batch axis (graph/dynamic_batch.py, docs/jobs.md).
     """
 
     def __init__(self):
@@ -126,7 +129,8 @@ class FunctionConfig:
                                   "passes", "disable_passes", "dump_passes", "execution_provider",
                                   "cudnn_conv_algo_search", "enable_cuda_graph", "freeze_variables_after",
                                   "cudnn_conv_use_deterministic_algo_only",
-                                  "indexed_slices_optimizer_conf", "prefetch"}
+                                  "indexed_slices_optimizer_conf", "prefetch",
+                                  "dynamic_batch"}
         assert name in known, f"unknown function_config flag {name!r}"
 
         def setter(value=True):
@@ -146,6 +150,8 @@ class FunctionConfig:
             if name == "freeze_variables_after" and (
                     isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ValueError(f"freeze_variables_after takes a count >= 0, got {value!r}")
+            if name == "dynamic_batch":
+                value = bool(value)
             self.flags[name] = value
         return setter
 

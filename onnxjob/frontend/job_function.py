@@ -62,6 +62,13 @@ class JobFunction:
         if all(tp.is_placeholder(a) and issubclass(a, tp.NumpyDef) for a in self.param_annotations):
             self._numpy_params = [(name, ann.shape, ann.np_dtype())
                                   for name, ann in zip(self.param_names, self.param_annotations)]
+        # function_config.dynamic_batch(True): the placeholders' batch, calls take 1..B rows
+        self._batch_rows = None
+        if config.get("dynamic_batch", False) and self._numpy_params and all(
+                len(shape) >= 1 for _, shape, _ in self._numpy_params):
+            batches = {shape[0] for _, shape, _ in self._numpy_params}
+            if len(batches) == 1:
+                self._batch_rows = batches.pop()  # else the compiler says why it cannot
 
     def _checked_feeds(self, args):
         """Per-device feeds after the full argument checks of spec §2.2."""
@@ -74,6 +81,43 @@ class JobFunction:
             # the caller's line is looked up only when there is an error to report
             raise tp.JobArgumentError(f"{user_location()}: {e}") from None
         return device_feeds
+
+    def _fewer_rows_feeds(self, args):
+        """Feeds of a dynamic-batch call with n < B rows in every input, else None (a full
+        batch, or a shape that the full checks report); raises, naming the caller's line,
+        on more rows than the placeholders' B or different row counts."""
+        rows = {}
+        for arg, (name, shape, _) in zip(args, self._numpy_params):
+            if not isinstance(arg, np.ndarray) or arg.ndim != len(shape) or \
+                    arg.shape[1:] != shape[1:]:
+                return None
+            rows[name] = arg.shape[0]
+        batch = self._batch_rows
+        if any(n > batch for n in rows.values()):
+            raise tp.JobArgumentError(
+                f"{user_location()}: job {self.name!r} (dynamic batch) takes at most {batch} "
+                f"rows per input (its placeholders' first dimension), got {rows}")
+        if len(set(rows.values())) > 1:
+            raise tp.JobArgumentError(
+                f"{user_location()}: job {self.name!r} (dynamic batch): every input of a call "
+                f"must have the same number of rows, got {rows}")
+        n = next(iter(rows.values()))
+        if n == batch:
+            return None
+        if n == 0:
+            raise tp.JobArgumentError(f"{user_location()}: job {self.name!r} (dynamic batch) "
+                                      f"takes 1 to {batch} rows, got 0")
+        feeds = {}
+        try:
+            for arg, ann, (name, _, dtype) in zip(args, self.param_annotations,
+                                                   self._numpy_params):
+                if arg.dtype == dtype and not self._returns_before_run:
+                    feeds[name] = np.ascontiguousarray(arg)
+                else:
+                    feeds[name] = tp._cast_argument(arg, ann, f"argument {name!r}")
+        except tp.JobArgumentError as e:
+            raise tp.JobArgumentError(f"{user_location()}: {e}") from None
+        return [feeds]
 
     def trace(self, builder):
         """Run the body once on fresh placeholders in `builder` (the compiler's call).
@@ -127,6 +171,8 @@ class JobFunction:
         if self._numpy_params is not None:
             # NOTE: copying a batch of 64 ImageNet images (38 MB) took ~5 ms on a 2-core CPU
             device_feeds = _exact_numpy_feeds(self._numpy_params, args, self._returns_before_run)
+        if device_feeds is None and self._batch_rows is not None:
+            device_feeds = self._fewer_rows_feeds(args)
         if device_feeds is None:
             device_feeds = self._checked_feeds(args)
         if self.is_train and session.data_parallel:

@@ -3,7 +3,9 @@ import onnx
 import onnx_ir as ir
 
 from onnxjob.errors import TraceError
+from onnxjob import typing as tp
 from onnxjob.graph import autodiff, pass_cache
+from onnxjob.graph.dynamic_batch import make_batch_symbolic
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from onnxjob.runtime import distributed
 from onnxjob.passes import mixed_precision_type, run_default_pipeline
@@ -139,9 +141,32 @@ def compile_job(job, variable_registry=None, seed=None):
         isinstance(v.type, ir.SequenceType) for v in builder.graph.inputs
         if v.name in used_inputs)
     sources = {n: src for n, src in builder.sources.items() if n in used_inputs}
+    if job.config.get("dynamic_batch", False):
+        model, serialized = None, _batch_symbolic(job, model, serialized, placeholder_names,
+                                                  output_names, sources)
     return CompiledGraph(model, placeholder_names, variable_inputs, output_names, tree,
                          state_outputs, watch_named, has_sequences, job.is_train, sources,
                          gradient_outputs, serialized)
+
+
+def _batch_symbolic(job, model, serialized, placeholder_names, output_names, sources):
+    """The bytes of the job's graph with a symbolic batch axis (graph/dynamic_batch.py),
+    for `function_config.dynamic_batch(True)`: predict jobs on tp.Numpy placeholders only."""
+    if job.is_train:
+        raise TraceError(f"job {job.name!r}: function_config.dynamic_batch applies to predict "
+                         "jobs; a train job takes exactly its placeholders' shapes",
+                         location=job.location)
+    if sources:
+        raise TraceError(f"job {job.name!r}: function_config.dynamic_batch needs a job fed by "
+                         "its placeholders only; this one reads data the job makes itself "
+                         f"({sorted(sources)})", location=job.location)
+    for annotation in getattr(job, "param_annotations", ()):
+        if not (tp.is_placeholder(annotation) and issubclass(annotation, tp.NumpyDef)):
+            raise TraceError(f"job {job.name!r}: function_config.dynamic_batch needs "
+                             "tp.Numpy.Placeholder parameters only", location=job.location)
+    proto = ir.to_proto(model) if serialized is None else onnx.ModelProto.FromString(serialized)
+    make_batch_symbolic(proto, placeholder_names, job.name, row_outputs=output_names)
+    return proto.SerializeToString()
 
 
 def _check_mixed_precision(job, device):

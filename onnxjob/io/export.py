@@ -27,6 +27,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnxjob.errors import TraceError
+from onnxjob.graph import dynamic_batch
 from onnxjob.graph.compiler import check_model
 from onnxjob.frontend.config import started_session
 
@@ -56,6 +58,23 @@ def job_model_proto(job_fn, with_variables=True):
 
 
 TRAIN_STEP_FORMAT = "onnxjob.train_step"
+
+
+def _set_dynamic_batch(job_fn, proto, dynamic):
+    job = job_fn.job
+    session = started_session()
+    compiled = session.runtimes[job.name].compiled
+    if dynamic_batch.is_symbolic(proto) == dynamic:
+        return
+    if not dynamic:
+        dynamic_batch.fix_batch(proto, job._batch_rows)
+        return
+    if compiled.is_train:
+        raise TraceError(f"job {job.name!r}: export(dynamic_batch=True) applies to predict "
+                         "jobs; a train step takes exactly its placeholders' shapes",
+                         location=job.location)
+    dynamic_batch.make_batch_symbolic(proto, compiled.placeholder_names, job.name,
+                                      row_outputs=compiled.output_names)
 
 
 def _make_train_step(proto, compiled, session):
@@ -96,11 +115,19 @@ def _make_train_step(proto, compiled, session):
     entry.key, entry.value = TRAIN_STEP_FORMAT, json.dumps(description)
 
 
-def export(job_fn, path, check=True):
+def export(job_fn, path, check=True, dynamic_batch=None):
     """Write `job_fn`'s graph with current variable values to `path` (checked by onnx):
     a predict job's variables as constants, a train job as a train step (module
-    docstring)."""
+    docstring).
+
+    `dynamic_batch=True` writes a predict job's batch axis (its tp.Numpy placeholders'
+    first dimension) as the symbolic dimension "batch" of the inputs and outputs, so the
+    file runs on any number of rows (graph/dynamic_batch.py; a job that uses the batch
+    size as a number raises, naming the line); False writes the placeholders' batch; None
+    (the default) keeps the job's own `function_config.dynamic_batch`."""
     proto = job_model_proto(job_fn)
+    if dynamic_batch is not None:
+        _set_dynamic_batch(job_fn, proto, bool(dynamic_batch))
     if check:
         check_model(proto)
     onnx.save(proto, path)
