@@ -15,7 +15,8 @@ and then at shared/clients/oneflow-benchmark inside the checkout.) `--rows` pick
 CUDA-graph repeats of the fp32 rows when the 600 s of a device call are short. Each row is
 printed as soon as it is measured, so a run cut short still shows what it finished. The suite
 check on the same machine: `ONNXJOB_DEVICE=cuda bash shared/tools/ort-gpu-run.sh python3 -m
-pytest -q tests`. `--device cpu` runs every row on the CPU with small flags (a check of this
+pytest -q tests` (tests/upstream.py looks only at ../shared: `ln -sfn "$PWD/shared" ../shared`
+first, or the tests of the upstream programs skip). `--device cpu` runs every row on the CPU with small flags (a check of this
 script where no GPU is), e.g. `python bench/bench_gpu.py --device cpu --batch 2 --rounds 1
 --calls 1 --bert-layers 1 --bert-hidden 64 --bert-heads 2 --bert-seq 32 --bert-batch 2
 --bert-vocab 1000`.
