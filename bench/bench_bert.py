@@ -2,6 +2,7 @@
 
     python bench/bench_bert.py [--layers 4 --hidden 256 --heads 4 --seq 128 --batch 8
                                 --vocab 30522] [--threads 2] [--rounds 5] [--calls 2]
+    python bench/bench_bert.py --amp [--device cuda] [the flags above]
     python bench/bench_bert.py --embedding-grad [--threads 2]
 
 The train step is upstream's: pretrain.PreTrain (dropout 0 on both sides, so both do the
@@ -9,7 +10,12 @@ same work) and util.CreateOptimizer's LAMB (clipping by global norm 1.0, weight 
 excluding biases and LayerNorm). PyTorch runs tests/bert_twin.py with the same weights: the
 same graph and OneFlow 0.5's LAMB kernel written in torch eager ops. Both in this process,
 same thread count, interleaved; medians and the ratio onnxjob/PyTorch (< 1: onnxjob faster).
-Timed: the small BERT of tests/test_bert.py, then the config of the flags; for each, the
+--amp runs both under mixed precision: onnxjob with upstream's --use_fp16 settings
+(util.GetFunctionConfig: enable_auto_mixed_precision; util.CreateOptimizer: LAMB with
+dynamic_loss_scale(increment_period=2000), initial scale 2**30) and the twin under
+torch.autocast (float16 on CUDA, bfloat16 on the CPU) with a torch.amp.GradScaler of the same
+schedule; the final loss scale of each side is printed. --device cuda puts both on the GPU
+(onnxruntime-gpu). Timed: the small BERT of tests/test_bert.py, then the config of the flags; for each, the
 first call of the train job (trace, autodiff, passes, onnxruntime session, first step).
 
 --embedding-grad times the gradient of the embedding lookup (flow.gather on the word table)
@@ -38,6 +44,12 @@ def parse():
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--vocab", type=int, default=30522)
+    p.add_argument("--amp", action="store_true",
+                   help="the train step under automatic mixed precision on both sides: "
+                   "upstream's --use_fp16 settings (AMP + the dynamic loss scale) against "
+                   "torch.autocast + GradScaler (float16 on CUDA, bfloat16 on the CPU)")
+    p.add_argument("--device", default=os.environ.get("ONNXJOB_DEVICE", "cpu"),
+                   help="cuda: both sides on the GPU (onnxruntime-gpu, PyTorch CUDA)")
     p.add_argument("--embedding-grad", action="store_true",
                    help="only time the embedding-gradient formulations")
     return p.parse_args()
@@ -51,49 +63,147 @@ def flag_config(args):
             "vocab_size": args.vocab, "max_predictions_per_seq": 20}
 
 
-def torch_side(torch, values, config, batch, opt_args):
-    """The twin's train step (forward, backward, LAMB) on a copy of `values`, and its
-    forward + backward alone (how much of the step the eager LAMB loop takes)."""
+def amp_optimizer_args(learning_rate=1e-4, iter_num=1000):
+    """run_pretraining.py's args with --use_fp16: util.CreateOptimizer adds
+    dynamic_loss_scale(increment_period=2000) (the default initial scale, 2**30) and
+    util.GetFunctionConfig enables auto mixed precision."""
+    from bert_models import optimizer_args
+    opt_args = optimizer_args("lamb", learning_rate=learning_rate, iter_num=iter_num)
+    opt_args.use_fp16 = True
+    return opt_args
+
+
+def define_amp_train_job(batch, config, opt_args):
+    """tests/bert_models.define_train_job under upstream's util.GetFunctionConfig(args) with
+    --use_fp16 (enable_auto_mixed_precision(True)), PreTrain(use_fp16=True) and
+    util.CreateOptimizer(args) (LAMB with the dynamic loss scale)."""
+    import argparse
+    from typing import Dict
+    import onnxjob as flow
+    import onnxjob.typing as tp
+    from bert_models import SMALL, _placeholders, bert_modules
+    _, pretrain, util = bert_modules()
+    config = dict(SMALL, **(config or {}))
+    function_config = util.GetFunctionConfig(argparse.Namespace(
+        use_fp16=True, num_accumulation_steps=1, use_xla=False))
+    tokens, picks, pick_weights, labels = _placeholders(batch, config["seq_length"],
+                                                        config["max_predictions_per_seq"])
+
+    @flow.global_function(type="train", function_config=function_config)
+    def train_job(input_ids: tokens, input_mask: tokens, token_type_ids: tokens,
+                  masked_lm_positions: picks, masked_lm_ids: picks,
+                  masked_lm_weights: pick_weights,
+                  next_sentence_labels: labels) -> Dict[str, tp.Numpy]:
+        total, mlm, nsp = pretrain.PreTrain(input_ids, input_mask, token_type_ids,
+                                            masked_lm_positions, masked_lm_ids,
+                                            masked_lm_weights, next_sentence_labels,
+                                            initializer_range=0.02, use_fp16=True, **config)
+        util.CreateOptimizer(opt_args).minimize(total)
+        return {"total_loss": total, "mlm_loss": mlm, "nsp_loss": nsp}
+
+    return train_job
+
+
+def loss_scale_of(flow):
+    """The current dynamic loss scale of the default session's train job (None if none)."""
+    for name, value in flow.get_all_variables().items():
+        if "DynamicLossScale" in name and name.endswith("-LossScale"):
+            return float(value.numpy().reshape(-1)[0])
+    return None
+
+
+def torch_side(torch, values, config, batch, opt_args, device="cpu", amp=False,
+               init_scale=2.0 ** 30):
+    """The twin's train step (forward, backward, LAMB) on a copy of `values` on `device`,
+    and its forward + backward alone (how much of the step the eager LAMB loop takes).
+
+    amp: the forward and losses under torch.autocast (float16 on CUDA, bfloat16 on the
+    CPU) and a torch.amp.GradScaler (init_scale, x2 every 2000 good steps, /2 on an
+    overflow: OneFlow's dynamic_loss_scale) that unscales the gradients, skips the LAMB step
+    of a step with an inf/NaN and updates the scale; train_step.scaler is the scaler."""
+    from bench_resnet import autocast_dtype
     from bert_twin import BertTwin, UpstreamOptimizerTwin, parameter_names
-    weights = {k: torch.tensor(values[k], requires_grad=True)
+    weights = {k: torch.tensor(values[k], device=device, requires_grad=True)
                for k in parameter_names(**config)}
     twin, optimizer = BertTwin(weights, **config), UpstreamOptimizerTwin(opt_args)
-    tensors = [torch.as_tensor(a) for a in batch]
+    tensors = [torch.as_tensor(a).to(device) for a in batch]
+    device_type = torch.device(device).type
+
+    class TwinOptimizer(torch.optim.Optimizer):
+        """The twin's LAMB behind torch.optim.Optimizer's interface, for GradScaler."""
+
+        def __init__(self):
+            super().__init__(list(weights.values()), {})
+
+        def step(self, closure=None):
+            optimizer.step(weights)
+
+    scaler = (torch.amp.GradScaler(device_type, init_scale=init_scale, growth_factor=2.0,
+                                   backoff_factor=0.5, growth_interval=2000) if amp else None)
+    scaled_optimizer = TwinOptimizer() if amp else None
+
+    def forward():
+        if not amp:
+            return twin.pretrain(*tensors)[0]
+        with torch.autocast(device_type, dtype=autocast_dtype(torch, device)):
+            return twin.pretrain(*tensors)[0]
 
     def train_step():
-        total, _, _ = twin.pretrain(*tensors)
-        total.backward()
-        optimizer.step(weights)
+        total = forward()
+        if not amp:
+            total.backward()
+            optimizer.step(weights)
+            return total.item()
+        for w in weights.values():   # a skipped step leaves its gradients behind
+            w.grad = None
+        scaler.scale(total).backward()
+        scaler.step(scaled_optimizer)
+        scaler.update()
         return total.item()
+    train_step.scaler = scaler
 
     def forward_backward():
-        total, _, _ = twin.pretrain(*tensors)
-        total.backward()
+        total = forward()
+        (scaler.scale(total) if amp else total).backward()
         for w in weights.values():
             w.grad = None
         return total.item()
     return train_step, forward_backward
 
 
-def time_config(label, config, batch_size, args, torch):
-    """(table row, first-call seconds, torch forward + backward seconds) for one config."""
+def time_config(label, config, batch_size, args, torch, amp=False, device="cpu"):
+    """(table row, first-call seconds, torch forward + backward seconds, notes) for one
+    config; amp: onnxjob's job under upstream's --use_fp16 settings against the twin under
+    autocast + GradScaler (notes: both final loss scales)."""
     import onnxjob as flow
     from bert_models import SMALL, define_train_job, optimizer_args, synthetic_batch
     from common import interleaved
     flow.clear_default_session()
     flow.config.seed(0)
     config = dict(SMALL, **config)
-    opt_args = optimizer_args("lamb", learning_rate=1e-4, iter_num=1000)
-    train_job = define_train_job(batch_size, config, opt_args)
+    if amp:
+        opt_args = amp_optimizer_args(learning_rate=1e-4, iter_num=1000)
+        train_job = define_amp_train_job(batch_size, config, opt_args)
+        init_scale = flow.optimizer.loss_scale.dynamic_loss_scale().initial_loss_scale
+    else:
+        opt_args = optimizer_args("lamb", learning_rate=1e-4, iter_num=1000)
+        train_job = define_train_job(batch_size, config, opt_args)
+        init_scale = None
     batch = synthetic_batch(batch_size, config)
     start = time.perf_counter()
     train_job(*batch)
     first_call = time.perf_counter() - start
     values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
-    torch_train, torch_forward_backward = torch_side(torch, values, config, batch, opt_args)
+    torch_train, torch_forward_backward = torch_side(
+        torch, values, config, batch, opt_args, device=device, amp=amp,
+        init_scale=init_scale or 2.0 ** 30)
     medians = interleaved({"onnxjob": lambda: train_job(*batch), "torch": torch_train,
                            "torch fb": torch_forward_backward}, args.rounds, args.calls, warmup=1)
-    return (label, medians["onnxjob"], medians["torch"]), first_call, medians["torch fb"]
+    notes = {}
+    if amp:
+        notes = {"onnxjob loss scale": loss_scale_of(flow),
+                 "torch loss scale": float(torch_train.scaler.get_scale())}
+    return (label, medians["onnxjob"], medians["torch"]), first_call, medians["torch fb"], notes
 
 
 def bert_tables(args):
@@ -102,16 +212,26 @@ def bert_tables(args):
     from common import print_table
     rows, notes = [], []
     flagged = f"L{args.layers} H{args.hidden} S{args.seq} B{args.batch} V{args.vocab}"
-    for label, config, batch in [("small L2 H128 S32 B8 V1000", {}, 8),
-                                 (flagged, flag_config(args), args.batch)]:
-        row, first, forward_backward = time_config(label, config, batch, args, torch)
+    amp = " AMP" if args.amp else ""
+    for label, config, batch in [(f"small L2 H128 S32 B8 V1000{amp}", {}, 8),
+                                 (flagged + amp, flag_config(args), args.batch)]:
+        row, first, forward_backward, scales = time_config(label, config, batch, args, torch,
+                                                           amp=args.amp, device=args.device)
         rows.append(row)
         notes.append(f"{label}: first train call (trace + autodiff + passes + session + step) "
                      f"{first:.2f} s; torch forward + backward alone "
-                     f"{forward_backward * 1e3:.1f} ms")
-    print_table(rows, f"BERT pretraining train step (LAMB): onnxjob vs PyTorch "
-                      f"{torch.__version__} eager, {args.threads} threads")
+                     f"{forward_backward * 1e3:.1f} ms"
+                     + "".join(f"; {k} {v:g}" for k, v in scales.items()))
+    kind = (f"autocast {bench_resnet_autocast_name(torch, args.device)} + GradScaler"
+            if args.amp else "eager")
+    print_table(rows, f"BERT pretraining train step (LAMB{amp}): onnxjob vs PyTorch "
+                      f"{torch.__version__} {kind} on {args.device}, {args.threads} threads")
     print("\n".join(notes))
+
+
+def bench_resnet_autocast_name(torch, device):
+    from bench_resnet import autocast_dtype
+    return str(autocast_dtype(torch, device)).replace("torch.", "")
 
 
 def embedding_grad_models(vocab, hidden, tokens):
@@ -168,6 +288,7 @@ def embedding_grad(args, vocab=30522, hidden=768, tokens=8 * 128):
 def main():
     args = parse()
     os.environ["ONNXJOB_NUM_THREADS"] = str(args.threads)
+    os.environ["ONNXJOB_DEVICE"] = args.device
     if args.embedding_grad:
         embedding_grad(args)
     else:

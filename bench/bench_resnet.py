@@ -28,9 +28,19 @@ def parse():
     return p.parse_args()
 
 
-def torch_side(torch, values, x, y, device="cpu"):
+def autocast_dtype(torch, device):
+    """The half type PyTorch's autocast uses on `device`: float16 on CUDA (what onnxjob's
+    AMP computes in), bfloat16 on the CPU (PyTorch's CPU autocast type)."""
+    return torch.float16 if device.startswith("cuda") else torch.bfloat16
+
+
+def torch_side(torch, values, x, y, device="cpu", amp=False, init_scale=2.0 ** 16):
     """PyTorch's train step and predict on tests/resnet_twin.py with the job's `values`,
-    on `device`; predict(batch) copies a host batch in (default: `x`, already there)."""
+    on `device`; predict(batch) copies a host batch in (default: `x`, already there).
+
+    amp: the train step's forward and loss under torch.autocast (autocast_dtype) with a
+    torch.amp.GradScaler (init_scale, growth every 2000 good steps, factor 2: OneFlow's
+    dynamic_loss_scale); train_step.scaler is the scaler."""
     from resnet_twin import ResNet50Twin, smoothed_softmax_ce
     weights = {k: torch.tensor(v, device=device, requires_grad=k.rsplit("-", 1)[1] in
                                ("weight", "bias", "gamma", "beta"))
@@ -39,13 +49,24 @@ def torch_side(torch, values, x, y, device="cpu"):
     trainable = [w for w in weights.values() if w.requires_grad]
     opt = torch.optim.SGD(trainable, lr=0.01, momentum=0.875, weight_decay=1.0 / 32768)
     tx, ty = torch.tensor(x, device=device), torch.tensor(y, device=device)
+    device_type = torch.device(device).type
+    scaler = (torch.amp.GradScaler(device_type, init_scale=init_scale, growth_factor=2.0,
+                                   backoff_factor=0.5, growth_interval=2000) if amp else None)
 
     def train_step():
         opt.zero_grad(set_to_none=True)
-        loss = smoothed_softmax_ce(twin.forward(tx, training=True), ty)
-        loss.backward()
-        opt.step()
+        if not amp:
+            loss = smoothed_softmax_ce(twin.forward(tx, training=True), ty)
+            loss.backward()
+            opt.step()
+            return loss.item()
+        with torch.autocast(device_type, dtype=autocast_dtype(torch, device)):
+            loss = smoothed_softmax_ce(twin.forward(tx, training=True), ty)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         return loss.item()
+    train_step.scaler = scaler
 
     def predict(batch=None):
         with torch.no_grad():
