@@ -2,6 +2,7 @@
 import functools
 import inspect
 import typing
+import weakref
 
 import numpy as np
 
@@ -158,7 +159,10 @@ class JobFunction:
         session = default_session()
         if not session.is_running:
             started_session()
-        if session.jobs.get(self.name) is not self:
+        # only a job replaced in its own session refuses; one from a cleared session runs
+        # the current session's job of its name, as before
+        if session.jobs.get(self.name) is not self and \
+                getattr(self, "session_ref", lambda: None)() is session:
             self._raise_replaced(session)
         if kwargs:
             raise TypeError(f"{user_location()}: job {self.name!r} takes positional arguments "
@@ -321,7 +325,9 @@ def global_function(type="predict", function_config=None):
 
     def decorator(func):
         job = JobFunction(func, job_type, config)
-        default_session().register_job(job)
+        session = default_session()
+        job.session_ref = weakref.ref(session)   # weak: a cleared session's memory goes
+        session.register_job(job)
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
