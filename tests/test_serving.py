@@ -234,3 +234,66 @@ def test_no_engine_cache_when_the_cache_is_off(monkeypatch):
     monkeypatch.setattr(session_cache, "cache_dir", lambda: None)
     assert backend.tensorrt_provider_options(_config()) == {}
     assert backend.tensorrt_provider_options(_config(amp=True)) == {"trt_fp16_enable": "1"}
+
+
+# -- exported files with half weights -----------------------------------------------------------
+
+def _run_file(path, images):
+    session = ort.InferenceSession(path, providers=[CPU])
+    return session.run(None, {session.get_inputs()[0].name: images})[0]
+
+
+@pytest.mark.parametrize("net", [lenet, mlp])
+def test_export_half_weights_under_amp(net, tmp_path):
+    config = flow.function_config()
+    config.enable_auto_mixed_precision(True)
+
+    @flow.global_function(type="predict", function_config=config)
+    def predict(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float)) -> tp.Numpy:
+        return net(images)
+
+    images = _images()
+    expected = predict(images)
+    full, half = str(tmp_path / "full.onnx"), str(tmp_path / "half.onnx")
+    flow.export(predict, full)
+    flow.export(predict, half, half_weights=True)
+    assert os.path.getsize(half) / os.path.getsize(full) < 0.6
+    model = onnx.load(half)
+    onnx.checker.check_model(model, full_check=True)
+    types = {i.name: i.data_type for i in model.graph.initializer}
+    weights = [n for n in types if "-weight" in n]
+    assert weights and all(n.endswith("-weight/cast_f2h") for n in weights)
+    assert all(types[n] == onnx.TensorProto.FLOAT16 for n in weights)
+    assert not [n for n in model.graph.node
+                if n.op_type == "Cast" and n.input[0].endswith("-weight")]
+    got = _run_file(half, images)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    # the job's own half computation, run by other kernels (a frozen file): float16's
+    # rounding, relative to the largest logit
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(got, expected, rtol=1e-2, atol=1e-2 * scale)
+    # the same half values reach the same nodes as from the float32 file's Casts
+    np.testing.assert_allclose(got, _run_file(full, images), rtol=0, atol=1e-6 * scale)
+
+
+def test_export_half_weights_refused_without_amp_and_for_train_jobs(tmp_path):
+    @flow.global_function(type="predict")
+    def predict(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float)) -> tp.Numpy:
+        return mlp(images)
+
+    config = flow.function_config()
+    config.enable_auto_mixed_precision(True)
+
+    @flow.global_function(type="train", function_config=config)
+    def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float),
+                  labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, mlp(images))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    predict(_images())
+    with pytest.raises(ValueError, match="enable_auto_mixed_precision"):
+        flow.export(predict, str(tmp_path / "p.onnx"), half_weights=True)
+    with pytest.raises(ValueError, match="predict jobs"):
+        flow.export(train_job, str(tmp_path / "t.onnx"), half_weights=True)
+    assert not os.listdir(tmp_path)

@@ -96,12 +96,26 @@ def _make_train_step(proto, compiled, session):
     entry.key, entry.value = TRAIN_STEP_FORMAT, json.dumps(description)
 
 
-def export(job_fn, path, check=True):
+def export(job_fn, path, check=True, half_weights=False):
     """Write `job_fn`'s graph with current variable values to `path` (checked by onnx):
     a predict job's variables as constants, a train job as a train step (module
-    docstring)."""
+    docstring). `half_weights`: a predict job under AMP stores the weights it computes
+    with in half precision (io/half_weights.py), a file about half the size."""
     proto = job_model_proto(job_fn)
+    if half_weights:
+        _store_half_weights(proto, job_fn)
     if check:
         check_model(proto)
     onnx.save(proto, path)
     return path
+
+
+def _store_half_weights(proto, job_fn):
+    """export(..., half_weights=True): io/half_weights.py, refused where no weight is cast
+    to half (a job without enable_auto_mixed_precision(True))."""
+    from onnxjob.io.half_weights import store_half_weights
+    if store_half_weights(proto)[0] == 0:
+        name = job_fn.job.name if hasattr(job_fn, "job") else str(job_fn)
+        raise ValueError(f"export(half_weights=True): job {name!r} casts no float32 weight "
+                         "to half; the option applies to predict jobs under "
+                         "function_config.enable_auto_mixed_precision(True)")
