@@ -27,6 +27,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))    # this checkout's onnxjob, before an installed one
 
 
 def parse():
