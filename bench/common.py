@@ -139,3 +139,23 @@ def frozen_predict_job(name, batch=8):
     values = {v: session.variable_numpy(v) for v in runtime.compiled.variable_inputs}
     model = frozen_model_bytes(runtime.model_bytes, runtime.compiled.variable_inputs, values)
     return model, {runtime.compiled.placeholder_names[0]: feeds["images"]}
+
+
+def interleaved_latencies(candidates, calls, block=50, warmup=20):
+    """{name: array of seconds, one per call} over `calls` calls of each candidate,
+    timed one by one in interleaved blocks of `block` calls (A's block, B's block, A's ...),
+    so that both sides see the same drift of the machine (see `interleaved`)."""
+    import numpy as np
+    for fn in candidates.values():
+        for _ in range(warmup):
+            fn()
+    samples = {name: [] for name in candidates}
+    clock = time.perf_counter_ns
+    while min(len(s) for s in samples.values()) < calls:
+        for name, fn in candidates.items():
+            out = samples[name]
+            for _ in range(min(block, calls - len(out))):
+                start = clock()
+                fn()
+                out.append(clock() - start)
+    return {name: np.array(s, dtype=np.float64) * 1e-9 for name, s in samples.items()}

@@ -35,8 +35,6 @@ _UNSUPPORTED_FLAGS = {
                                          "accumulation type",
     "enable_float_compute_for_half_gemm": "half MatMul/Gemm run with onnxruntime's own "
                                           "accumulation type",
-    "use_tensorrt": "TensorRT is not used; the job runs on onnxruntime's CUDA or CPU "
-                    "execution provider",
     "use_xla_jit": "XLA is not used; onnxruntime compiles the graph",
     "enable_qat": "quantization-aware training is not implemented; the job trains in "
                   "floating point",
@@ -106,7 +104,8 @@ class FunctionConfig:
     `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)`,
     `enable_cuda_graph(False)` (runtime/cuda_graph.py), OneFlow's
     `cudnn_conv_use_deterministic_algo_only(True)` (onnxruntime's deterministic compute),
-    `freeze_variables_after(n)` (runtime/frozen.py) and `prefetch(n)` (how many batches a
+    `freeze_variables_after(n)` (runtime/frozen.py), OneFlow's `use_tensorrt(True)` (predict
+    jobs on onnxruntime's TensorRT EP where available: runtime/backend.py) and `prefetch(n)` (how many batches a
     job that makes its own data prepares ahead, runtime/pipeline.py; 0 = inline).
     `dynamic_batch(True)`: a predict job also takes fewer rows than its tp.Numpy
     placeholders' first dimension (the same count in every input) and returns that many
@@ -130,7 +129,7 @@ class FunctionConfig:
                                   "cudnn_conv_algo_search", "enable_cuda_graph", "freeze_variables_after",
                                   "cudnn_conv_use_deterministic_algo_only",
                                   "indexed_slices_optimizer_conf", "prefetch",
-                                  "dynamic_batch"}
+                                  "dynamic_batch", "use_tensorrt"}
         assert name in known, f"unknown function_config flag {name!r}"
 
         def setter(value=True):

@@ -115,7 +115,7 @@ def _make_train_step(proto, compiled, session):
     entry.key, entry.value = TRAIN_STEP_FORMAT, json.dumps(description)
 
 
-def export(job_fn, path, check=True, dynamic_batch=None):
+def export(job_fn, path, check=True, dynamic_batch=None, half_weights=False):
     """Write `job_fn`'s graph with current variable values to `path` (checked by onnx):
     a predict job's variables as constants, a train job as a train step (module
     docstring).
@@ -124,11 +124,26 @@ def export(job_fn, path, check=True, dynamic_batch=None):
     first dimension) as the symbolic dimension "batch" of the inputs and outputs, so the
     file runs on any number of rows (graph/dynamic_batch.py; a job that uses the batch
     size as a number raises, naming the line); False writes the placeholders' batch; None
-    (the default) keeps the job's own `function_config.dynamic_batch`."""
+    (the default) keeps the job's own `function_config.dynamic_batch`.
+    `half_weights`: a predict job under AMP stores the weights it computes with in half
+    precision (io/half_weights.py), a file about half the size."""
     proto = job_model_proto(job_fn)
     if dynamic_batch is not None:
         _set_dynamic_batch(job_fn, proto, bool(dynamic_batch))
+    if half_weights:
+        _store_half_weights(proto, job_fn)
     if check:
         check_model(proto)
     onnx.save(proto, path)
     return path
+
+
+def _store_half_weights(proto, job_fn):
+    """export(..., half_weights=True): io/half_weights.py, refused where no weight is cast
+    to half (a job without enable_auto_mixed_precision(True))."""
+    from onnxjob.io.half_weights import store_half_weights
+    if store_half_weights(proto)[0] == 0:
+        name = job_fn.job.name if hasattr(job_fn, "job") else str(job_fn)
+        raise ValueError(f"export(half_weights=True): job {name!r} casts no float32 weight "
+                         "to half; the option applies to predict jobs under "
+                         "function_config.enable_auto_mixed_precision(True)")

@@ -40,6 +40,10 @@ from onnxjob.runtime import cuda_libraries, session_cache  # noqa: E402
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+# the key under which cuda_provider_options carries a job's TensorRT options to
+# create_session (which takes it out: it is no CUDA EP option)
+TENSORRT_REQUEST = "onnxjob.tensorrt"
 
 
 @functools.lru_cache(maxsize=None)
@@ -122,7 +126,56 @@ def cuda_provider_options(config, tf32=None):
             raise ValueError(f"cudnn_conv_algo_search must be EXHAUSTIVE, HEURISTIC or DEFAULT, "
                              f"got {search!r}")
         options["cudnn_conv_algo_search"] = search
+    if config.get("use_tensorrt"):
+        options[TENSORRT_REQUEST] = tensorrt_provider_options(config)
     return options
+
+
+def tensorrt_provider_options(config):
+    """TensorRT EP options for a job with `function_config.use_tensorrt(True)`: its engines
+    cached under onnxjob's cache folder (runtime/session_cache.py; none when the cache is
+    off) and, for a job under float16 AMP, TensorRT free to run float32 layers in float16."""
+    options = {}
+    folder = session_cache.cache_dir()
+    if folder:
+        options["trt_engine_cache_enable"] = "1"
+        options["trt_engine_cache_path"] = os.path.join(folder, "tensorrt")
+    if config.get("enable_auto_mixed_precision") and \
+            config.get("mixed_precision_data_type", "float16") == "float16":
+        options["trt_fp16_enable"] = "1"
+    return options
+
+
+@functools.lru_cache(maxsize=None)
+def say_tensorrt(message):
+    """Say `message` (why a job with use_tensorrt(True) runs without TensorRT) once, on
+    stderr."""
+    print(f"onnxjob: function_config.use_tensorrt(True): {message}", file=sys.stderr)
+    return message
+
+
+def _tensorrt_providers(tensorrt, device, is_train):
+    """The TensorRT EP entry (name, options) to put first for a session, or None, having
+    said why (once) when a job asked for TensorRT and does not get it."""
+    if tensorrt is None:
+        return None
+    runs_on = CUDA if device == "cuda" else CPU
+    if is_train:
+        say_tensorrt(f"TensorRT runs predict jobs only; train jobs run on {runs_on}")
+        return None
+    if TENSORRT not in ort.get_available_providers():
+        say_tensorrt(f"onnxruntime's {TENSORRT} is not available here (this onnxruntime "
+                     f"has {', '.join(ort.get_available_providers())}); the job runs on "
+                     f"{runs_on}")
+        return None
+    if device != "cuda":
+        say_tensorrt(f"TensorRT needs the GPU and this session runs on the CPU "
+                     f"(no usable CUDA, or execution_provider('cpu') / ONNXJOB_DEVICE=cpu); "
+                     f"the job runs on {CPU}")
+        return None
+    if tensorrt.get("trt_engine_cache_path"):
+        os.makedirs(tensorrt["trt_engine_cache_path"], exist_ok=True)
+    return (TENSORRT, dict(tensorrt))
 
 
 # NOTE: onnxruntime's optimizer runs ~45 graph transformers, each walking the whole graph
@@ -232,9 +285,17 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
     (CPU only) reuses or stores onnxruntime's optimized model (runtime/session_cache.py)."""
     opts = session_options(is_train, device=device, deterministic=deterministic)
     cuda_options = dict(cuda_options or {})
+    tensorrt = _tensorrt_providers(cuda_options.pop(TENSORRT_REQUEST, None), device, is_train)
     if cuda_graph:
+        if tensorrt is not None:
+            # the caller says why and asks again without graphs (runtime/session.py)
+            raise RuntimeError("CUDA graphs are not captured for a job run by TensorRT "
+                               "(function_config.use_tensorrt)")
         cuda_options["enable_cuda_graph"] = "1"
     providers = [(CUDA, cuda_options), CPU] if device == "cuda" else [CPU]
+    if tensorrt is not None:
+        return _tensorrt_session(model_bytes, opts, [tensorrt] + providers,
+                                 disabled_transformers(is_train, device))
     disabled = disabled_transformers(is_train, device)
     cache_path = None
     if cached and device == "cpu":
@@ -253,6 +314,28 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
     if written is not None:
         session_cache.publish(written, cache_path)
     if device == "cuda" and CUDA not in sess.get_providers():
+        raise DeviceUnavailableError(f"onnxruntime fell back to {sess.get_providers()} although "
+                                     "the CUDA execution provider was requested")
+    return sess
+
+
+def _tensorrt_session(model_bytes, opts, providers, disabled):
+    """A session on `providers` (TensorRT, CUDA, CPU), on CUDA when TensorRT does not start
+    (said once): onnxruntime's own fallback, which prints four lines, is off."""
+    try:
+        sess = ort.InferenceSession(model_bytes, opts, providers=providers,
+                                    disabled_optimizers=disabled, enable_fallback=0)
+    except (ValueError, RuntimeError) as e:     # onnxruntime's own error types
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        say_tensorrt(f"{TENSORRT} failed to start ({reason[:200]}); the job runs on {CUDA}")
+        sess = ort.InferenceSession(model_bytes, opts, providers=providers[1:],
+                                    disabled_optimizers=disabled)
+    else:
+        if TENSORRT not in sess.get_providers():
+            # e.g. libnvinfer not found: onnxruntime logs it and goes on without TensorRT
+            say_tensorrt(f"onnxruntime could not load {TENSORRT} (TensorRT's libraries?) "
+                         f"and runs the job on {sess.get_providers()[0]}")
+    if CUDA not in sess.get_providers():
         raise DeviceUnavailableError(f"onnxruntime fell back to {sess.get_providers()} although "
                                      "the CUDA execution provider was requested")
     return sess
