@@ -69,3 +69,50 @@ def test_matmul_of_a_vector_names_the_line():
         with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: matmul: b must have rank >= 2"):
             run(lambda a, b: flow.matmul(a, b, transpose_b=True), np.ones((2, 3), np.float32),
                 np.ones(shape_b, np.float32))
+
+
+def test_integer_matmul_of_a_transpose_stays_a_matmul():
+    """FoldTransposeIntoGemm made an int32 Gemm, which onnxruntime has no kernel for."""
+    from onnxjob.passes import run_default_pipeline
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    b = np.arange(12, dtype=np.int32).reshape(4, 3)
+    builder = GraphBuilder("int_matmul")
+    with tracing(builder):
+        xs = [builder.add_input(f"x{i}", v.shape, v.dtype) for i, v in enumerate((a, b))]
+        y = op("Identity", flow.matmul(*xs, transpose_b=True))
+        builder.graph.outputs.append(y.value)
+    model = ir.Model(builder.graph, ir_version=IR_VERSION)
+    run_default_pipeline(model)
+    session = ort.InferenceSession(ir.to_proto(model).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"x0": a, "x1": b})[0], a @ b.T)
+
+
+def test_bias_add_checks_the_bias_shape():
+    x = np.ones((2, 3, 4), np.float32)
+    with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: bias_add: bias must have shape"):
+        run(lambda v, b: flow.nn.bias_add(v, b), x, np.ones((1,), np.float32))
+    with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: bias_add: bias must have shape"):
+        run(lambda v, b: flow.nn.bias_add(v, b, data_format="NHWC"), x,
+            np.ones((3,), np.float32))
+    out = run(lambda v, b: flow.nn.bias_add(v, b, data_format="NHWC"), x,
+              np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(out, x + np.arange(4))
+
+
+@pytest.mark.parametrize("fn,ref,lo", [
+    (flow.math.sqrt, np.sqrt, 0.1), (flow.math.exp, np.exp, -2), (flow.math.atan, np.arctan, -2),
+    (flow.math.erf, None, -2), (flow.math.expm1, np.expm1, -2), (flow.math.log1p, np.log1p, -0.5),
+    (flow.math.sigmoid, lambda v: 1 / (1 + np.exp(-v)), -3), (flow.nn.softmax, None, -2),
+    (flow.math.reduce_logsumexp, lambda v: np.log(np.sum(np.exp(v))), -2),
+    (flow.nn.elu, lambda v: np.where(v > 0, v, np.expm1(v)), -2)])
+def test_float16_math_runs_in_float16(fn, ref, lo):
+    """OneFlow takes float16 for its math ops: onnxjob traced a refusal ("Sqrt takes float32
+    or float64, got float16"); onnxruntime computes them through float32."""
+    x = np.linspace(lo, 2, 12).reshape(3, 4).astype(np.float16)
+    out = run(fn, x)
+    assert out.dtype == np.float16
+    assert out.shape == (() if fn is flow.math.reduce_logsumexp else x.shape)
+    if ref is not None:
+        np.testing.assert_allclose(out.astype(np.float64), ref(x.astype(np.float64)),
+                                   rtol=2e-3, atol=2e-3)
