@@ -59,7 +59,7 @@ F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 I8, I32, I64 = np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int64)
 FLOATS = [F32, F64, F16]
 NUMERIC = [F32, F64, F16, I32, I64]
-EXAMPLES = int(os.environ.get("ONNXJOB_PROPTEST_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("ONNXJOB_PROPTEST_EXAMPLES", "20"))
 STATS = collections.Counter()
 LENIENT = set()
 
