@@ -15,7 +15,7 @@ __all__ = ["elu", "gelu", "hardsigmoid", "hardswish", "hardtanh", "leaky_relu", 
 def _floating(x, api):
     if not isinstance(x, Blob) or x.np_dtype not in FLOATS:
         got = x.np_dtype if isinstance(x, Blob) else type(x).__name__
-        raise TraceError(f"{api} takes float32 or float64 Blobs, got {got}")
+        raise TraceError(f"{api} takes float16, float32 or float64 Blobs, got {got}")
     return x
 
 

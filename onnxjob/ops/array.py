@@ -34,7 +34,10 @@ _INDEX_DTYPES = (np.int32, np.int64)
 
 def reshape(x, shape, name=None):
     """Reshape with at most one -1 (OneFlow semantics: 0 is a real zero)."""
-    shape = resolve_reshape(x.shape, list(shape))
+    try:
+        shape = resolve_reshape(x.shape, list(shape))
+    except ValueError as e:
+        raise TraceError(f"reshape: {e}") from None
     if tuple(shape) == x.shape:
         return op("Identity", x, name=name)
     return op("Reshape", x, int64_constant(x, shape), name=name)
@@ -68,6 +71,8 @@ def squeeze(input, axis=None, name=None):
         axes = [i for i, d in enumerate(input.shape) if d == 1]
     else:
         axes = [_check_axis(a, rank, "squeeze") for a in np.atleast_1d(axis)]
+    if not axes:   # ONNX Squeeze with no axes would remove every axis of size 1
+        return op("Identity", input, name=name)
     return op("Squeeze", input, int64_constant(input, axes), name=name)
 
 
@@ -264,6 +269,10 @@ def _to_bool(x):
 def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, name=None):
     """alpha * a @ b, optionally with the last two axes of a or b swapped (OneFlow <= 0.4's
     order without alpha is accepted too: a string fifth argument is the name)."""
+    for what, x in (("a", a), ("b", b)):
+        if len(x.shape) < 2:
+            raise TraceError(f"matmul: {what} must have rank >= 2 (a matrix or a batch of "
+                             f"them), got shape {x.shape}")
     if transpose_a:
         a = _swap_last(a)
     if transpose_b:
@@ -313,7 +322,7 @@ def slice(x, begin, size, name=None):
             raise TraceError(f"slice: begin {b} is out of range for an axis of size {dim}")
         if s is not None and s != -1 and not 0 < s <= dim:
             raise TraceError(f"slice: size {s} is invalid for an axis of size {dim}")
-        b = 0 if b is None else b
+        b = 0 if b is None else b % dim   # a negative begin counts from the end
         tuples.append((b, dim if s in (None, -1) else min(b + s, dim), 1))
     return slice_v2(x, tuples, name=name)
 
@@ -349,6 +358,8 @@ def _slice_tuples(slice_tup_list, shape, api):
 def slice_v2(x, slice_tup_list, name=None):
     """Slice every axis by its (start, stop, step) tuple; missing axes are whole."""
     tuples = _slice_tuples(slice_tup_list, x.shape, "slice_v2")
+    if not tuples:   # a 0-d Blob: nothing to slice (ONNX Slice needs rank >= 1)
+        return op("Identity", x, name=name)
     starts, stops, steps = (list(v) for v in zip(*tuples))
     axes = list(builtins.range(len(tuples)))
     return op("Slice", x, *(int64_constant(x, v) for v in (starts, stops, axes, steps)),
@@ -614,6 +625,8 @@ def diag(input, diagonal=0, name=None):
 def _pad(x, before, after, mode, constant_value=0, name=None):
     if any(int(p) < 0 for p in list(before) + list(after)):
         raise TraceError(f"pad: paddings must be >= 0, got {list(before)} and {list(after)}")
+    if not x.shape:   # a 0-d Blob has no axis to pad (onnxruntime's Pad needs rank >= 1)
+        return op("Identity", x, name=name)
     pads = int64_constant(x, [int(p) for p in list(before) + list(after)])
     if mode != "constant":
         return op("Pad", x, pads, mode=mode, name=name)

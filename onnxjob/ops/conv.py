@@ -147,6 +147,11 @@ def conv2d(input, filters, strides, padding, bias=None, data_format="NCHW", dila
 def bias_add(value, bias, data_format=None, name=None):
     """value + bias along the channel axis: axis 1 for channels-first inputs of rank > 2
     (the default), the last axis for rank 2 or channels-last formats."""
+    channels = value.shape[-1] if len(value.shape) <= 2 or is_channels_last(data_format) \
+        else value.shape[1]
+    if len(value.shape) < 2 or bias.shape != (channels,):
+        raise TraceError(f"bias_add: bias must have shape ({channels},) for value "
+                         f"{value.shape} with data_format {data_format!r}, got {bias.shape}")
     if len(value.shape) > 2 and not is_channels_last(data_format):
         shape = [1, bias.shape[0]] + [1] * (len(value.shape) - 2)
         return op("Add", value, reshape(bias, shape), name=name)

@@ -4,12 +4,15 @@ Rewrite cases:
   1. Gemm(Transpose(a, perm=[1, 0]), b)   -> Gemm(a, b, transA = not transA)
   2. Gemm(a, Transpose(b, perm=[1, 0]))   -> Gemm(a, b, transB = not transB)
   3. MatMul(Transpose(a), b), both 2-D    -> Gemm(a, b, transA=1)  (same for b: transB=1)
-A Transpose with other consumers is kept (folding would not remove it).
+A Transpose with other consumers is kept (folding would not remove it), and so is an
+integer MatMul (onnxruntime has no integer Gemm).
 """
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
 from ._util import attr, has_single_use, replace_value, static_shape
+
+_GEMM_TYPES = (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16)
 
 
 def _plain_transpose_2d(value):
@@ -41,6 +44,8 @@ class FoldTransposeIntoGemm(InPlacePass):
                 if static_shape(a) is None or static_shape(b) is None:
                     continue
                 if len(static_shape(a)) != 2 or len(static_shape(b)) != 2:
+                    continue
+                if a.type is None or a.type.dtype not in _GEMM_TYPES:
                     continue
                 ta, tb = _plain_transpose_2d(a), _plain_transpose_2d(b)
                 if ta is None and tb is None:

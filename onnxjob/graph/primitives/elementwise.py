@@ -15,7 +15,10 @@ from onnxjob.errors import TraceError
 from onnxjob.graph.registry import broadcast_shape, register, register_composite, same_as_input
 from onnxjob.graph.tracer import as_blob, op
 
-FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+# float16 as OneFlow takes it for its math ops: onnxruntime's CPU provider runs the
+# float16 nodes it has no kernel for through float32 (its InsertCastTransformer)
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16))
+_F16 = np.dtype(np.float16)
 _F32 = (np.dtype(np.float32),)
 
 
@@ -152,7 +155,8 @@ def _float_infer(op_type):
     def infer(inputs, attrs, num_outputs):
         x = inputs[0]
         if x.np_dtype not in FLOATS:
-            raise TraceError(f"{op_type} takes float32 or float64 values, got {x.np_dtype}")
+            raise TraceError(f"{op_type} takes float16, float32 or float64 values, got "
+                             f"{x.np_dtype}")
         return [(x.shape, x.np_dtype)]
     return infer
 
@@ -169,8 +173,8 @@ def unary_math(op_type, grad, formula=None, native=FLOATS):
 
     def lower(inputs, attrs, num_outputs):
         x = inputs[0]
-        if x.np_dtype in native or x.np_dtype not in FLOATS:
-            return None
+        if x.np_dtype in native or x.np_dtype not in FLOATS or x.np_dtype == _F16:
+            return None   # (float16: onnxruntime computes it in float32)
         return [op(name, x, **attrs)]
     register(op_type, _float_infer(op_type), grad, lower=lower)
 
@@ -181,7 +185,10 @@ def special_function(name, formula, grad):
     def expand(inputs, attrs, num_outputs):
         x = inputs[0]
         if x.np_dtype not in FLOATS:
-            raise TraceError(f"{name} takes float32 or float64 values, got {x.np_dtype}")
+            raise TraceError(f"{name} takes float16, float32 or float64 values, got "
+                             f"{x.np_dtype}")
+        if x.np_dtype == _F16:   # the formula in float32, as onnxruntime runs float16 ops
+            return [cast(formula(cast(x, np.float32)), np.float16)]
         return [formula(x)]
     register_composite(f"onnxjob.{name}", expand, grad)
 

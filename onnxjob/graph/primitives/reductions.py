@@ -33,7 +33,7 @@ def _reduce_infer(inputs, attrs, num_outputs):
 def _float_reduce_infer(op_type):
     def infer(inputs, attrs, num_outputs):
         if inputs[0].np_dtype not in FLOATS:
-            raise TraceError(f"{op_type} takes float32 or float64 values, "
+            raise TraceError(f"{op_type} takes float16, float32 or float64 values, "
                              f"got {inputs[0].np_dtype}")
         return _reduce_infer(inputs, attrs, num_outputs)
     return infer
@@ -155,7 +155,7 @@ def _softmax_infer(op_type):
     def infer(inputs, attrs, num_outputs):
         x = inputs[0]
         if x.np_dtype not in FLOATS:
-            raise TraceError(f"{op_type} takes float32 or float64 values, got {x.np_dtype}")
+            raise TraceError(f"{op_type} takes float16, float32 or float64 values, got {x.np_dtype}")
         normalize_axis(attrs.get("axis", -1), len(x.shape))
         return [(x.shape, x.np_dtype)]
     return infer

@@ -395,9 +395,9 @@ register("ConstantOfShape", _const_of_shape_infer, None, differentiable=False)
 
 def _one_hot_infer(inputs, attrs, num_outputs):
     idx, depth, values = inputs
-    axis = attrs.get("axis", -1)
+    axis = normalize_axis(attrs.get("axis", -1), len(idx.shape) + 1)
     shape = list(idx.shape)
-    shape.insert(axis % (len(shape) + 1), int(np.asarray(const_value(depth)).reshape(-1)[0]))
+    shape.insert(axis, int(np.asarray(const_value(depth)).reshape(-1)[0]))
     return [(tuple(shape), values.np_dtype)]
 
 
@@ -405,6 +405,11 @@ def _one_hot_lower(inputs, attrs, num_outputs):
     """onnxruntime's CPU OneHot takes int64 indices and float32 or int64 values only: other
     indices are cast to int64, other values are picked with Where from an int64 one-hot."""
     idx, depth, values = inputs
+    if not idx.shape and attrs.get("axis", -1) in (-1, 0):
+        # onnxruntime's OneHot needs indices of rank >= 1: a 0-d index is one of shape (1,)
+        attrs = dict(attrs, axis=-1)
+        hot = op("OneHot", reshape_to(idx, (1,)), depth, values, **attrs)
+        return [reshape_to(hot, hot.shape[1:])]
     if idx.np_dtype == np.int64 and values.np_dtype in (np.float32, np.int64):
         return None
     idx = idx if idx.np_dtype == np.int64 else op("Cast", idx, to=dtypes.int64.ir_dtype.value)
