@@ -50,7 +50,7 @@ from onnxjob.ops.math import (argsort, broadcast_to_compatible_with, clip_by_val
 from onnxjob.runtime.session import clear_default_session, sync_default_session  # noqa: F401
 from onnxjob.train import optimizer  # noqa: F401
 
-from onnxjob.compat import unittest_helpers as unittest  # noqa: E402  (flow.unittest)
+from onnxjob.compat import unittest_helpers as unittest  # noqa: E402,F401  (flow.unittest)
 
 __version__ = "0.1.0"
 
