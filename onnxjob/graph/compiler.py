@@ -181,7 +181,7 @@ def _check_mixed_precision(job, device):
 
 def _float32_gradients(grads):
     """Each gradient through an explicit Cast to its variable's float32: under mixed
-    precision (passes/auto_mixed_precision.py) the backward may compute it in half, and
+    precision (onnxjob/passes/auto_mixed_precision.py) the backward may compute it in half, and
     the optimizer's state and updates must see float32 (OneFlow's master weights). Without
     AMP onnxruntime removes these casts; with it they are the half-to-float32 casts."""
     return {name: op("Cast", g, to=ir.DataType.from_numpy(g.np_dtype).value)

@@ -1,4 +1,4 @@
-"""On-disk cache of what the pass pipeline (passes/) made of a job's graph, so that a
+"""On-disk cache of what the pass pipeline (onnxjob/passes/) made of a job's graph, so that a
 later process compiling the same job skips the passes and the serialization of their
 result (ResNet50's train session start with a filled session cache: 0.85-0.88 s before,
 0.68-0.75 s with this cache).

@@ -3,7 +3,7 @@
 
 Under `enable_auto_mixed_precision(True)` a predict job's graph reads each float32 weight
 that a half Conv/MatMul/Gemm uses through a Cast to float16 (or bfloat16) right after the
-weight (passes/auto_mixed_precision.py, rule 4: one Cast per value and type). In the
+weight (onnxjob/passes/auto_mixed_precision.py, rule 4: one Cast per value and type). In the
 exported file such a weight is an initializer, so the file can hold the half values
 themselves and drop the Cast: the same numbers reach the same nodes (NumPy's rounding to
 half is the Cast's, round to nearest even), in a file about half the size.
