@@ -39,7 +39,8 @@ def test_load_mnist_hash_mismatch(tmp_path, mnist_path):
     flow.data.load_mnist(out_dir=str(tmp_path), hash_check=None)
 
 
-def test_load_mnist_downloads_when_missing(tmp_path, mnist_path, capsys):
+def test_load_mnist_downloads_when_missing(tmp_path, mnist_path, capsys, monkeypatch):
+    monkeypatch.delenv("ONNXJOB_MNIST", raising=False)   # a local copy would be read instead
     url = "file://" + os.path.abspath(mnist_path)
     (xtr, _), _ = flow.data.load_mnist(out_dir=str(tmp_path / "cache"), url=url)
     out = capsys.readouterr().out
