@@ -96,7 +96,7 @@ def api_namespaces(single_client):
             if not filename.endswith(".py"):
                 continue
             stem = filename[:-3]
-            if not parts and stem in IMPLEMENTATION:
+            if stem in IMPLEMENTATION:
                 continue
             dotted = ".".join(parts + ([] if stem == "__init__" else [stem]))
             if dotted == "":
