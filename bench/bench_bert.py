@@ -78,30 +78,12 @@ def define_amp_train_job(batch, config, opt_args):
     --use_fp16 (enable_auto_mixed_precision(True)), PreTrain(use_fp16=True) and
     util.CreateOptimizer(args) (LAMB with the dynamic loss scale)."""
     import argparse
-    from typing import Dict
-    import onnxjob as flow
-    import onnxjob.typing as tp
-    from bert_models import SMALL, _placeholders, bert_modules
-    _, pretrain, util = bert_modules()
-    config = dict(SMALL, **(config or {}))
+    from bert_models import bert_modules, define_train_job
+    util = bert_modules()[2]
     function_config = util.GetFunctionConfig(argparse.Namespace(
         use_fp16=True, num_accumulation_steps=1, use_xla=False))
-    tokens, picks, pick_weights, labels = _placeholders(batch, config["seq_length"],
-                                                        config["max_predictions_per_seq"])
-
-    @flow.global_function(type="train", function_config=function_config)
-    def train_job(input_ids: tokens, input_mask: tokens, token_type_ids: tokens,
-                  masked_lm_positions: picks, masked_lm_ids: picks,
-                  masked_lm_weights: pick_weights,
-                  next_sentence_labels: labels) -> Dict[str, tp.Numpy]:
-        total, mlm, nsp = pretrain.PreTrain(input_ids, input_mask, token_type_ids,
-                                            masked_lm_positions, masked_lm_ids,
-                                            masked_lm_weights, next_sentence_labels,
-                                            initializer_range=0.02, use_fp16=True, **config)
-        util.CreateOptimizer(opt_args).minimize(total)
-        return {"total_loss": total, "mlm_loss": mlm, "nsp_loss": nsp}
-
-    return train_job
+    return define_train_job(batch, dict(config or {}, use_fp16=True), opt_args,
+                            function_config=function_config)
 
 
 def loss_scale_of(flow):

@@ -105,7 +105,7 @@ def _t_inputs(node, opset):
     return positions
 
 
-def _votes(value):
+def _may_vote(value):
     """Whether `value`'s precision decides a FOLLOW node's (rule 2)."""
     if value.is_graph_input() or value.is_initializer() or value.const_value is not None:
         return False
@@ -175,7 +175,7 @@ class AutoMixedPrecision(InPlacePass):
         return all(_dtype(v) == self.half for v in voters)
 
     def _votes(self, value):
-        return value not in self._silent and _votes(value)
+        return value not in self._silent and _may_vote(value)
 
     # -- rewriting ------------------------------------------------------------------------
     def _to_half(self, node):
