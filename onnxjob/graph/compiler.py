@@ -180,10 +180,10 @@ def _check_mixed_precision(job, device):
 
 
 def _float32_gradients(grads):
-    """Each gradient through an explicit Cast to its variable's float32: under mixed
-    precision (onnxjob/passes/auto_mixed_precision.py) the backward may compute it in half, and
-    the optimizer's state and updates must see float32 (OneFlow's master weights). Without
-    AMP onnxruntime removes these casts; with it they are the half-to-float32 casts."""
+    """Each gradient through an explicit Cast to its own (the variable's) type, for AMP
+    jobs: a no-op in the traced graph; after onnxjob/passes/auto_mixed_precision.py, where
+    the backward computed a gradient in half, it is the cast back to float32 that keeps
+    the optimizer's state and updates in float32 (OneFlow's master weights)."""
     return {name: op("Cast", g, to=ir.DataType.from_numpy(g.np_dtype).value)
             for name, g in grads.items()}
 
