@@ -44,8 +44,23 @@ NETS = {
     "resnet50": """
         logits = zoo.model_builder("resnet50")(images, zoo.model_args())""",
 }
-SHAPES = {"resnet50": (4, 3, 224, 224)}      # (batch, channels, height, width)
-LEARNING_RATES = {"resnet50": 0.01}
+# programs that state the batch as a number: a reshape to (BATCH, -1), a slice over the
+# batch axis, a loss averaged by the constant BATCH plus a regularizer on a weight (a
+# whole value added to one summed over the rows)
+NETS["batch_shapes"] = """
+        conv = flow.layers.conv2d(images, 4, 3, padding="SAME", kernel_initializer=init,
+                                  use_bias=False, name="conv1")
+        normed = flow.layers.batch_normalization(conv, axis=1, momentum=0.9, name="bn1")
+        flat = flow.reshape(flow.nn.relu(normed), (BATCH, -1))
+        flat = flow.slice(flat, [None, 0], [None, 3000])
+        logits = flow.layers.dense(flat, 10, kernel_initializer=init, name="dense")"""
+LOSSES = {"batch_shapes": """
+    w = flow.get_variable("dense-weight", shape=(10, 3000), initializer=init)
+    loss = flow.math.reduce_sum(
+        flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)) / BATCH
+    loss = loss + 0.01 * flow.math.reduce_sum(w * w)"""}
+SHAPES = {"resnet50": (4, 3, 224, 224), "batch_shapes": (6, 1, 28, 28)}   # (batch, C, H, W)
+LEARNING_RATES = {"resnet50": 0.01, "batch_shapes": 0.01}
 # ResNet50 compares after one step: in the second, a ReLU input that rounds to the other
 # side of 0 in one of the runs moves its channel's gradients (by < 1e-5 absolute, measured)
 STEPS = {"resnet50": 1}
@@ -56,6 +71,8 @@ def write_script(tmp_path, net, fail_rank=None, mean_loss=False, stall_rank=None
     script = tmp_path / f"{net}_train.py"
     reduce = "flow.math.reduce_mean" if mean_loss else ""
     shape = SHAPES.get(net, (8, 1, 28, 28))
+    loss = LOSSES.get(net, f"""
+    loss = {reduce}(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))""")
     script.write_text(f"""import json, os, sys, time
 import numpy as np
 import onnxjob as flow
@@ -70,7 +87,7 @@ def train_job(images: tp.Numpy.Placeholder({shape!r}, dtype=flow.float),
               labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
     init = flow.truncated_normal(0.1)
 {body}
-    loss = {reduce}(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+{loss}
     flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [{LEARNING_RATES.get(net, 0.1)}]),
                        momentum=0.9).minimize(loss)
     return loss
@@ -136,6 +153,34 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, net, mean_l
         np.testing.assert_allclose(two_ranks[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_program_that_states_its_batch_trains_as_one_process(tmp_path, nproc):
+    """Traced at the whole batch as on one device, then split for the ranks: the
+    reshape to (BATCH, -1), the slice over the batch and the loss divided by BATCH hold."""
+    script = write_script(tmp_path, "batch_shapes")
+    many = run(script, nproc, tmp_path / "many")
+    assert many.returncode == 0, many.stderr
+    one = run(script, 1, tmp_path / "one")
+    assert one.returncode == 0, one.stderr
+    np.testing.assert_allclose(json.loads(many.stdout), json.loads(one.stdout), rtol=1e-5)
+    ranks, one_rank = loaded(script, tmp_path / "many"), loaded(script, tmp_path / "one")
+    for name, value in one_rank.items():
+        np.testing.assert_allclose(ranks[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_batch_norm_with_each_ranks_own_statistics(tmp_path):
+    """ONNXJOB_SYNC_BATCH_NORM=0 normalizes each rank's rows with their own statistics
+    (DDP without SyncBatchNorm): it trains, and not as the synchronized run does."""
+    script = write_script(tmp_path, "conv_bn", mean_loss=True)
+    local = run(script, 2, tmp_path / "local", env={"ONNXJOB_SYNC_BATCH_NORM": "0"})
+    assert local.returncode == 0, local.stderr
+    synced = run(script, 2, tmp_path / "synced")
+    assert synced.returncode == 0, synced.stderr
+    local_losses, synced_losses = json.loads(local.stdout), json.loads(synced.stdout)
+    assert np.isfinite(local_losses).all()
+    assert local_losses[0] != pytest.approx(synced_losses[0], rel=1e-4)
+
+
 def test_a_failing_rank_stops_the_run(tmp_path):
     script = write_script(tmp_path, "mlp", fail_rank=1)
     # a rank left waiting in a collective would hang the run: the 60 s limit catches it
@@ -166,3 +211,32 @@ def test_the_batch_must_divide_by_the_world_size(monkeypatch):
 
     with pytest.raises(ValueError, match=r"test_distributed\.py:\d+: .*must divide by the world size 3"):
         job(np.zeros((8, 2), np.float32))
+
+
+def test_a_graph_that_cannot_be_split_names_the_users_line(monkeypatch):
+    """A job that takes some of the batch's rows cannot run on a rank's share: the error
+    names the op and the line of the job's body (checked in one process: the variables'
+    broadcast is the identity there)."""
+    import onnxjob.typing as tp
+    from onnxjob.graph.split_batch import SplitError
+    from onnxjob.runtime import distributed
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr(distributed, "broadcast_from_rank0", lambda values: values)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((8, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+        y = flow.matmul(x, w)
+        first_rows = flow.slice(y, [0, 0], [4, 1])       # the first half of the batch
+        loss = flow.math.reduce_mean(first_rows)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    with open(__file__) as source:
+        line = next(i for i, text in enumerate(source, 1) if "first_rows = flow.slice" in text)
+    with pytest.raises(SplitError, match=rf"test_distributed\.py:{line}: .*cannot split Slice .*"
+                                         r"some of the batch's rows \(0:4:1 of 8\)"):
+        job(np.zeros((8, 2), np.float32))
+    flow.clear_default_session()

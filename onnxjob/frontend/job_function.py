@@ -126,7 +126,8 @@ class JobFunction:
         Returns (placeholder names, output Blobs, output tree); the optimizer of the old
         `config.train.*` API is resolved onto the builder here.
         """
-        # a data-parallel train step sees this rank's rows (runtime/distributed.py)
+        # a data-parallel train step is traced at the whole (logical) batch, as on one
+        # device, and split for the ranks afterwards (graph/split_batch.py)
         split = self.is_train and distributed.enabled()
         args = [_placeholders(builder, ann, pname, split)
                 for pname, ann in zip(self.param_names, self.param_annotations)]
@@ -202,7 +203,7 @@ class JobFunction:
 
 def _placeholders(builder, annotation, name, split=False):
     """The placeholder Blob(s) of one parameter (a tuple of them for Tuple[...]); with
-    `split`, a Numpy placeholder holds this rank's share of the batch."""
+    `split` (data-parallel), a Numpy placeholder's batch must divide by the world size."""
     if typing.get_origin(annotation) is tuple:
         return tuple(_placeholders(builder, a, f"{name}_{i}", split)
                      for i, a in enumerate(typing.get_args(annotation)))
@@ -210,7 +211,7 @@ def _placeholders(builder, annotation, name, split=False):
     tensor_list = issubclass(annotation, tp.ListListNumpyDef)
     shape = annotation.shape
     if split and issubclass(annotation, tp.NumpyDef):
-        shape = distributed.local_batch(shape, f"placeholder {name!r}")
+        distributed.local_batch(shape, f"placeholder {name!r}")
     blob = builder.add_input(name, shape, annotation.np_dtype(), dynamic=dynamic,
                              tensor_list=tensor_list)
     blob.is_dynamic = dynamic or tensor_list

@@ -5,17 +5,18 @@ A process is one rank when the launcher's environment says so: `torchrun` or
 `python -m onnxjob run --nproc N script.py` set RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT. Then:
 
-- a train job's placeholders hold the rank's share of the batch: the caller passes the whole
-  (global) batch on every rank, as OneFlow's consistent view takes it, and rank r feeds rows
-  [r * B/W, (r + 1) * B/W) (B must divide by the world size W);
+- a train job is traced at its placeholders' shapes, the whole (logical) batch B, as on one
+  device; the caller passes the whole batch on every rank, as OneFlow's consistent view
+  takes it, and rank r feeds rows [r * B/W, (r + 1) * B/W) (B must divide by the world
+  size W) to the graph split for its share (graph/split_batch.py);
 - the step is the one train graph cut at the gradients (runtime/data_parallel.py):
-  forward + backward (one onnxruntime session, or stages where synchronized batch norms
-  exchange statistics: runtime/staged.py), then the gradients averaged across ranks in one
-  flat bucket per dtype (all_reduce), then the optimizer's update (a second session);
+  forward + backward (one onnxruntime session, or stages where collectives exchange
+  statistics: runtime/staged.py), then the gradients summed across ranks in one flat
+  bucket per dtype (all_reduce), then the optimizer's update (a second session);
 - the variables start equal everywhere (broadcast from rank 0 when the session starts), and
-  stay equal, since every rank applies the same averaged gradients;
-- a step's outputs come back as the whole batch's: a per-example output (one row per
-  example of the rank's share) gathered in rank order, any other (a mean loss) averaged;
+  stay equal, since every rank applies the same summed gradients;
+- a step's outputs come back as the whole batch's: split outputs (per-example values)
+  gathered in rank order, partial means (a mean loss) averaged, partial sums summed;
 - checkpoints are written by rank 0 only; every rank waits for the write.
 
 Batch norm normalizes with the whole batch's statistics (synchronized batch norm, as
@@ -123,8 +124,8 @@ def _unflatten(flat, arrays, where, out, lead=()):
         offset += n
 
 
-def average(arrays):
-    """The element-wise mean over the ranks of each array."""
+def total(arrays, mean=False):
+    """The element-wise sum over the ranks of each array (with `mean`, the mean)."""
     torch, dist = _torch_distributed()
     size = world()[1]
     out = [None] * len(arrays)
@@ -132,9 +133,16 @@ def average(arrays):
         bucket = torch.from_numpy(flat)
         with _collective("an all-reduce"):
             dist.all_reduce(bucket)
-        _unflatten((bucket.numpy() / dtype.type(size)).astype(dtype, copy=False), arrays,
-                   where, out)
+        summed = bucket.numpy()
+        if mean:
+            summed = (summed / dtype.type(size)).astype(dtype, copy=False)
+        _unflatten(summed, arrays, where, out)
     return out
+
+
+def average(arrays):
+    """The element-wise mean over the ranks of each array."""
+    return total(arrays, mean=True)
 
 
 def all_gather(arrays):
@@ -152,16 +160,21 @@ def all_gather(arrays):
     return out
 
 
-def whole_batch(array, rows):
-    """A step output as the whole batch's: one with a row per example (its first axis has
-    this rank's `rows`) gathered in rank order, any other (a mean loss) averaged. (With
-    one row per rank, an output of shape (1,) counts as a reduced value.)"""
-    array = np.asarray(array)    # (np.ascontiguousarray would make a 0-d array 1-d)
-    per_example = array.ndim >= 1 and array.shape[0] == rows and (rows > 1 or array.ndim > 1)
-    if not per_example:
-        return average([array])[0]
-    gathered = all_gather([np.ascontiguousarray(array)])[0]     # (W, rows, ...)
-    return gathered.reshape((-1,) + array.shape[1:])
+def gather_split(array, axis, inner, batch):
+    """The whole value of a step output split over the ranks along `axis`
+    (graph/split_batch.py's Split: the axis holds outer x batch x inner elements of which
+    this rank has outer x batch/W x inner), from every rank's part."""
+    array = np.ascontiguousarray(array)
+    gathered = all_gather([array])[0]                   # (W,) + local shape
+    size = gathered.shape[0]
+    outer = array.shape[axis] * size // (batch * inner)
+    atoms = gathered.reshape((size,) + array.shape[:axis] + (outer, batch // size, inner) +
+                             array.shape[axis + 1:])
+    # move the rank axis next to its rows: (..., outer, W, rows, inner, ...)
+    atoms = np.moveaxis(atoms, 0, axis + 1)
+    shape = list(array.shape)
+    shape[axis] *= size
+    return atoms.reshape(shape)
 
 
 def barrier():

@@ -16,7 +16,8 @@ from onnxjob.graph.primitives.collectives import DOMAIN
 from onnxjob.runtime import distributed
 
 # each collective: its result for the inputs of all such nodes of one stage, in order
-_COLLECTIVES = {"AllGather": distributed.all_gather, "AllReduceMean": distributed.average}
+_COLLECTIVES = {"AllGather": distributed.all_gather, "AllReduceMean": distributed.average,
+                "AllReduceSum": distributed.total}
 
 
 class _Stage:

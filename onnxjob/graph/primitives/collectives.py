@@ -7,7 +7,10 @@ batch norm, primitives/batch_norm.py); they carry no gradients themselves, since
 composite that emits them has its own gradient rule.
 
 * `onnxjob.distributed.AllGather(x, ranks=W)`: shape (W,) + x.shape, rank r's x at [r];
-* `onnxjob.distributed.AllReduceMean(x)`: the element-wise mean of x over the ranks.
+* `onnxjob.distributed.AllReduceMean(x)`: the element-wise mean of x over the ranks;
+* `onnxjob.distributed.AllReduceSum(x)`: the element-wise sum of x over the ranks;
+* `onnxjob.distributed.RankLocal(x)`: x as this rank computed it (e.g. from its own rows),
+  marked so that graph/split_batch.py takes it as it is; that split removes the node.
 """
 from onnxjob.graph.registry import register
 
@@ -25,3 +28,5 @@ def _same_infer(inputs, attrs, num_outputs):
 
 register(f"{DOMAIN}.AllGather", _gather_infer, None, differentiable=False, domain=DOMAIN)
 register(f"{DOMAIN}.AllReduceMean", _same_infer, None, differentiable=False, domain=DOMAIN)
+register(f"{DOMAIN}.AllReduceSum", _same_infer, None, differentiable=False, domain=DOMAIN)
+register(f"{DOMAIN}.RankLocal", _same_infer, None, differentiable=False, domain=DOMAIN)
