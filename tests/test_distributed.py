@@ -66,7 +66,7 @@ LEARNING_RATES = {"resnet50": 0.01, "batch_shapes": 0.01}
 STEPS = {"resnet50": 1}
 
 
-def write_script(tmp_path, net, fail_rank=None, mean_loss=False, stall_rank=None):
+def write_script(tmp_path, net, fail_rank=None, mean_loss=False, stall_rank=None, config=""):
     body = textwrap.indent(textwrap.dedent(NETS[net]).strip(), "    ")
     script = tmp_path / f"{net}_train.py"
     reduce = "flow.math.reduce_mean" if mean_loss else ""
@@ -81,8 +81,10 @@ sys.path.insert(0, {os.path.dirname(__file__)!r})
 import zoo
 
 BATCH = {shape[0]}
+config = flow.function_config()
+{config}
 
-@flow.global_function(type="train")
+@flow.global_function(type="train", function_config=config)
 def train_job(images: tp.Numpy.Placeholder({shape!r}, dtype=flow.float),
               labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
     init = flow.truncated_normal(0.1)
@@ -166,6 +168,25 @@ def test_a_program_that_states_its_batch_trains_as_one_process(tmp_path, nproc):
     ranks, one_rank = loaded(script, tmp_path / "many"), loaded(script, tmp_path / "one")
     for name, value in one_rank.items():
         np.testing.assert_allclose(ranks[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("net,config,rtol,atol", [
+    # a bucket per few gradients: their all-reduces start while later stages compute
+    ("conv_bn", "config.all_reduce_group_min_mbyte(0.0001)", 1e-5, 1e-6),
+    # float32 gradients sent as float16: float16's precision (each rank's partial sum
+    # rounded; batch norm's gradients cancel across the ranks, so the MLP here)
+    ("mlp", "config.all_reduce_fp16(True)", 2e-3, 1e-4)])
+def test_gradient_buckets_and_half_all_reduce(tmp_path, net, config, rtol, atol):
+    script = write_script(tmp_path, net, mean_loss=True, config=config)
+    two = run(script, 2, tmp_path / "two")
+    assert two.returncode == 0, two.stderr
+    one = run(script, 1, tmp_path / "one")
+    assert one.returncode == 0, one.stderr
+    two_ranks, one_rank = loaded(script, tmp_path / "two"), loaded(script, tmp_path / "one")
+    for name, value in one_rank.items():
+        np.testing.assert_allclose(two_ranks[name], value, rtol=rtol, atol=atol, err_msg=name)
+    if rtol > 1e-5:     # the flag changes the numbers: not silently ignored
+        assert max(np.max(np.abs(two_ranks[n] - v)) for n, v in one_rank.items()) > 1e-6
 
 
 def test_batch_norm_with_each_ranks_own_statistics(tmp_path):

@@ -19,8 +19,7 @@ _IGNORED_FLAGS = {
     "cudnn_conv_heuristic_search_algo",
     "enable_cudnn_fused_normalization_add_relu", "enable_inplace", "enable_inplace_in_reduce_struct",
     "enable_reused_mem", "enable_nccl", "use_nccl_inter_node_communication",
-    "all_reduce_group_num", "all_reduce_lazy_ratio", "all_reduce_group_min_mbyte",
-    "all_reduce_group_size_warmup", "use_boxing_v2", "enable_fuse_add_to_output",
+    "all_reduce_group_num", "all_reduce_lazy_ratio", "all_reduce_group_size_warmup", "use_boxing_v2", "enable_fuse_add_to_output",
     "enable_fuse_cast_scale", "enable_fuse_model_update_ops", "enable_gradients_stats_aggregation",
     "concurrency_width", "allow_cpu_return_op",
     "prune_parallel_cast_ops", "prune_cast_to_static_shape_ops",
@@ -30,7 +29,6 @@ _IGNORED_FLAGS = {
 # does not implement: accepted (so old scripts run) with one warning per flag and process,
 # naming what onnxjob does instead. A false value asks for OneFlow's default: no warning.
 _UNSUPPORTED_FLAGS = {
-    "all_reduce_fp16": "data-parallel gradients are all-reduced in their own type (float32)",
     "enable_true_half_config_when_conv": "half convolutions run with onnxruntime's own "
                                          "accumulation type",
     "enable_float_compute_for_half_gemm": "half MatMul/Gemm run with onnxruntime's own "
@@ -110,6 +108,9 @@ class FunctionConfig:
     `dynamic_batch(True)`: a predict job also takes fewer rows than its tp.Numpy
     placeholders' first dimension (the same count in every input) and returns that many
     rows; its graph has a symbolic batch axis (graph/dynamic_batch.py, docs/jobs.md).
+    Data-parallel train jobs (runtime/data_parallel.py): `all_reduce_group_min_mbyte(m)`
+    sizes the gradient buckets (16 MB by default), `all_reduce_fp16(True)` sends float32
+    gradients as float16.
     """
 
     def __init__(self):
@@ -129,7 +130,8 @@ class FunctionConfig:
                                   "cudnn_conv_algo_search", "enable_cuda_graph", "freeze_variables_after",
                                   "cudnn_conv_use_deterministic_algo_only",
                                   "indexed_slices_optimizer_conf", "prefetch",
-                                  "dynamic_batch", "use_tensorrt"}
+                                  "dynamic_batch", "use_tensorrt", "all_reduce_fp16",
+                                  "all_reduce_group_min_mbyte"}
         assert name in known, f"unknown function_config flag {name!r}"
 
         def setter(value=True):

@@ -2,7 +2,10 @@
 gradients into two parts. Part A (forward and backward) is split into this rank's share
 (graph/split_batch.py) and runs as stages where it holds collectives
 (runtime/staged.py); its gradients, partial sums over the ranks' rows, are summed across
-the ranks (runtime/distributed.py); part B, the optimizer's update, runs on the sums."""
+the ranks (runtime/distributed.py) in buckets started as soon as the stage that makes them
+has run, so that they travel while later stages compute (as DDP's buckets;
+function_config.all_reduce_group_min_mbyte sizes them, all_reduce_fp16 sends float32
+gradients as float16); part B, the optimizer's update, runs on the sums."""
 import numpy as np
 import onnx
 import onnx.utils
@@ -41,10 +44,10 @@ def _extract(model, inputs, outputs):
 class DataParallelStep:
     """Runs a train job compiled with its gradients as extra outputs
     (`compiled.gradient_outputs`): part A, forward + backward on this rank's rows (staged
-    at synchronized batch norms); the averaged gradients; session B, the optimizer's
+    at collectives); the gradients summed over the ranks; session B, the optimizer's
     update. Variables stay NumPy arrays in the session's store, as on one CPU."""
 
-    def __init__(self, model_bytes, compiled, store, create_session, job_name):
+    def __init__(self, model_bytes, compiled, store, create_session, job_name, config):
         model = onnx.load_from_string(model_bytes)
         self._store = store
         self._grads = list(compiled.gradient_outputs.values())
@@ -65,6 +68,8 @@ class DataParallelStep:
                 raise RuntimeError(f"job {job_name!r}: {name!r} comes out split over the "
                                    "ranks' rows; a variable's update must not be")
         self._batch = _batch(part_a, compiled.placeholder_names, ranks)
+        self._bucket_bytes = float(config.get("all_reduce_group_min_mbyte", 16)) * 2 ** 20
+        self._half = bool(config.get("all_reduce_fp16", False))
         self._a = StagedSession(part_a, create_session)
         self._b = create_session(_extract(model, graph_inputs + self._grads,
                                           [o for _, o in self._state_b]).SerializeToString())
@@ -86,16 +91,18 @@ class DataParallelStep:
         return out
 
     def run(self, feeds):
-        results_a = self._a.run(self._feeds(self._inputs_a, feeds))
-        n_user, n_grads = len(self._user), len(self._grads)
+        n_user = len(self._user)
+        reduced_names = self._a.output_names[n_user:]
         # the gradients, and the state the forward pass updates (batch norm's moving
         # statistics), reduced by their kind: every rank then holds the same variables
-        reduced = _reduce(results_a[n_user:], self._reduced_kinds)
-        grads = reduced[:n_grads]
-        results_b = self._b.run(None, self._feeds(self._inputs_b, feeds,
-                                                  dict(zip(self._grads, grads))))
-        for (variable, _), value in zip(self._state_a, reduced[n_grads:]):
-            self._store[variable] = value
+        reducer = _BucketedReducer(dict(zip(reduced_names, self._reduced_kinds)),
+                                   self._bucket_bytes, self._half)
+        results_a = self._a.run(self._feeds(self._inputs_a, feeds), reducer.add)
+        reduced = reducer.finish()
+        grads = {name: reduced[name] for name in self._grads}
+        results_b = self._b.run(None, self._feeds(self._inputs_b, feeds, grads))
+        for variable, output in self._state_a:
+            self._store[variable] = reduced[output]
         for (variable, _), value in zip(self._state_b, results_b):
             self._store[variable] = value
         return [self._whole(v, kind) for v, kind in zip(results_a[:n_user], self._kinds)]
@@ -105,6 +112,45 @@ class DataParallelStep:
         if isinstance(kind, Split):
             return distributed.gather_split(value, kind.axis, kind.inner, self._batch)
         return _reduce([value], [kind])[0]
+
+
+class _BucketedReducer:
+    """Collects the values to reduce as part A's stages make them; a bucket of one kind
+    starts its all-reduce once it holds `bucket_bytes` (every rank makes the same values
+    in the same order, so the ranks' buckets match)."""
+
+    def __init__(self, kinds, bucket_bytes, half):
+        self._kinds, self._bucket_bytes, self._half = kinds, bucket_bytes, half
+        self._pending = {SUM: [], MEAN: []}     # kind -> [(name, array)]
+        self._started = []                      # [(names, wait)]
+        self._out = {}
+
+    def add(self, outputs):
+        for name, value in outputs.items():
+            kind = self._kinds.get(name)
+            if kind is None:
+                continue            # a user output
+            if kind == WHOLE:
+                self._out[name] = value
+                continue
+            self._pending[kind].append((name, value))
+            if sum(v.nbytes for _, v in self._pending[kind]) >= self._bucket_bytes:
+                self._start(kind)
+
+    def _start(self, kind):
+        names, values = zip(*self._pending[kind])
+        self._pending[kind] = []
+        self._started.append((names, distributed.total_async(
+            list(values), mean=kind == MEAN, half=self._half)))
+
+    def finish(self):
+        """{name: reduced array} for every value added."""
+        for kind in (SUM, MEAN):
+            if self._pending[kind]:
+                self._start(kind)
+        for names, wait in self._started:
+            self._out.update(zip(names, wait()))
+        return self._out
 
 
 def _reduce(values, kinds):

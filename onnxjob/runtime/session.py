@@ -64,7 +64,7 @@ class JobRuntime:
             self._run = data_parallel.DataParallelStep(
                 self.model_bytes, compiled, self.store,
                 lambda model: backend.create_session(model, "cpu", is_train=True),
-                job.name).run
+                job.name, job.config).run
             return
         self._graph = None
         self._uncaptured = None     # a plain session for feeds the captured graphs do not fit

@@ -80,11 +80,14 @@ class StagedSession:
                 part, opset_imports=opsets, ir_version=model.ir_version).SerializeToString())
         self._stages = stages
 
-    def run(self, feeds):
-        """The graph's outputs (in order) for `feeds` {input name: array}."""
+    def run(self, feeds, on_outputs=None):
+        """The graph's outputs (in order) for `feeds` {input name: array}. After each stage,
+        `on_outputs({name: array})` gets the graph outputs that stage made (so that their
+        all-reduce overlaps the stages after it: runtime/data_parallel.py)."""
         # between stages values stay onnxruntime's (OrtValues): no copy of the activations
         # the backward stages read; only the collectives' small inputs become arrays
         values = {name: _ort_value(array) for name, array in feeds.items()}
+        done = set(values)
         for stage in self._stages:
             if stage.session is not None:
                 results = stage.session.run_with_ort_values(
@@ -95,6 +98,11 @@ class StagedSession:
                 if nodes:
                     results = perform([values[n.input[0]].numpy() for n in nodes])
                     values.update((n.output[0], _ort_value(r)) for n, r in zip(nodes, results))
+            if on_outputs is not None:
+                made = [n for n in self.output_names if n in values and n not in done]
+                done.update(made)
+                if made:
+                    on_outputs({n: values[n].numpy() for n in made})
         return [values[name].numpy() for name in self.output_names]
 
 
