@@ -280,7 +280,7 @@ CHUNKED_CASES = [
 def test_grouped_weight_gradient_in_chunks(case, monkeypatch):
     """Columns larger than CHUNK_BYTES are built and multiplied chunk by chunk: by images
     (partial sums added) or by groups (results concatenated)."""
-    from onnxjob.graph.primitives import conv as rules
+    from onnxjob.graph.primitives import conv_weight_grad as rules
     monkeypatch.setattr(rules, "CHUNK_BYTES", 1000)
     ops = _backward_ops(case[1], [np.zeros(m(np.random.default_rng(0)).shape, np.float32)
                                   for m in case[3]])
@@ -303,7 +303,7 @@ COLUMN_CHUNK_CASES = [
 def test_weight_gradient_columns_in_chunks(case, monkeypatch):
     """Group-1 columns beyond 2 * COLUMN_CHUNK_BYTES are gathered and multiplied by chunks
     of output positions, each Gemm adding the last one's result; below, one Gemm."""
-    from onnxjob.graph.primitives import conv as rules
+    from onnxjob.graph.primitives import conv_weight_grad as rules
     zeros = [np.zeros(m(np.random.default_rng(0)).shape, np.float32) for m in case[3]]
     assert _backward_ops(case[1], zeros).count("Gemm") == 1
     monkeypatch.setattr(rules, "COLUMN_CHUNK_BYTES", 600)

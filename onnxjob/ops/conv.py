@@ -10,7 +10,7 @@ layout's order, each an int or a (before, after) pair, e.g. [[0, 0], [0, 0], [1,
 [1, 1]] for NCHW. Everything is resolved to explicit ONNX pads here.
 
 Dtypes: float32 and float64, as OneFlow's CPU kernels (float64 runs as exact float64
-formulations, see graph/primitives/conv.py); other dtypes raise TraceError.
+formulations, see graph/primitives/conv.py and pooling.py); other dtypes raise TraceError.
 """
 import numpy as np
 

@@ -12,5 +12,5 @@ A primitive is registered once, in the module of its family, with
 """
 from onnxjob.graph.registry import get_primitive, register, registered_ops  # noqa: F401
 from onnxjob.graph.primitives import (  # noqa: F401  (registration)
-    batch_norm, collectives, conv, elementwise, legacy, linalg, losses, normalization,
-    random, reductions, shape_ops)
+    batch_norm, collectives, conv, conv_weight_grad, elementwise, legacy, linalg, losses,
+    normalization, pooling, random, reductions, resize, shape_ops, windows)

@@ -1,0 +1,189 @@
+"""Pooling: MaxPool (gradient through its Indices), MaxUnpool, AveragePool and
+GlobalAveragePool; shape and gradient rules, float64 lowerings where onnxruntime's CPU
+kernels take float32 only."""
+import itertools
+
+import numpy as np
+
+from onnxjob.graph.primitives.shape_ops import reshape_to
+from onnxjob.graph.primitives.conv import conv_input_grad
+from onnxjob.graph.primitives.windows import (
+    checked_lowering, gather_windows, geometry, pad_spatial, spatial_axes, window_out)
+from onnxjob.graph.registry import const_value, register
+from onnxjob.graph.tracer import as_blob, int64_constant, op
+
+
+# -- pooling ------------------------------------------------------------------------------
+
+def _pool_geometry(attrs, x):
+    """(kernel, strides, dilations, pads, output spatial shape) of a MaxPool or AveragePool."""
+    k = [int(v) for v in attrs["kernel_shape"]]
+    if len(x.shape) != len(k) + 2:
+        raise ValueError(f"a {len(k)}-D pool takes a {len(k) + 2}-D input (N, C, *spatial)")
+    strides, dil, pads = geometry(attrs, x)
+    nd = len(k)
+    out = [window_out(x.shape[2 + i], k[i], strides[i], dil[i], pads[i], pads[nd + i],
+                       attrs.get("ceil_mode", 0)) for i in range(nd)]
+    return k, strides, dil, pads, out
+
+
+def _pool_infer(inputs, attrs, num_outputs):
+    x = inputs[0]
+    *_, out = _pool_geometry(attrs, x)
+    shape = (x.shape[0], x.shape[1], *out)
+    outs = [(shape, x.np_dtype)]
+    if num_outputs > 1:
+        outs.append((shape, np.dtype(np.int64)))
+    return outs
+
+
+def _max_pool_grad(n, g, need):
+    """Route gy to the arg-max positions recorded in MaxPool's Indices output."""
+    if len(n.outputs) < 2:
+        raise NotImplementedError("MaxPool without its Indices output has no gradient rule")
+    x = n.inputs[0]
+    y, idx = n.outputs
+    k, strides, dil, pads, _ = _pool_geometry(n.attrs, x)
+    non_overlapping = strides == k and not any(pads) and all(d == 1 for d in dil)
+    if non_overlapping and not n.attrs.get("ceil_mode", 0) and x.np_dtype == np.float32:
+        # NOTE: MaxUnpool measured as fast as ScatterElements with 8 fewer nodes; it
+        # overwrites rather than adds, which is exact only when windows do not overlap.
+        return [op("MaxUnpool", g[0], idx, int64_constant(g[0], x.shape), kernel_shape=k,
+                   strides=strides)]
+    size = int(np.prod(x.shape))
+    if x.np_dtype == np.float32:    # onnxruntime's MaxUnpool takes float32 only
+        zeros = reshape_to(_zeros_at_run_time(x, idx, k, strides), [size])
+    else:
+        zeros = op("ConstantOfShape", int64_constant(g[0], [size]), value=np.zeros(1, x.np_dtype))
+    flat = op("ScatterElements", zeros, reshape_to(idx, [int(np.prod(idx.shape))]),
+              reshape_to(g[0], [int(np.prod(y.shape))]), axis=0, reduction="add")
+    return [reshape_to(flat, x.shape)]
+
+
+def _zeros_at_run_time(x, idx, k, strides):
+    """Zeros shaped like `x`, made by each run: MaxUnpool of a few zeros at the first
+    window's indices. NOTE: onnxruntime folds a ConstantOfShape into an initializer that
+    lives as long as the session (ResNet50's stem at batch 32: 100 MB) and that each step's
+    ScatterElements then copies. Made this way, ResNet50's batch-32 train step peaked
+    ~100 MB lower and its batch-8 step was 3% faster (bench_memory.py, bench_variants.py)."""
+    nd = len(k)
+    first = op("Slice", idx, int64_constant(idx, [0] * nd), int64_constant(idx, [1] * nd),
+               int64_constant(idx, list(range(2, 2 + nd))))
+    few = as_blob(np.zeros(first.shape, x.np_dtype), like=x)
+    return op("MaxUnpool", few, first, int64_constant(idx, x.shape), kernel_shape=k,
+              strides=strides)
+
+
+register("MaxPool", _pool_infer, _max_pool_grad)
+
+
+def _max_unpool_infer(inputs, attrs, num_outputs):
+    return [(tuple(int(d) for d in const_value(inputs[2])), inputs[0].np_dtype)]
+
+
+register("MaxUnpool", _max_unpool_infer, None)
+
+
+def _ceil_extra(x_shape, k, strides, pads, out):
+    """Per axis, how far the last ceil_mode window reaches past the end padding."""
+    nd = len(k)
+    return [max(0, (out[i] - 1) * strides[i] + k[i] - (x_shape[2 + i] + pads[i] + pads[nd + i]))
+            for i in range(nd)]
+
+
+def _avg_pool_counts(x_shape, k, strides, pads, out, count_include_pad):
+    """How many elements each output window averages (static shapes): padding counts
+    only with count_include_pad, the ceil_mode overhang never."""
+    nd = len(k)
+    extra = _ceil_extra(x_shape, k, strides, pads, out)
+    fill = 1.0 if count_include_pad else 0.0
+    ones = np.pad(np.ones(x_shape[2:]), [(pads[i], pads[nd + i]) for i in range(nd)],
+                  constant_values=fill)
+    ones = np.pad(ones, [(0, e) for e in extra])
+    counts = np.zeros(out)
+    for offset in itertools.product(*(range(kk) for kk in k)):
+        counts += ones[tuple(slice(o, o + s * (q - 1) + 1, s)
+                             for o, s, q in zip(offset, strides, out))]
+    return counts
+
+
+def _spread_tiles(gy, k, x_shape):
+    """Each value of gy repeated over its k-sized tile of x_shape (windows that tile x
+    exactly, e.g. a global pool): one Expand, where a ConvTranspose with a ones kernel
+    costs a convolution per channel."""
+    nd = len(k)
+    tiled = [d for i in range(nd) for d in (gy.shape[2 + i], 1)]
+    spread = [d for i in range(nd) for d in (gy.shape[2 + i], k[i])]
+    expanded = op("Expand", reshape_to(gy, list(gy.shape[:2]) + tiled),
+                  int64_constant(gy, list(gy.shape[:2]) + spread))
+    return reshape_to(expanded, x_shape)
+
+
+def _avg_pool_grad(n, g, need):
+    """Spread gy / count over each window: a per-channel ConvTranspose with a ones kernel."""
+    x = n.inputs[0]
+    k, strides, _, pads, out = _pool_geometry(n.attrs, x)
+    nd = len(k)
+    counts = _avg_pool_counts(x.shape, k, strides, pads, out,
+                              n.attrs.get("count_include_pad", 0))
+    gy = g[0]
+    if np.all(counts == counts.flat[0]):
+        scaled = op("Mul", gy, as_blob(1.0 / counts.flat[0], like=gy))
+    else:
+        scaled = op("Div", gy, as_blob(counts.astype(x.np_dtype), like=gy))
+    if not any(pads) and all(x.shape[2 + i] == out[i] * k[i] and (strides[i] == k[i] or out[i] == 1)
+                             for i in range(nd)):
+        return [_spread_tiles(scaled, k, x.shape)]
+    nc = x.shape[0] * x.shape[1]
+    per_channel = reshape_to(scaled, [nc, 1, *gy.shape[2:]])
+    kernel = as_blob(np.ones((1, 1, *k), x.np_dtype), like=gy)
+    extra = _ceil_extra(x.shape, k, strides, pads, out)
+    pads = pads[:nd] + [p + e for p, e in zip(pads[nd:], extra)]
+    spread = conv_input_grad(per_channel, kernel, (nc, 1, *x.shape[2:]), strides, [1] * nd,
+                             pads, 1)
+    return [reshape_to(spread, x.shape)]
+
+
+def _avg_pool_float64(inputs, attrs, num_outputs):
+    """AveragePool as a window Gather, a ReduceSum and a division by the counts."""
+    x = inputs[0]
+    k, strides, _, pads, out = _pool_geometry(attrs, x)
+    nd = len(k)
+    extra = _ceil_extra(x.shape, k, strides, pads, out)
+    xp = pad_spatial(x, pads[:nd], [p + e for p, e in zip(pads[nd:], extra)])
+    padded = list(xp.shape[2:])
+    n, c = x.shape[:2]
+    flat = reshape_to(xp, [n, c, int(np.prod(padded))])
+    windows = gather_windows(flat, padded, k, out, strides, [1] * nd, axis=2)
+    sums = op("ReduceSum", windows, int64_constant(windows, [2]), keepdims=0)
+    counts = _avg_pool_counts(x.shape, k, strides, pads, out,
+                              attrs.get("count_include_pad", 0))
+    y = op("Div", sums, as_blob(counts.reshape(-1), like=sums))
+    return [reshape_to(y, [n, c] + out)]
+
+
+register("AveragePool", _pool_infer, _avg_pool_grad,
+         lower=checked_lowering("AveragePool", _pool_infer, _avg_pool_float64))
+
+
+def _global_avg_infer(inputs, attrs, num_outputs):
+    x = inputs[0]
+    if len(x.shape) < 3:
+        raise ValueError("GlobalAveragePool takes an (N, C, *spatial) input")
+    return [(x.shape[:2] + (1,) * (len(x.shape) - 2), x.np_dtype)]
+
+
+def _global_avg_grad(n, g, need):
+    x = n.inputs[0]
+    count = int(np.prod(x.shape[2:]))
+    scaled = op("Mul", g[0], as_blob(1.0 / count, like=g[0]))
+    return [op("Expand", scaled, int64_constant(scaled, x.shape))]
+
+
+def _global_avg_float64(inputs, attrs, num_outputs):
+    x = inputs[0]
+    return [op("ReduceMean", x, axes=spatial_axes(len(x.shape)), keepdims=1)]  # opset 17
+
+
+register("GlobalAveragePool", _global_avg_infer, _global_avg_grad,
+         lower=checked_lowering("GlobalAveragePool", _global_avg_infer, _global_avg_float64))
