@@ -234,17 +234,24 @@ def test_the_batch_must_divide_by_the_world_size(monkeypatch):
         job(np.zeros((8, 2), np.float32))
 
 
-def test_a_graph_that_cannot_be_split_names_the_users_line(monkeypatch):
-    """A job that takes some of the batch's rows cannot run on a rank's share: the error
-    names the op and the line of the job's body (checked in one process: the variables'
-    broadcast is the identity there)."""
-    import onnxjob.typing as tp
-    from onnxjob.graph.split_batch import SplitError
+@pytest.fixture
+def rank_0_of_2(monkeypatch):
+    """This process as rank 0 of 2 until its first collective (the variables' broadcast,
+    the identity here): enough to compile a data-parallel step."""
     from onnxjob.runtime import distributed
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setattr(distributed, "broadcast_from_rank0", lambda values: values)
     flow.clear_default_session()
+    yield
+    flow.clear_default_session()
+
+
+def test_a_graph_that_cannot_be_split_names_the_users_line(rank_0_of_2):
+    """A job that takes some of the batch's rows cannot run on a rank's share: the error
+    names the op and the line of the job's body."""
+    import onnxjob.typing as tp
+    from onnxjob.graph.split_batch import SplitError
 
     @flow.global_function(type="train")
     def job(x: tp.Numpy.Placeholder((8, 2))) -> tp.Numpy:
@@ -260,4 +267,20 @@ def test_a_graph_that_cannot_be_split_names_the_users_line(monkeypatch):
     with pytest.raises(SplitError, match=rf"test_distributed\.py:{line}: .*cannot split Slice .*"
                                          r"some of the batch's rows \(0:4:1 of 8\)"):
         job(np.zeros((8, 2), np.float32))
-    flow.clear_default_session()
+
+
+def test_a_mirrored_view_train_job_is_refused_by_name(rank_0_of_2):
+    import onnxjob.typing as tp
+    from onnxjob.graph.split_batch import SplitError
+    config = flow.function_config()
+    config.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.ListNumpy.Placeholder((8, 2))) -> tp.ListNumpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_mean(flow.matmul(x, w))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    with pytest.raises(SplitError, match=r"test_distributed\.py:\d+: .*\['x'\] are mirrored"):
+        job([np.zeros((8, 2), np.float32)])

@@ -86,6 +86,15 @@ class _Rewriter:
             self.dtypes[t.name] = t.data_type
         self.kinds = {}
         placeholders = set(placeholder_names)
+        dynamic = [i.name for i in self.graph.input if i.name in placeholders and
+                   i.name not in self.shapes]
+        if dynamic:
+            # NOTE: OneFlow's mirrored view gives each device its own list element; a rank
+            # would take its own, with the loss normalized by all ranks' rows
+            raise SplitError(f"job {job_name!r}: data-parallel training takes consistent-view "
+                             f"jobs (tp.Numpy placeholders); {dynamic} are mirrored "
+                             "(tp.ListNumpy / dynamic) placeholders, which it does not split. "
+                             "Use tp.Numpy.Placeholder and pass the whole batch on every rank")
         batches = {self.shapes[i.name][0] for i in self.graph.input
                    if i.name in placeholders and self.shapes.get(i.name)}
         if len(batches) > 1:
