@@ -128,6 +128,7 @@ class JobFunction:
         """
         # a data-parallel train step sees this rank's rows (runtime/distributed.py)
         split = self.is_train and distributed.enabled()
+        builder.job_function = self   # flow.current_global_function_desc()
         args = [_placeholders(builder, ann, pname, split)
                 for pname, ann in zip(self.param_names, self.param_annotations)]
         ret = self.func(*args)

@@ -216,5 +216,9 @@ ofrecord_bytes_decoder = OFRecordBytesDecoder
 ofrecord_image_decoder = OFRecordImageDecoder
 ofrecord_image_decoder_random_crop = OFRecordImageDecoderRandomCrop
 
+from onnxjob.ops.data_legacy import (BlobConf, ImageCodec, ImagePreprocessor,  # noqa: E402,F401
+                                     ImageResizePreprocessor, NormByChannelPreprocessor, RawCodec,
+                                     decode_ofrecord, ofrecord_image_classification_reader,
+                                     ofrecord_loader)
 
 __getattr__ = missing_api("flow.data")
