@@ -55,7 +55,7 @@ from onnxjob.frontend.extras import (INVALID_SPLIT_AXIS, current_global_function
                                      empty_initializer, inter_job_reuse_mem_strategy,
                                      system_assign as _system_assign, unique_str as _unique_str)
 from onnxjob.frontend.model import Model  # noqa: F401
-from onnxjob.ops import experimental as _experimental
+from onnxjob.ops import experimental as _experimental, quantization  # noqa: F401
 from onnxjob.ops import parallel as _parallel
 from onnxjob.ops.detection import (object_bbox_flip, object_bbox_scale,  # noqa: F401
                                    object_segmentation_polygon_flip,
