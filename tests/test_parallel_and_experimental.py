@@ -125,15 +125,44 @@ def test_ssp_variable_proxy_without_staleness():
 
     for i in range(3):
         np.testing.assert_array_equal(step(), np.full(3, i))
+
+
+@pytest.mark.parametrize("buffer_size", [2, 4])
+def test_ssp_variable_proxy_reads_stale_values(buffer_size):
+    """value at run t is the variable's value at run t - (buffer_size - 1), its first value
+    before that (OneFlow's test_ssp_variable_proxy, both update rules)."""
+    @flow.global_function()
+    def from_value() -> tp.Numpy:
+        w = flow.get_variable("w", (2,), initializer=flow.constant_initializer(0.0))
+        ref, value = flow.experimental.ssp_variable_proxy(w, buffer_size=buffer_size)
+        flow.assign(ref, value + flow.constant_like(w, 1.0))
+        return value
+
+    @flow.global_function()
+    def from_ref() -> tp.Numpy:
+        w = flow.get_variable("v", (2,), initializer=flow.constant_initializer(5.0))
+        ref, value = flow.experimental.ssp_variable_proxy(w, buffer_size=buffer_size)
+        flow.assign(ref, ref + flow.constant_like(w, 1.0))
+        return value
+
+    lag = buffer_size - 1
+    w, history = 0.0, []
+    for _ in range(3 * buffer_size):
+        history.append(w)
+        value = history[max(0, len(history) - 1 - lag)]
+        np.testing.assert_array_equal(from_value(), [value, value])
+        w = value + 1
+    for t in range(3 * buffer_size):
+        np.testing.assert_array_equal(from_ref(), np.full(2, 5.0 + max(0, t - lag)))
     flow.clear_default_session()
 
     @flow.global_function()
-    def stale() -> tp.Numpy:
+    def bad() -> tp.Numpy:
         w = flow.get_variable("w", (3,), initializer=flow.constant_initializer(0.0))
-        return flow.experimental.ssp_variable_proxy(w, buffer_size=4)[1]
+        return flow.experimental.ssp_variable_proxy(w + 1, buffer_size=2)[1]
 
-    with pytest.raises(TraceError, match="buffer_size 4"):
-        stale()
+    with pytest.raises(TraceError, match="takes a variable"):
+        bad()
 
 
 def test_interface_blob_values_read_and_write_variables():
