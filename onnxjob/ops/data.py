@@ -220,6 +220,7 @@ from onnxjob.ops.data_legacy import (BlobConf, ImageCodec, ImagePreprocessor,  #
                                      ImageResizePreprocessor, NormByChannelPreprocessor, RawCodec,
                                      decode_ofrecord, ofrecord_image_classification_reader,
                                      ofrecord_loader)
+from onnxjob.ops.coco_data import coco_reader  # noqa: E402,F401
 from onnxjob.ops.gpt_data import (MegatronGPTMMapDataLoader,  # noqa: E402,F401
                                   megatron_gpt_mmap_data_loader)
 
