@@ -221,6 +221,8 @@ from onnxjob.ops.data_legacy import (BlobConf, ImageCodec, ImagePreprocessor,  #
                                      decode_ofrecord, ofrecord_image_classification_reader,
                                      ofrecord_loader)
 from onnxjob.ops.coco_data import coco_reader  # noqa: E402,F401
+from onnxjob.ops.onerec_data import (OneRecDecoder, onerec_decoder,  # noqa: E402,F401
+                                     onerec_reader)
 from onnxjob.ops.gpt_data import (MegatronGPTMMapDataLoader,  # noqa: E402,F401
                                   megatron_gpt_mmap_data_loader)
 
