@@ -36,6 +36,7 @@ from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
 from onnxjob.io import checkpoint  # noqa: F401
 from onnxjob.io.checkpoint_manager import SimpleCheckPointManager as _SimpleCheckPointManager
 from onnxjob.io.export import export  # noqa: F401
+from onnxjob.io import saved_model, serving  # noqa: F401
 from onnxjob.ops import data, image, layers, math, nn, random, summary  # noqa: F401
 from onnxjob.ops.legacy import (acc, categorical_ordinal_encode, combined_margin_loss,  # noqa: F401
                                 count_not_finite, distributed_partial_fc_sample,
