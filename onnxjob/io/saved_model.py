@@ -42,11 +42,13 @@ class ModelBuilder:
         self.graph_builders_ = {}
 
     def ModelName(self, model_name):
+        """Set the model's name; returns the builder."""
         assert isinstance(model_name, str)
         self.name = model_name
         return self
 
     def Version(self, version):
+        """Set the version (the folder Save writes); returns the builder."""
         assert isinstance(version, int)
         self.version_ = version
         return self
@@ -124,6 +126,7 @@ class GraphBuilder:
         return self.finished_
 
     def AddSignature(self, signature_name):
+        """A SignatureBuilder; the first added is the graph's default."""
         assert isinstance(signature_name, str)
         if signature_name in self.signature_builders_:
             raise ValueError(f"signature name {signature_name} already exists")
@@ -191,9 +194,11 @@ class SignatureBuilder:
         return self
 
     def Input(self, input_name, lbn):
+        """Bind `input_name` to the job placeholder whose logical blob name is `lbn`."""
         return self._bind(self.inputs, "input", input_name, lbn)
 
     def Output(self, output_name, lbn):
+        """Bind `output_name` to the returned blob whose logical blob name is `lbn`."""
         return self._bind(self.outputs, "output", output_name, lbn)
 
     def OwnerGraphBuilder(self):

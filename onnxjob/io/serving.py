@@ -122,14 +122,17 @@ class InferenceSession:
         self.status_ = self.SessionStatus.RUNNING
 
     def list_jobs(self):
+        """The names of the loaded graphs (jobs)."""
         self._check_status(self.SessionStatus.RUNNING)
         return list(self.jobs_)
 
     def list_inputs(self):
+        """The input names run takes (the signatures')."""
         self._check_status(self.SessionStatus.RUNNING)
         return tuple(n for job in self.jobs_.values() for n in job["inputs"])
 
     def list_outputs(self):
+        """The output names, in the order run returns them."""
         self._check_status(self.SessionStatus.RUNNING)
         return tuple(n for job in self.jobs_.values() for n, _ in job["outputs"])
 
@@ -147,6 +150,7 @@ class InferenceSession:
         return {"shape": tuple(value.shape), "dtype": dtypes.from_numpy(_np_type(value.type))}
 
     def output_info(self, output_name, job_name=None):
+        """{"shape", "dtype"} of an output."""
         job = self._job(job_name)
         name = dict(job["outputs"])[output_name]
         value = next(o for o in job["session"].get_outputs() if o.name == name)
@@ -173,6 +177,7 @@ class InferenceSession:
     compile = open
 
     def close(self):
+        """Release the onnxruntime sessions."""
         self.jobs_.clear()
         self.status_ = self.SessionStatus.CLOSED
 
