@@ -36,6 +36,7 @@ from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
 from onnxjob.io import checkpoint  # noqa: F401
 from onnxjob.io.checkpoint_manager import SimpleCheckPointManager as _SimpleCheckPointManager
 from onnxjob.io.export import export  # noqa: F401
+from onnxjob.io import saved_model, serving  # noqa: F401
 from onnxjob.ops import data, image, layers, math, nn, random, summary  # noqa: F401
 from onnxjob.ops.legacy import (acc, categorical_ordinal_encode, combined_margin_loss,  # noqa: F401
                                 count_not_finite, distributed_partial_fc_sample,
@@ -49,6 +50,21 @@ from onnxjob.ops.math import (argsort, broadcast_to_compatible_with, clip_by_val
                               unsorted_segment_sum_like)
 from onnxjob.runtime.session import clear_default_session, sync_default_session  # noqa: F401
 from onnxjob.train import optimizer  # noqa: F401
+from onnxjob.dtypes import dtype  # noqa: F401  (the class of flow.float & co.)
+from onnxjob.frontend import distributed, model, profiler, sysconfig  # noqa: F401
+from onnxjob.frontend.extras import (INVALID_SPLIT_AXIS, current_global_function_desc,  # noqa: F401
+                                     empty_initializer, inter_job_reuse_mem_strategy,
+                                     system_assign as _system_assign, unique_str as _unique_str)
+from onnxjob.frontend.model import Model  # noqa: F401
+from onnxjob.ops import experimental as _experimental, quantization  # noqa: F401
+from onnxjob.ops import parallel as _parallel
+from onnxjob.ops.detection import (object_bbox_flip, object_bbox_scale,  # noqa: F401
+                                   object_segmentation_polygon_flip,
+                                   object_segmentation_polygon_scale,
+                                   object_segmentation_polygon_to_mask)
+from onnxjob.ops.parallel import hierarchical_parallel_cast  # noqa: F401
+from onnxjob.ops.tensor_buffer import (gen_tensor_buffer, tensor_buffer_to_list_of_tensors,  # noqa: F401
+                                       tensor_buffer_to_tensor, tensor_to_tensor_buffer)
 
 from onnxjob.compat import unittest_helpers as unittest  # noqa: E402,F401  (flow.unittest)
 
@@ -79,9 +95,42 @@ def _enable_typing_check(value=True):
     return None
 
 
-experimental = _Namespace("flow.experimental", enable_typing_check=_enable_typing_check,
-                          name_scope=scope.namespace, unique_with_counts=_unique_with_counts,
-                          indexed_slices_reduce_sum=indexed_slices_reduce_sum)
+experimental = _Namespace(
+    "flow.experimental", enable_typing_check=_enable_typing_check, name_scope=scope.namespace,
+    unique_with_counts=_unique_with_counts, indexed_slices_reduce_sum=indexed_slices_reduce_sum,
+    square_sum=_experimental.square_sum, logical_slice=_experimental.logical_slice,
+    logical_slice_assign=_experimental.logical_slice_assign,
+    ssp_variable_proxy=_experimental.ssp_variable_proxy,
+    get_interface_blob_value=_experimental.get_interface_blob_value,
+    set_interface_blob_value=_experimental.set_interface_blob_value,
+    scope=_Namespace("flow.experimental.scope", config=scope.config),
+    optim=_Namespace("flow.experimental.optim",
+                     lr_scheduler=_Namespace("flow.experimental.optim.lr_scheduler")))
+advanced = _Namespace("flow.advanced", distribute_add=_parallel.distribute_add,
+                      distribute_clone=_parallel.distribute_clone,
+                      distribute_concat=_parallel.distribute_concat,
+                      distribute_map=_parallel.distribute_map,
+                      distribute_split=_parallel.distribute_split)
+sbp = _Namespace("flow.sbp", split=_parallel.sbp_split, broadcast=_parallel.sbp_broadcast,
+                 partial_sum=_parallel.sbp_partial_sum)
+detection = _Namespace("flow.detection", object_bbox_flip=object_bbox_flip,
+                       object_bbox_scale=object_bbox_scale,
+                       object_segmentation_polygon_flip=object_segmentation_polygon_flip,
+                       object_segmentation_polygon_scale=object_segmentation_polygon_scale,
+                       object_segmentation_polygon_to_mask=object_segmentation_polygon_to_mask)
+system = _Namespace("flow.system", assign=_system_assign)
+util = _Namespace("flow.util", unique_str=_unique_str)
+tensorrt = _Namespace("flow.tensorrt")   # refused names only (frontend/refusals.py)
+autograd = _Namespace("flow.autograd", no_grad=no_grad)
+deprecated = _Namespace("flow.deprecated", variable_scope=scope.namespace,
+                        nn=_Namespace("flow.deprecated.nn", Module=nn.Module))
+image_batch_align = image.batch_align
+image_decode = image.decode
+image_flip = image.flip
+image_normalize = image.normalize
+image_random_crop = image.random_crop
+image_resize = image.resize
+image_target_resize = image.target_resize
 
 
 def enable_eager_execution(value=True):

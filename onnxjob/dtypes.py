@@ -6,8 +6,16 @@ import numpy as np
 import onnx_ir as ir
 
 
-class dtype:
-    """Base of every flow dtype class."""
+class _DTypeMeta(type):
+    def __instancecheck__(cls, obj):
+        # `isinstance(flow.float32, flow.dtype)` holds, as for OneFlow's dtype objects
+        if cls is dtype and isinstance(obj, type) and issubclass(obj, dtype):
+            return True
+        return super().__instancecheck__(obj)
+
+
+class dtype(metaclass=_DTypeMeta):
+    """Base of every flow dtype class (`flow.dtype`: isinstance(flow.float, flow.dtype))."""
 
     np_dtype = None
     ir_dtype = None

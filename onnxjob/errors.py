@@ -40,8 +40,10 @@ class UnsupportedAPIError(OnnxJobError, AttributeError):
 def missing_api(namespace, reasons=None):
     """A module-level `__getattr__` for the `flow.*` namespace `namespace` (PEP 562): an
     unknown name raises UnsupportedAPIError naming it and the user's file:line. `reasons`
-    maps names that onnxjob leaves out on purpose to why."""
-    reasons = reasons or {}
+    maps names that onnxjob leaves out on purpose to why (with those of
+    frontend/refusals.py for `namespace`)."""
+    from onnxjob.frontend.refusals import reasons as refused
+    reasons = {**refused(namespace), **(reasons or {})}
 
     def __getattr__(name):
         if name.startswith("__"):

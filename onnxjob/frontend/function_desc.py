@@ -23,11 +23,14 @@ FLAG_DEFAULTS = {
 class FunctionDesc:
     """The flags of one FunctionConfig, read back."""
 
-    def __init__(self, config):
+    def __init__(self, config, trainable=None):
         self._config = config
+        self._trainable = trainable   # known for a job being traced
 
     def IsTrainable(self):
         """True for a train job (type "train" or the old config.train.* API)."""
+        if self._trainable is not None:
+            return self._trainable
         if self._config.job_type is not None:
             return self._config.job_type == "train"
         return bool(self._config.train_conf)

@@ -129,6 +129,7 @@ class JobFunction:
         # a data-parallel train step is traced at the whole (logical) batch, as on one
         # device, and split for the ranks afterwards (graph/split_batch.py)
         split = self.is_train and distributed.enabled()
+        builder.job_function = self   # flow.current_global_function_desc()
         args = [_placeholders(builder, ann, pname, split)
                 for pname, ann in zip(self.param_names, self.param_annotations)]
         ret = self.func(*args)

@@ -78,3 +78,48 @@ def mirrored_view_enabled():
 def consistent_view_enabled():
     """The opposite of `mirrored_view_enabled()`."""
     return not mirrored_view_enabled()
+
+
+def current_scope():
+    """The deprecated spelling of flow.current_scope()."""
+    from onnxjob.frontend.helpers import current_scope as scope_of_op
+    return scope_of_op()
+
+
+# OneFlow 0.5's scope attributes (REGISTER_SCOPE_CONFIG_DEF) and their defaults. None
+# changes a number onnxjob computes: activation checkpointing and pipeline stage hints
+# trade memory or placement, the QAT switch only acts with function_config.enable_qat and
+# the SSP stages with enable_ssp (neither implemented: see frontend/config.py).
+SCOPE_ATTRS = {"checkpointing": False, "pipeline_stage_id_hint": 0,
+               "quantization_aware_training": True, "ssp_num_stages": -1, "ssp_stage_id": -1}
+
+
+class config:
+    """`with flow.experimental.scope.config(checkpointing=True, ...):` sets scope attributes
+    for the ops built inside; the names are checked (SCOPE_ATTRS) and
+    `current_scope_attrs()` reads them back."""
+
+    def __init__(self, **kwargs):
+        for name in kwargs:
+            assert name in SCOPE_ATTRS, (
+                f"flow.experimental.scope.config: unknown scope attribute {name!r} (OneFlow "
+                f"0.5 has {', '.join(SCOPE_ATTRS)})")
+        self.attrs = kwargs
+
+    def __enter__(self):
+        if not hasattr(_state, "attrs"):
+            _state.attrs = []
+        _state.attrs.append(self.attrs)
+        return self
+
+    def __exit__(self, *exc):
+        _state.attrs.pop()
+        return False
+
+
+def current_scope_attrs():
+    """The scope attributes in effect: the defaults, overridden by the open config blocks."""
+    out = dict(SCOPE_ATTRS)
+    for attrs in getattr(_state, "attrs", []):
+        out.update(attrs)
+    return out

@@ -193,11 +193,13 @@ class RecordReader:
     """
 
     def __init__(self, paths, batch_size, random_shuffle=False, shuffle_buffer_size=1024,
-                 shuffle_after_epoch=False, seed=None):
+                 shuffle_after_epoch=False, seed=None, iterate=None, kind="OFRecord part"):
         missing = [p for p in paths if not os.path.isfile(p)]
         if missing:
-            raise RecordError(f"OFRecord part file {missing[0]} does not exist "
-                              f"({len(missing)} of {len(paths)} part files missing)")
+            raise RecordError(f"{kind} file {missing[0]} does not exist "
+                              f"({len(missing)} of {len(paths)} files missing)")
+        self._iterate = iterate or iter_records   # (index, bytes) of one file
+        self._kind = kind
         self._paths = list(paths)
         self._batch_size = batch_size
         self._shuffle_after_epoch = shuffle_after_epoch
@@ -212,11 +214,11 @@ class RecordReader:
         while True:
             found = False
             for path in self._paths:
-                for index, data in iter_records(path):
+                for index, data in self._iterate(path):
                     found = True
                     yield f"{path}: record {index}", data
             if not found:
-                raise RecordError(f"the OFRecord part files hold no record: {self._paths}")
+                raise RecordError(f"the {self._kind} files hold no record: {self._paths}")
             self._epoch += 1
             if self._shuffle_after_epoch:
                 self._rng.shuffle(self._paths)

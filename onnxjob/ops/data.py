@@ -216,5 +216,14 @@ ofrecord_bytes_decoder = OFRecordBytesDecoder
 ofrecord_image_decoder = OFRecordImageDecoder
 ofrecord_image_decoder_random_crop = OFRecordImageDecoderRandomCrop
 
+from onnxjob.ops.data_legacy import (BlobConf, ImageCodec, ImagePreprocessor,  # noqa: E402,F401
+                                     ImageResizePreprocessor, NormByChannelPreprocessor, RawCodec,
+                                     decode_ofrecord, ofrecord_image_classification_reader,
+                                     ofrecord_loader)
+from onnxjob.ops.coco_data import coco_reader  # noqa: E402,F401
+from onnxjob.ops.onerec_data import (OneRecDecoder, onerec_decoder,  # noqa: E402,F401
+                                     onerec_reader)
+from onnxjob.ops.gpt_data import (MegatronGPTMMapDataLoader,  # noqa: E402,F401
+                                  megatron_gpt_mmap_data_loader)
 
 __getattr__ = missing_api("flow.data")

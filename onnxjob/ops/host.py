@@ -17,27 +17,28 @@ from onnxjob.runtime.pipeline import HostNode
 class HostValue:
     """A per-run host value of a job: records, encoded bytes or decoded images."""
 
-    __slots__ = ("node", "batch_size", "dtype", "builder")
+    __slots__ = ("node", "batch_size", "dtype", "builder", "dims")
 
-    def __init__(self, node, batch_size, dtype, builder):
+    def __init__(self, node, batch_size, dtype, builder, dims=None):
         self.node = node
         self.batch_size = batch_size
         self.dtype = dtype
         self.builder = builder
+        self.dims = dims   # the buffer's shape when not (batch_size,) (flow.gen_tensor_buffer)
 
     @property
     def shape(self):
-        return (self.batch_size,)
+        return self.dims or (self.batch_size,)
 
     def __repr__(self):
         return f"HostValue({self.node.name}, batch {self.batch_size}, {self.dtype.__name__})"
 
 
-def host_value(name, compute, inputs, batch_size, dtype, api):
+def host_value(name, compute, inputs, batch_size, dtype, api, dims=None):
     """A new HostValue computed by `compute(*input values)` in the job being traced."""
     builder = current_builder(api)
     node = HostNode(builder.unique_name(name), compute, [host_node_of(i, api) for i in inputs])
-    return HostValue(node, batch_size, dtype, builder)
+    return HostValue(node, batch_size, dtype, builder, dims)
 
 
 def to_blob(name, compute, inputs, shape, np_dtype, api):

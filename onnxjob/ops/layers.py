@@ -302,5 +302,6 @@ def prelu(inputs, alpha_initializer=None, alpha_regularizer=None, shared_axes=No
 
 
 from onnxjob.ops.legacy import categorical_ordinal_encoder  # noqa: E402,F401
+from onnxjob.ops.layer_norm_grads import layer_norm_grad, layer_norm_param_grad  # noqa: E402,F401
 
 __getattr__ = missing_api("flow.layers")

@@ -1,0 +1,100 @@
+"""OneFlow names that onnxjob refuses on purpose, by namespace, with the reason.
+
+Each is an eager-mode, custom-C++-op-builder, multi-node or compiler internal that a lazy
+job on one device cannot use; looking one up raises UnsupportedAPIError with its reason
+(errors.missing_api). docs/oneflow-scripts.md lists them.
+"""
+
+_EAGER = ("OneFlow's eager mode ({what}) does not run in onnxjob, which traces lazy job "
+          "functions into ONNX graphs")
+_OP_BUILDER = ("it builds OneFlow's C++ ops by their registered type name ({what}); onnxjob "
+               "has no OneFlow kernels: write the computation with flow ops in the job")
+_MULTI_NODE = ("a multi-node / multi-device internal of OneFlow ({what}); onnxjob runs a job "
+               "on one device per process (python -m onnxjob run --nproc N for data-parallel "
+               "ranks)")
+
+
+_INTERNAL = ("an internal of OneFlow's compiler or session ({what}) that job code does not "
+             "use; onnxjob compiles jobs to ONNX graphs instead")
+
+
+def _internal(what):
+    return _INTERNAL.format(what=what)
+
+
+def _eager(what):
+    return _EAGER.format(what=what)
+
+
+def _op_builder(what):
+    return _OP_BUILDER.format(what=what)
+
+
+def _multi_node(what):
+    return _MULTI_NODE.format(what=what)
+
+
+_EAGER_OPTIM = _eager("flow.experimental.optim updates eager Tensor parameters; in a job use "
+                      "flow.optimizer.* with minimize(loss)")
+
+REASONS = {
+    "flow": {
+        "Tensor": _eager("flow.Tensor, an eager tensor"),
+        "device": _eager("flow.device places eager tensors"),
+        "placement": _eager("flow.placement places consistent eager tensors; jobs use "
+                            "flow.scope.placement"),
+        "Generator": _eager("flow.Generator seeds eager random ops; jobs use flow.manual_seed "
+                            "or flow.config.seed"),
+        "default_generator": _eager("the eager random generator; jobs use flow.manual_seed"),
+        "InitEagerGlobalSession": _eager("the eager global session"),
+        "builtin_op": _op_builder("flow.builtin_op(op_type_name)"),
+        "user_op_builder": _op_builder("flow.user_op_builder(name).Op(type)..."),
+        "consistent_user_op_builder": _op_builder("flow.consistent_user_op_builder"),
+        "user_op_module_builder": _op_builder("flow.user_op_module_builder"),
+        "consistent_user_op_module_builder": _op_builder(
+            "flow.consistent_user_op_module_builder"),
+        "find_or_create_module": _op_builder("the cache of op-builder modules"),
+        "eager_nccl_all_reduce": _multi_node("an eager NCCL all-reduce across devices"),
+        "ConfigProto": _internal("the job set's ConfigProto message, built from flow.config "
+                                 "/ flow.env"),
+        "JobConfigProto": _internal("the JobConfigProto message, built from "
+                                    "flow.FunctionConfig"),
+    },
+    "flow.experimental": {
+        "custom_op_module": _op_builder("flow.experimental.custom_op_module compiles and loads "
+                                        "a C++ op library"),
+        "eager_assign_121": _eager("eager one-to-one assignment between placements"),
+        "get_job_set": _internal("the JobSet protobuf OneFlow compiles jobs into"),
+    },
+    "flow.experimental.optim": {n: _EAGER_OPTIM
+                                for n in ("Adam", "AdamW", "Optimizer", "RMSprop", "SGD")},
+    "flow.experimental.optim.lr_scheduler": {
+        n: _eager("eager learning-rate schedulers; in a job pass flow.optimizer.* a "
+                  "schedule such as flow.optimizer.CosineScheduler")
+        for n in ("CosineDecayLR", "LambdaLR", "StepLR")},
+    "flow.autograd": {
+        "backward": _eager("flow.autograd.backward differentiates eager tensors; a train "
+                           "job's minimize(loss) differentiates the job"),
+        "grad": _eager("flow.autograd.grad differentiates eager tensors; use "
+                       "flow.watch_diff in a train job"),
+    },
+    "flow.deprecated": {
+        "delete_worker_by_bootstrap": _multi_node("worker processes of a multi-machine env"),
+        "delete_worker_of_multi_process": _multi_node("worker processes of a multi-machine "
+                                                      "env"),
+    },
+    "flow.sysconfig": {
+        name: (f"flow.sysconfig.{name} gives the paths and flags to compile a custom C++ op "
+               "library against OneFlow's headers and shared library; onnxjob has neither "
+               "(it runs ONNX graphs on onnxruntime): write the op with flow ops in the job")
+        for name in ("get_include", "get_lib", "get_compile_flags", "get_link_flags")},
+    "flow.tensorrt": {
+        name: _internal("TensorRT int8 calibration tables of OneFlow's XRT backend; "
+                        "onnxruntime's TensorRT execution provider calibrates itself")
+        for name in ("cache_int8_calibration", "write_int8_calibration")},
+}
+
+
+def reasons(namespace):
+    """{name: reason} of the names of `namespace` ("flow", "flow.experimental", ...)."""
+    return REASONS.get(namespace, {})

@@ -1,0 +1,196 @@
+"""OneFlow 0.5's smaller public names: flow.sysconfig, flow.distributed, flow.profiler,
+flow.util, flow.sbp, flow.scope / flow.experimental.scope, flow.deprecated, flow.system,
+the top-level constants and helpers, the image_* aliases, and the names onnxjob refuses
+with a reason."""
+import os
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+from onnxjob.compat import install_oneflow_alias, uninstall_oneflow_alias
+from onnxjob.errors import TraceError, UnsupportedAPIError
+from onnxjob.frontend.refusals import REASONS
+
+
+def test_sysconfig_describes_onnxruntime():
+    import onnxruntime
+    cuda = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    assert flow.sysconfig.with_cuda() is cuda
+    version = flow.sysconfig.get_cuda_version()
+    assert isinstance(version, int) and (version >= 1000 if cuda else version == 0)
+    assert flow.sysconfig.with_xla() is False
+    assert flow.sysconfig.has_rpc_backend_grpc() is False
+    assert flow.sysconfig.has_rpc_backend_local() is True
+
+
+def test_distributed_reads_the_launcher_environment(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert (flow.distributed.get_rank(), flow.distributed.get_world_size(),
+            flow.distributed.get_local_rank(), flow.distributed.is_multi_client()) == (0, 1, 0,
+                                                                                     False)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert (flow.distributed.get_rank(), flow.distributed.get_world_size(),
+            flow.distributed.get_local_rank(), flow.distributed.is_multi_client()) == (3, 4, 1,
+                                                                                     True)
+
+
+def test_profiler_ranges_nest_and_markers_keep_values():
+    flow.profiler.range_push("outer")
+    flow.profiler.range_push("inner")
+    assert flow.profiler.range_pop() == "inner"
+    assert flow.profiler.range_pop() == "outer"
+    with pytest.raises(RuntimeError, match="no range is open"):
+        flow.profiler.range_pop()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        y = flow.profiler.nvtx_start(x, mark_prefix="fwd")
+        return flow.profiler.nvtx_end(y * 2, mark_prefix="fwd")
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(job(x), x * 2)
+
+
+def test_unique_str_and_constants():
+    names = {flow.util.unique_str("Op_") for _ in range(50)}
+    assert len(names) == 50 and all(n.startswith("Op_") for n in names)
+    assert flow.INVALID_SPLIT_AXIS == -22
+    assert isinstance(flow.float32, flow.dtype) and isinstance(flow.int8, flow.dtype)
+    assert not isinstance(np.float32, flow.dtype)
+
+
+def test_sbp_descriptors():
+    assert str(flow.sbp.split(1)) == "S(1)" and flow.sbp.split(1) == flow.sbp.split(1)
+    assert flow.sbp.split(0) != flow.sbp.split(1)
+    assert str(flow.sbp.broadcast) == "B" and str(flow.sbp.partial_sum) == "P"
+    with pytest.raises(AssertionError):
+        flow.sbp.split(1.0)
+
+
+def test_hierarchical_parallel_cast_keeps_values_and_checks_signatures():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+        y = flow.hierarchical_parallel_cast(x, nd_sbp=["S(0)", flow.sbp.broadcast])
+        return flow.hierarchical_parallel_cast(y, nd_sbp=[flow.distribute.split(1)],
+                                               grad_mode="manual", grad_nd_sbp=["B"])
+
+    x = np.random.rand(4, 2).astype(np.float32)
+    np.testing.assert_array_equal(job(x), x)
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def bad(x: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+        return flow.hierarchical_parallel_cast(x, nd_sbp=["split"])
+
+    with pytest.raises(TraceError, match="not an SBP signature"):
+        bad(x)
+
+
+def test_current_global_function_desc_inside_jobs():
+    seen = {}
+    config = flow.FunctionConfig()
+    config.enable_inplace(False)
+
+    @flow.global_function(type="predict", function_config=config)
+    def predict(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        desc = flow.current_global_function_desc()
+        seen["predict"] = (desc.IsTrainable(), desc.HasAttr("enable_inplace"),
+                           desc.enable_inplace)
+        return x + 1
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        seen["train"] = flow.current_global_function_desc().IsTrainable()
+        w = flow.get_variable("w", (2,), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_sum(w * x)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    predict(np.ones(2, np.float32))
+    train(np.ones(2, np.float32))
+    assert seen == {"predict": (False, True, False), "train": True}
+    with pytest.raises(TraceError, match="inside a job function"):
+        flow.current_global_function_desc()
+
+
+def test_empty_initializer_and_system_assign():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        v = flow.get_variable("v", (3,), initializer=flow.empty_initializer())
+        out = v + 0
+        assert flow.system.assign(v, x) is v
+        return out
+
+    x = np.array([1, 2, 3], np.float32)
+    np.testing.assert_array_equal(job(x), np.zeros(3))
+    np.testing.assert_array_equal(job(x * 0), x)
+
+
+def test_inter_job_reuse_mem_strategy_checks_its_argument():
+    flow.inter_job_reuse_mem_strategy("reuse_mem_priority")
+    flow.inter_job_reuse_mem_strategy("custom_parallelism", job_name_groups=[["a", "b"]])
+    with pytest.raises(ValueError, match="must be one of"):
+        flow.inter_job_reuse_mem_strategy("fastest")
+
+
+def test_scope_helpers():
+    assert flow.scope.current_scope().device_parallel_desc_symbol.device_tag == "cpu"
+    assert flow.scope.current_scope_attrs()["checkpointing"] is False
+    with flow.experimental.scope.config(checkpointing=True, pipeline_stage_id_hint=1):
+        attrs = flow.scope.current_scope_attrs()
+        assert attrs["checkpointing"] is True and attrs["pipeline_stage_id_hint"] == 1
+    assert flow.scope.current_scope_attrs()["checkpointing"] is False
+    with pytest.raises(AssertionError, match="unknown scope attribute"):
+        flow.experimental.scope.config(remat=True)
+
+
+def test_deprecated_names():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        with flow.deprecated.variable_scope("block"):
+            w = flow.get_variable("w", (2,), initializer=flow.ones_initializer())
+        return x * w
+
+    np.testing.assert_array_equal(job(np.full(2, 3, np.float32)), [3, 3])
+    assert "block-w" in flow.get_all_variables()
+    assert flow.deprecated.nn.Module is flow.nn.Module
+    assert flow.autograd.no_grad is flow.no_grad
+
+
+def test_image_aliases_are_the_flow_image_ops():
+    for name in ("batch_align", "decode", "flip", "normalize", "random_crop", "resize",
+                 "target_resize"):
+        assert getattr(flow, f"image_{name}") is getattr(flow.image, name)
+
+
+@pytest.mark.parametrize("dotted", sorted(f"{ns}.{name}" for ns, names in REASONS.items()
+                                          for name in names))
+def test_refused_names_say_why(dotted):
+    namespace, name = dotted.rsplit(".", 1)
+    obj = flow
+    for part in namespace.split(".")[1:]:
+        obj = getattr(obj, part)
+    with pytest.raises(UnsupportedAPIError) as info:
+        getattr(obj, name)
+    message = str(info.value)
+    assert f"{dotted} is not provided by onnxjob" in message
+    assert REASONS[namespace][name] in message
+    assert os.path.basename(__file__) in message   # the user's line
+    assert not hasattr(obj, name)
+
+
+def test_namespaces_import_under_the_alias():
+    install_oneflow_alias()
+    try:
+        import oneflow.compatible.single_client.sysconfig as sysconfig
+        import oneflow.distributed as distributed
+        from oneflow.compatible.single_client import model
+        assert sysconfig is flow.sysconfig and distributed is flow.distributed
+        assert model.Model is flow.Model
+    finally:
+        uninstall_oneflow_alias()

@@ -1,0 +1,183 @@
+"""flow.advanced.distribute_* (OneFlow's per-device split / clone / concat / add / map,
+with the numbers of the current placement's device count), flow.experimental's
+square_sum, logical_slice(_assign), ssp_variable_proxy and interface blob values."""
+from typing import Tuple
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+from onnxjob.errors import TraceError
+
+
+def test_distribute_split_is_balanced_and_concat_inverts_it():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((7, 2))) -> Tuple[tp.Numpy, tp.Numpy, tp.Numpy, tp.Numpy]:
+        with flow.scope.placement("cpu", "0:0-2"):
+            parts = flow.advanced.distribute_split(x, axis=0)
+            assert len(parts) == 3
+            joined = flow.advanced.distribute_concat(list(parts), axis=0)
+            total = flow.advanced.distribute_add([flow.slice(p, [0, 0], [2, 2])
+                                                  for p in parts])
+            return parts[0], parts[2], joined, total
+
+    x = np.arange(14, dtype=np.float32).reshape(7, 2)
+    first, last, joined, total = job(x)
+    np.testing.assert_array_equal(first, x[:3])    # 7 rows on 3 devices: 3, 2, 2
+    np.testing.assert_array_equal(last, x[5:])
+    np.testing.assert_array_equal(joined, x)
+    np.testing.assert_array_equal(total, x[0:2] + x[3:5] + x[5:7])
+
+
+def test_distribute_on_one_device_and_clone():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((4, 3))) -> Tuple[tp.Numpy, tp.Numpy]:
+        (part,) = flow.advanced.distribute_split(x, axis=1)
+        with flow.scope.placement("cpu", "0:0-1"):
+            a, b = flow.advanced.distribute_clone(x)
+            summed = flow.advanced.distribute_add([a, b])
+        return part, summed
+
+    x = np.random.rand(4, 3).astype(np.float32)
+    part, summed = job(x)
+    np.testing.assert_array_equal(part, x)
+    np.testing.assert_allclose(summed, 2 * x)
+
+
+def test_distribute_map_applies_per_part():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((4, 3)), y: tp.Numpy.Placeholder((4, 3))
+            ) -> Tuple[tp.Numpy, tp.Numpy]:
+        with flow.scope.placement("cpu", "0:0-1"):
+            one = flow.advanced.distribute_map(x, lambda p: p * 2)
+            two = flow.advanced.distribute_map([x, y], lambda p, q: (p + q, p - q))
+        return one, two[1]
+
+    x, y = np.random.rand(2, 4, 3).astype(np.float32)
+    one, diff = job(x, y)
+    np.testing.assert_allclose(one, 2 * x)
+    np.testing.assert_allclose(diff, x - y)
+
+
+def test_distribute_concat_needs_one_blob_per_device():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1"):
+            return flow.advanced.distribute_concat([x])
+
+    with pytest.raises(TraceError, match="one blob per device"):
+        job(np.zeros((4, 3), np.float32))
+
+
+def test_square_sum_and_its_gradient():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((8, 5))) -> tp.Numpy:
+        return flow.experimental.square_sum(x)
+
+    x = np.random.uniform(-1, 1, (8, 5)).astype(np.float32)
+    out = job(x)
+    assert out.shape == (1,)
+    np.testing.assert_allclose(out, [np.sum(x ** 2)], rtol=1e-5)
+    flow.clear_default_session()
+    grads = {}
+
+    @flow.global_function(type="train")
+    def train() -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.constant_initializer(2.0))
+        flow.watch_diff(w, lambda g: grads.setdefault("w", g))
+        loss = flow.experimental.square_sum(w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(loss)
+        return loss
+
+    np.testing.assert_allclose(train(), [12.0])
+    np.testing.assert_allclose(grads["w"], [4.0, 4.0, 4.0])
+
+
+def test_logical_slice_and_slice_assign_on_a_variable():
+    @flow.global_function()
+    def write(value: tp.Numpy.Placeholder((2, 2))):
+        var = flow.get_variable("var", (4, 6), initializer=flow.constant_initializer(0.0),
+                                distribute=flow.distribute.split(0))
+        flow.experimental.logical_slice_assign(var, value, [(1, 4, 2), (0, 6, 3)])
+
+    @flow.global_function()
+    def read() -> tp.Numpy:
+        var = flow.get_variable("var", (4, 6), initializer=flow.constant_initializer(0.0),
+                                distribute=flow.distribute.split(0))
+        return flow.experimental.logical_slice(var, [(None, None, None), (1, 6, 2)])
+
+    value = np.array([[1, 2], [3, 4]], np.float32)
+    write(value)
+    expected = np.zeros((4, 6), np.float32)
+    expected[1:4:2, 0:6:3] = value
+    np.testing.assert_array_equal(read(), expected[:, 1:6:2])
+    np.testing.assert_array_equal(flow.experimental.get_interface_blob_value("var"), expected)
+
+
+def test_ssp_variable_proxy_without_staleness():
+    @flow.global_function()
+    def step() -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.constant_initializer(0.0))
+        ref, value = flow.experimental.ssp_variable_proxy(w, buffer_size=1)
+        flow.assign(ref, value + flow.constant_like(w, 1.0))
+        return value
+
+    for i in range(3):
+        np.testing.assert_array_equal(step(), np.full(3, i))
+
+
+@pytest.mark.parametrize("buffer_size", [2, 4])
+def test_ssp_variable_proxy_reads_stale_values(buffer_size):
+    """value at run t is the variable's value at run t - (buffer_size - 1), its first value
+    before that (OneFlow's test_ssp_variable_proxy, both update rules)."""
+    @flow.global_function()
+    def from_value() -> tp.Numpy:
+        w = flow.get_variable("w", (2,), initializer=flow.constant_initializer(0.0))
+        ref, value = flow.experimental.ssp_variable_proxy(w, buffer_size=buffer_size)
+        flow.assign(ref, value + flow.constant_like(w, 1.0))
+        return value
+
+    @flow.global_function()
+    def from_ref() -> tp.Numpy:
+        w = flow.get_variable("v", (2,), initializer=flow.constant_initializer(5.0))
+        ref, value = flow.experimental.ssp_variable_proxy(w, buffer_size=buffer_size)
+        flow.assign(ref, ref + flow.constant_like(w, 1.0))
+        return value
+
+    lag = buffer_size - 1
+    w, history = 0.0, []
+    for _ in range(3 * buffer_size):
+        history.append(w)
+        value = history[max(0, len(history) - 1 - lag)]
+        np.testing.assert_array_equal(from_value(), [value, value])
+        w = value + 1
+    for t in range(3 * buffer_size):
+        np.testing.assert_array_equal(from_ref(), np.full(2, 5.0 + max(0, t - lag)))
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def bad() -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.constant_initializer(0.0))
+        return flow.experimental.ssp_variable_proxy(w + 1, buffer_size=2)[1]
+
+    with pytest.raises(TraceError, match="takes a variable"):
+        bad()
+
+
+def test_interface_blob_values_read_and_write_variables():
+    @flow.global_function()
+    def add() -> tp.Numpy:
+        x = flow.get_variable("x", (2, 3), initializer=flow.random_uniform_initializer())
+        y = flow.get_variable("y", (2, 3), initializer=flow.random_uniform_initializer())
+        return flow.math.add_n([x, y])
+
+    x_value, y_value = np.random.rand(2, 2, 3).astype(np.float32)
+    flow.experimental.set_interface_blob_value("x", x_value)
+    flow.experimental.set_interface_blob_value("y", y_value)
+    np.testing.assert_array_equal(flow.experimental.get_interface_blob_value("x"), x_value)
+    np.testing.assert_allclose(add(), x_value + y_value)
+    with pytest.raises(KeyError, match="not a variable"):
+        flow.experimental.get_interface_blob_value("z")
+    with pytest.raises(AssertionError):
+        flow.experimental.set_interface_blob_value("x", np.zeros((3, 2), np.float32))
