@@ -105,6 +105,8 @@ def train(tmp_path, devices, *prefix, **extra):
     code, stdout, stderr = finish(start([sys.executable, *prefix, tmp_path / "train.py",
                                          devices, out], **extra))
     assert code == 0, stderr
+    # every rank ran (a cpu_device_num that started none would compare one process with itself)
+    assert sorted(p.name for p in out.glob("pid*")) == [f"pid{r}" for r in range(devices)]
     with np.load(out / "variables.npz") as variables:
         return json.loads(stdout), dict(variables)
 
@@ -234,6 +236,15 @@ def test_an_export_imports_the_script_without_starting_ranks(tmp_path):
                             env=environment(), timeout=60)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "train.onnx").is_file()
+
+
+def test_python_c_is_refused_with_what_to_run_instead():
+    result = subprocess.run([sys.executable, "-c", "import onnxjob as flow\n"
+                             "flow.config.cpu_device_num(2)"], capture_output=True, text=True,
+                            env=environment(), timeout=60)
+    assert result.returncode == 1
+    assert "SelfLaunchError: flow.config.cpu_device_num(2) starts 2 ranks" in result.stderr
+    assert "`python -m onnxjob run --nproc 2 script.py`" in result.stderr
 
 
 # -- in this process: when ranks start, and when not ------------------------------------
