@@ -207,22 +207,41 @@ def test_a_hung_rank_0_is_stopped_by_the_rank_that_timed_out(tmp_path):
     assert all(gone(pid) for pid in pids.values())
 
 
-def test_ctrl_c_on_the_started_process_stops_every_rank(tmp_path):
+def interrupted(tmp_path, *prefix):
+    """Start `python [prefix] train.py 2 out` (every rank sleeps after step 1), send SIGINT
+    to that process alone (not its process group), once both ranks wrote their pid files;
+    returns (exit status, stderr, the ranks' pids)."""
     script = write_script(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
-    process = start([sys.executable, script, 2, out], SLEEP=1)
+    process = start([sys.executable, *prefix, script, 2, out], SLEEP=1)
     deadline = time.monotonic() + 60
     while len(list(out.glob("pid*"))) < 2 and time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         time.sleep(0.1)
-    child = int((out / "pid1").read_text())
-    process.send_signal(signal.SIGINT)          # the parent alone, not its process group
+    pids = [int((out / f"pid{rank}").read_text()) for rank in (0, 1)]
+    process.send_signal(signal.SIGINT)
     code, _, stderr = finish(process, timeout=30)
+    return code, stderr, pids
+
+
+def test_ctrl_c_on_the_started_process_stops_every_rank(tmp_path):
+    code, stderr, pids = interrupted(tmp_path)
     assert code != 0
     assert "onnxjob: rank 0 of 2 was interrupted" in stderr
     assert "onnxjob: rank 1 of 2 is still running: stopping it (rank 0 was interrupted)" in stderr
-    assert gone(child)
+    assert gone(pids[1])
+
+
+def test_ctrl_c_on_the_launcher_names_and_stops_its_ranks(tmp_path):
+    """`python -m onnxjob run --nproc 2` (its ranks ask for cpu_device_num(2) and start
+    none: they are ranks already)."""
+    code, stderr, pids = interrupted(tmp_path, "-m", "onnxjob", "run", "--nproc", 2)
+    assert code == 130
+    assert "onnxjob: rank 0 of 2 is still running: stopping it (the launcher was " \
+           "interrupted)" in stderr
+    assert "onnxjob: rank 1 of 2 is still running" in stderr
+    assert all(gone(pid) for pid in pids)
 
 
 def test_an_export_imports_the_script_without_starting_ranks(tmp_path):

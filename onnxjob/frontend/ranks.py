@@ -90,10 +90,14 @@ def rerun_command(what, nproc):
         if arg == "-":
             break
         if not arg.startswith("-"):
-            if not main_file or not os.path.isfile(main_file):
-                break
             # the script's absolute path: the program may have changed directory
-            return [sys.executable] + argv[1:i] + [os.path.abspath(main_file)] + argv[i + 1:]
+            if main_file and os.path.isfile(main_file):
+                program = os.path.abspath(main_file)
+            elif os.path.exists(os.path.join(_START_DIR, arg)):     # a zip or a folder
+                program = os.path.join(_START_DIR, arg)
+            else:
+                break
+            return [sys.executable] + argv[1:i] + [program] + argv[i + 1:]
         i += 1
     raise SelfLaunchError(refuse.format("a program read from stdin"))
 
