@@ -336,3 +336,21 @@ def test_which_machine_this_is(monkeypatch):
     monkeypatch.setenv("NODE_RANK", "2")
     with pytest.raises(ranks.SelfLaunchError, match="NODE_RANK='2'.* 0 to 1"):
         ranks._node_rank(["127.0.0.1", "127.0.0.2"])
+
+
+def test_what_a_run_on_several_machines_lacks_is_named(monkeypatch):
+    from onnxjob.frontend import ranks
+    monkeypatch.setattr(ranks, "_test_runner", lambda: None)
+    for variable in ("RANK", "WORLD_SIZE", "NODE_RANK"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(ranks.SelfLaunchError, match=r"needs the rendezvous port: "
+                                                    r"flow\.env\.ctrl_port\(PORT\)"):
+        ranks.before_session_start(2, ["127.0.0.1", "127.0.0.2"], None)
+    monkeypatch.setenv("NODE_RANK", "1")
+    with pytest.raises(ranks.SelfLaunchError, match="NODE_RANK=1 is set but the script gives "
+                                                    "no flow.env.machine list"):
+        ranks.before_session_start(2, [], None)
+    # ranks started for one machine, then a list of two: say what to set
+    monkeypatch.setattr(ranks, "_started", [(1, None)])
+    with pytest.raises(ranks.SelfLaunchError, match="set NODE_RANK"):
+        ranks.on_machines(["127.0.0.1", "127.0.0.2"])
