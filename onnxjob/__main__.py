@@ -2,6 +2,8 @@
 
     python -m onnxjob run script.py [ARGS...]           run a script written for OneFlow
     python -m onnxjob run --nproc N script.py [ARGS...] N data-parallel ranks (onnxjob/launch.py)
+                                                        (or flow.config.cpu_device_num(N) in
+                                                        the script: onnxjob/frontend/ranks.py)
     python -m onnxjob export script.py:job -o m.onnx    write a job function as an .onnx file
                      [--dynamic-batch]                  ... with a symbolic batch axis
     python -m onnxjob settings [--markdown]             the ONNXJOB_* variables and their values
@@ -47,7 +49,9 @@ def export_job(parser, target, output, checkpoint, dynamic_batch=False):
         parser.error("target must look like script.py:job_name")
     script = _script_path(parser, script)
     from onnxjob.compat import install_oneflow_alias
+    from onnxjob.frontend import ranks
     install_oneflow_alias()
+    ranks.exporting(script)
     sys.path.insert(0, os.path.dirname(script))
     namespace = runpy.run_path(script, run_name="__onnxjob_export__")
     job = namespace.get(job_name)

@@ -1,66 +1,122 @@
-"""`python -m onnxjob run --nproc N script.py`: N ranks of a data-parallel run on this
-machine, as `torchrun --nproc-per-node N` would start them (runtime/distributed.py).
+"""Starting and watching the ranks of a data-parallel run on this machine.
 
-Each rank is `python -m onnxjob run script.py ARGS` with RANK, LOCAL_RANK, WORLD_SIZE,
-MASTER_ADDR and MASTER_PORT set. The launcher waits for all of them; when one fails, it
-names every rank that failed within a few seconds, and every rank still running then as
-stalled (its peers gave up waiting for it in a collective, after ONNXJOB_DIST_TIMEOUT), stops
-those (no rank is left waiting), and exits with the first failed rank's status.
+`python -m onnxjob run --nproc N script.py` (`launch`): N ranks, each
+`python -m onnxjob run script.py ARGS`, as `torchrun --nproc-per-node N` would start them
+(runtime/distributed.py). A script that asks for several devices itself
+(`flow.config.cpu_device_num(n)` in a plain `python script.py`: frontend/ranks.py) is rank
+0 of its own run and starts the other ranks with `start_rank`; spawned_ranks.py watches them
+from inside it with the same reporting (`report`, `stop`).
+
+Each rank has RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set. When one fails,
+every rank that failed within a few seconds is named, and every rank still running then as
+stalled (its peers gave up waiting for it in a collective, after ONNXJOB_DIST_TIMEOUT); those
+are stopped (no rank is left waiting), and the run exits with the first failed rank's status.
 """
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
+GRACE_S = 5.0       # how long failed ranks' peers get to end on their own
+STOP_S = 10.0       # how long a stopped rank gets between SIGTERM and SIGKILL
 
-def _free_port():
+
+def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _report_failure(ranks, grace=5.0):
-    """Name every rank that failed, after giving the others `grace` seconds to end on
-    their own (a rank whose peer died fails in its next collective, often before the
-    peer's process has finished exiting); returns the first failed rank's status."""
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(p.poll() is None for p in ranks):
-        time.sleep(0.05)
-    failed = [(rank, p.poll()) for rank, p in enumerate(ranks) if p.poll() not in (None, 0)]
+def rank_environment(rank, local_rank, world_size, addr, port, node_rank=0, local_size=None):
+    """The variables that make a process rank `rank` of `world_size` (torchrun's names)."""
+    return {"RANK": str(rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(local_size or world_size), "GROUP_RANK": str(node_rank),
+            "NODE_RANK": str(node_rank), "MASTER_ADDR": str(addr), "MASTER_PORT": str(port)}
+
+
+def _die_with_parent():
+    """In a started rank (Linux): SIGTERM when the thread that started it ends, so that a
+    rank whose parent was killed (SIGKILL: no clean-up ran) does not live on alone."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def start_rank(command, env, quiet=False, cwd=None):
+    """Start one rank: `command` with `env`; `quiet` sends its stdout to /dev/null (a rank
+    started by the script itself prints what rank 0 prints) and gives it no stdin."""
+    linked = sys.platform.startswith("linux") and \
+        threading.current_thread() is threading.main_thread()
+    return subprocess.Popen(command, env=env, cwd=cwd,
+                            stdout=subprocess.DEVNULL if quiet else None,
+                            stdin=subprocess.DEVNULL if quiet else None,
+                            preexec_fn=_die_with_parent if linked else None)
+
+
+def _say(message):
+    print(f"onnxjob: {message}", file=sys.stderr, flush=True)
+
+
+def report(statuses, world_size, running_reason):
+    """Name every rank of {rank: exit status or None (still running)} that failed, and
+    every one still running (`running_reason` says why it is stopped); returns the first
+    failed rank's status (the lowest rank's), or None when none failed."""
+    failed = [(rank, code) for rank, code in sorted(statuses.items()) if code not in (None, 0)]
     for rank, code in failed:
-        print(f"onnxjob: rank {rank} of {len(ranks)} exited with status {code}", file=sys.stderr)
-    for rank, p in enumerate(ranks):
+        _say(f"rank {rank} of {world_size} exited with status {code}")
+    for rank, code in sorted(statuses.items()):
+        if code is None:
+            _say(f"rank {rank} of {world_size} is still running: stopping it ({running_reason})")
+    return failed[0][1] if failed else None
+
+
+STALLED = ("if the failed ranks timed out in a collective, this rank stalled before "
+           "reaching it")
+
+
+def _settle(processes, grace):
+    """Give the ranks still running `grace` seconds to end on their own."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(p.poll() is None for p in processes):
+        time.sleep(0.05)
+
+
+def stop(processes):
+    """SIGTERM every rank still running, SIGKILL those still there after STOP_S."""
+    for p in processes:
         if p.poll() is None:
-            print(f"onnxjob: rank {rank} of {len(ranks)} is still running: stopping it (if the "
-                  "failed ranks timed out in a collective, this rank stalled before reaching it)",
-                  file=sys.stderr)
-    return failed[0][1]
+            p.terminate()
+    for p in processes:
+        try:
+            p.wait(timeout=STOP_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def launch(script, args, nproc):
     """Run `nproc` ranks of `script`; returns the exit status for the launcher."""
-    port = str(_free_port())
-    ranks = []
-    for rank in range(nproc):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank),
-               "WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
-        ranks.append(subprocess.Popen([sys.executable, "-m", "onnxjob", "run", script, *args],
-                                      env=env))
+    port = free_port()
+    ranks = [start_rank([sys.executable, "-m", "onnxjob", "run", script, *args],
+                        {**os.environ, **rank_environment(rank, rank, nproc, "127.0.0.1", port)})
+             for rank in range(nproc)]
     try:
         while True:
             codes = [p.poll() for p in ranks]
             if any(c not in (None, 0) for c in codes):
-                return _report_failure(ranks)
+                _settle(ranks, GRACE_S)
+                return report(dict(enumerate(p.poll() for p in ranks)), nproc, STALLED)
             if all(c == 0 for c in codes):
                 return 0
             time.sleep(0.05)
+    except KeyboardInterrupt:
+        _say("interrupted")
+        report(dict(enumerate(p.poll() for p in ranks)), nproc, "the launcher was interrupted")
+        return 130
     finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.terminate()
-        for p in ranks:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(ranks)

@@ -6,7 +6,7 @@ import traceback
 import warnings
 
 from onnxjob.errors import missing_api
-from onnxjob.frontend import scope
+from onnxjob.frontend import ranks, scope
 from onnxjob.frontend.function_desc import FunctionDesc
 from onnxjob.frontend.namespaces import ApiNamespace
 from onnxjob.runtime.session import default_session
@@ -191,6 +191,8 @@ class _ProcessConfig:
         self.gpu_device_num_set = False
         self.cpu_device_num = 1
         self.machine_num = 1
+        self.machines = []      # flow.env.machine's addresses (frontend/ranks.py)
+        self.ctrl_port = None   # flow.env.ctrl_port
         self.legacy_model_io = False
         self.debug_mode = False
         self.random_seed = None
@@ -205,6 +207,9 @@ def started_session(sync=False):
     """The default session, started (compiled, variables drawn with `flow.config.seed`)
     and, with `sync`, with every queued run and callback finished."""
     session = default_session()
+    if not session.is_running:
+        c = process_config
+        ranks.before_session_start(c.cpu_device_num, c.machines, c.ctrl_port)
     session.start(seed=process_config.random_seed, tf32=process_config.tf32)
     if sync:
         session.sync()
@@ -252,14 +257,23 @@ class _ConfigModule:
 
     @staticmethod
     def _gpu(n):
+        """One device per process; n > 1 warns once (frontend/ranks.py)."""
         assert isinstance(n, int), "gpu_device_num takes an int"
         process_config.gpu_device_num = n
         process_config.gpu_device_num_set = True
+        ranks.on_gpu_device_num(n)
+
+    @staticmethod
+    def _cpu(n):
+        """n > 1 in a plain `python script.py`: n data-parallel ranks (frontend/ranks.py)."""
+        c = process_config
+        c.cpu_device_num = int(n)
+        ranks.on_cpu_device_num(c.cpu_device_num, c.machines, c.ctrl_port)
 
     def __init__(self):
         c = process_config
         self.gpu_device_num = _setter(self._gpu)
-        self.cpu_device_num = _setter(lambda n: setattr(c, "cpu_device_num", int(n)))
+        self.cpu_device_num = _setter(self._cpu)
         self.machine_num = _setter(lambda n: setattr(c, "machine_num", int(n)))
         self.enable_legacy_model_io = _setter(lambda v=True: setattr(c, "legacy_model_io", bool(v)))
         self.legacy_model_io_enabled = lambda: c.legacy_model_io
@@ -286,22 +300,33 @@ def _rendezvous(variable, value):
 class _EnvModule:
     """flow.env: machine settings. `machine([{"addr": ...}, ...])` and `ctrl_port(p)` give
     a data-parallel run's rendezvous (MASTER_ADDR = the first machine, MASTER_PORT = the
-    port; runtime/distributed.py) where the launcher set none; the rest is accepted and
-    ignored."""
+    port; runtime/distributed.py) where the launcher set none; in a plain `python
+    script.py`, several machines start their ranks (frontend/ranks.py). The rest is
+    accepted and ignored."""
 
     def __init__(self):
         for name in ("data_port", "grpc_use_no_signal", "log_dir",
                      "logtostderr", "logbuflevel", "init_bootstrap_confs", "all_device_placement"):
             setattr(self, name, _ignored())
         self.machine = _setter(self._machine)
-        self.ctrl_port = _setter(lambda port: _rendezvous("MASTER_PORT", int(port)))
+        self.ctrl_port = _setter(self._ctrl_port)
 
     @staticmethod
-    def _machine(machines):
-        machines = list(machines)
-        if machines:
-            first = machines[0]
-            _rendezvous("MASTER_ADDR", first["addr"] if isinstance(first, dict) else first)
+    def _ctrl_port(port):
+        process_config.ctrl_port = int(port)
+        _rendezvous("MASTER_PORT", int(port))
+
+    @staticmethod
+    def _machine(*machines):
+        """OneFlow's forms: a list or tuple of {"addr": ...} dicts or addresses, or them
+        as separate arguments."""
+        if len(machines) == 1 and isinstance(machines[0], (list, tuple)):
+            machines = machines[0]
+        addrs = [m["addr"] if isinstance(m, dict) else m for m in machines]
+        if addrs:
+            _rendezvous("MASTER_ADDR", addrs[0])
+        ranks.on_machines(addrs)
+        process_config.machines = addrs
 
     __getattr__ = missing_api("flow.env")
 
