@@ -8,6 +8,7 @@ import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.frontend import results
+from onnxjob.frontend.fast_call import NOT_INLINE, make_fast_call
 from onnxjob import typing as tp
 from onnxjob.frontend.config import FunctionConfig, process_config, started_session
 from onnxjob.runtime import distributed
@@ -156,6 +157,27 @@ class JobFunction:
                            "the later one")
 
     def __call__(self, *args, **kwargs):
+        # the fast path of a synchronous call (frontend/fast_call.py), made by the first
+        # call in the running session; None before it and for jobs that have none
+        fast = default_session().fast_calls.get(self)
+        if fast is not None and not kwargs:
+            value = fast(args)
+            if value is not NOT_INLINE:
+                return value
+        return self._call(args, kwargs)
+
+    def _make_fast_call(self, session):
+        """This job's FastCall in `session` (frontend/fast_call.py), or None: only
+        synchronous calls of Numpy placeholders that run on one device have one."""
+        if self._numpy_params is None or self._returns_before_run or (
+                self.is_train and session.data_parallel):
+            return None
+        wrap = None if self.has_return_annotation else Future
+        return make_fast_call(session, self._numpy_params, session.runtimes[self.name], wrap)
+
+    def _call(self, args, kwargs):
+        """A call with every check (spec §2.2) and the executor's ordering; the fast path
+        of later calls is made here."""
         session = default_session()
         if not session.is_running:
             started_session()
@@ -188,6 +210,8 @@ class JobFunction:
                 f"{len(device_feeds)} devices; onnxjob runs a train step on one device. Use "
                 "flow.config.gpu_device_num(1) and pass the whole batch (the update is the same: "
                 "OneFlow averages the gradient over all devices' rows).")
+        if self not in session.fast_calls:
+            session.fast_calls[self] = self._make_fast_call(session)
         call = _BoundRun(session.runtimes[self.name], device_feeds)
         executor = session.executor
         if self.is_callback:

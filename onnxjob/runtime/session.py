@@ -109,7 +109,7 @@ class JobRuntime:
         (runtime/frozen.py); on CUDA replayed as a graph when this job's steps are."""
         if self._graph is None:
             session = backend.create_session(model_bytes, self.device, False, self._cuda_options())
-            return lambda feeds: session.run(None, feeds)
+            return backend.run_function(session, self._user_outputs)
         try:
             session = backend.create_session(model_bytes, "cuda", False, self._cuda_options(),
                                              cuda_graph=True)
@@ -244,6 +244,9 @@ class Session(VariableRegistry):
         self.tf32 = None
         self.data_parallel = False      # a rank of a data-parallel run (runtime/distributed.py)
         self.executor = Executor()
+        # job function -> the fast path of its synchronous calls, or None where it has
+        # none (frontend/fast_call.py); kept here so that none outlives this session
+        self.fast_calls = {}
         self._start_lock = threading.RLock()
 
     # -- jobs -----------------------------------------------------------------------------
