@@ -3,6 +3,7 @@ errors, ordering and exclusion as the full path. Its speed is measured in
 bench/bench_serving.py, not here."""
 import os
 import threading
+from typing import Tuple
 
 import numpy as np
 import pytest
@@ -58,6 +59,28 @@ def test_later_calls_take_the_fast_path_with_the_same_results(monkeypatch):
     for _ in range(20):     # past the switch to the frozen session (none here: no variable)
         np.testing.assert_array_equal(affine(x), first)
     assert calls == []
+
+
+def test_several_placeholders_and_a_tuple_result(monkeypatch):
+    @flow.global_function()
+    def pair(a: tp.Numpy.Placeholder((2,)),
+             b: tp.Numpy.Placeholder((3,), dtype=flow.int32)) -> Tuple[tp.Numpy, tp.Numpy]:
+        return a + 1, b * 2
+
+    a, b = np.arange(2, dtype=np.float32), np.arange(3, dtype=np.int32)
+    pair(a, b)
+    calls = full_path_calls(monkeypatch)
+    for _ in range(3):
+        got = pair(a, b)
+        assert isinstance(got, tuple)
+        np.testing.assert_array_equal(got[0], a + 1)
+        np.testing.assert_array_equal(got[1], b * 2)
+    assert calls == []
+    with pytest.raises(JobArgumentError) as e:
+        pair(a, np.arange(4, dtype=np.int32))
+    assert "'b'" in str(e.value) and f"{THIS_FILE}:" in str(e.value)
+    np.testing.assert_array_equal(pair(a, b.astype(np.int64))[1], b * 2)   # converted
+    assert calls == ["pair", "pair"]
 
 
 def test_jobs_without_a_fast_path():

@@ -48,11 +48,34 @@ class FastCall:
         return self._build(outs)
 
 
+class OneInputFastCall(FastCall):
+    """FastCall of a job with one placeholder (most served models): the same checks
+    without the loop (~1 us less a call on the loaded 2-core machine)."""
+
+    __slots__ = ("_name", "_shape", "_dtype")
+
+    def __init__(self, executor, params, runtime, build):
+        super().__init__(executor, params, runtime, build)
+        (self._name, self._shape, self._dtype), = params
+
+    def __call__(self, args):
+        if len(args) != 1:
+            return NOT_INLINE
+        arg = args[0]
+        if type(arg) is not np.ndarray or arg.dtype is not self._dtype or \
+                arg.shape != self._shape or not arg.flags.c_contiguous:
+            return NOT_INLINE
+        outs = self._try_inline(self._run, {self._name: arg})
+        if outs is NOT_INLINE:
+            return NOT_INLINE
+        return self._build(outs)
+
+
 def make_fast_call(session, params, runtime, wrap=None):
     """The FastCall of a job whose placeholders are `params` ((name, shape, dtype), Numpy
-    placeholders only) running as `runtime` in `session`, or None where a call must take
-    the full path every time: watch handlers (user code inside the run) or a result tree
-    that is not single-device. `wrap(value)`: the caller's value (e.g. a Future)."""
+    placeholders only) running as `runtime` in `session`, or None where every call must
+    take the full path: a job with watch handlers (user code inside the run). `wrap(value)`:
+    the caller's value (a Future for jobs without a return annotation)."""
     compiled = runtime.compiled
     if compiled.watch_outputs:
         return None
@@ -62,10 +85,9 @@ def make_fast_call(session, params, runtime, wrap=None):
 
         def build(outs):
             return wrap(inner(outs))
-    dtypes = [np.dtype(dtype) for _, _, dtype in params]
-    return FastCall(session.executor, [(name, tuple(shape), dtype)
-                              for (name, shape, _), dtype in zip(params, dtypes)],
-                    runtime, build)
+    exact = [(name, tuple(shape), np.dtype(dtype)) for name, shape, dtype in params]
+    kind = OneInputFastCall if len(exact) == 1 else FastCall
+    return kind(session.executor, exact, runtime, build)
 
 
 def output_builder(tree):

@@ -2,9 +2,10 @@
 
 Synchronous calls run in the caller's thread when nothing is queued (no thread hop on
 the hot path; `try_inline` is that path alone, for the job call's fast path); otherwise
-every call goes through one worker thread, so jobs run and callbacks fire in call order. The queue is bounded (back-pressure as OneFlow's queue of
-2). An exception in a run or callback is printed when it happens and re-raised from the
-next call, sync, checkpoint call, clear_default_session() or interpreter exit.
+every call goes through one worker thread, so jobs run and callbacks fire in call order.
+The queue is bounded (back-pressure as OneFlow's queue of 2). An exception in a run or
+callback is printed when it happens and re-raised from the next call, sync, checkpoint
+call, clear_default_session() or interpreter exit.
 
 Ctrl-C (KeyboardInterrupt, raised in the main thread between any two bytecodes) never
 leaves the bookkeeping wrong: a run counts as in flight exactly while it sits in the
