@@ -275,3 +275,21 @@ def test_unannotated_jobs_return_a_future_on_the_fast_path(monkeypatch):
     calls = full_path_calls(monkeypatch)
     assert np.array_equal(old_style(x).get().numpy(), x + 1)
     assert calls == []
+
+
+def test_run_function_matches_session_run_and_still_checks_inputs():
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    from onnxjob.runtime import backend
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+        "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "ab"],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("y", "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=[backend.CPU])
+    run = backend.run_function(session, ["z", "y"])
+    feeds = {"a": np.array([1, -3], np.float32), "b": np.array([1, 1], np.float32)}
+    for got, want in zip(run(feeds), session.run(["z", "y"], feeds)):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(Exception, match="(?i)missing|input"):
+        run({"a": feeds["a"]})
