@@ -2,7 +2,8 @@
 file `flow.export` wrote for it, with the inputs bound once.
 
     python bench/bench_serving.py [--models lenet,mlp,resnet50] [--calls 1000]
-        [--resnet-calls 1000] [--device cpu|cuda] [--threads 2] [--profile mlp]
+        [--resnet-calls 1000] [--block-ms 300] [--rounds 6] [--device cpu|cuda]
+        [--threads 2] [--profile mlp]
 
 Both sides return the logits as a NumPy array each call. The job side is the user's call
 (`job(x)`: argument checks, the job's session, its frozen session once the variables have
@@ -10,8 +11,11 @@ stayed the same for a few calls, runtime/frozen.py; the job is warmed past that 
 The raw side is `InferenceSession.run_with_iobinding` on the exported file, its input
 bound once and its output bound to the CPU (`--device cuda`: input and output OrtValues
 on the GPU bound once, the run captured as a CUDA graph, the output copied to the host
-each call). Each side's calls are timed one by one, in interleaved blocks (common.py);
-p50 and p99 per call and the job's overhead over the raw side are printed.
+each call). Each side's calls are timed one by one, in blocks of at least --block-ms, one
+block per side per round, the side that goes first alternating round by round
+(common.alternating_latencies), for at least --rounds rounds and --calls calls per side.
+p50 and p99 over all calls, the job's overhead over the raw side, and the range of the
+per-round p50 overheads are printed.
 
 Models: the doc LeNet (no dropout) and MLP (tests/models.py) and OneFlow-Benchmark's
 ResNet50 (needs ../shared/clients/oneflow-benchmark beside the repository).
@@ -35,7 +39,10 @@ def parse():
     p.add_argument("--models", default="lenet,mlp,resnet50")
     p.add_argument("--calls", type=int, default=1000, help="timed calls per side and model")
     p.add_argument("--resnet-calls", type=int, default=1000, help="the same for ResNet50")
-    p.add_argument("--block", type=int, default=50, help="calls per interleaved block")
+    p.add_argument("--block-ms", type=float, default=300,
+                   help="each side's block of calls lasts at least this long")
+    p.add_argument("--rounds", type=int, default=6,
+                   help="at least this many rounds (the side that goes first alternates)")
     p.add_argument("--threads", type=int, default=2, help="intra-op threads for both sides")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--profile", default=None, help="cProfile this model's job calls")
@@ -102,7 +109,7 @@ def raw_runner(path, x, device, threads):
 
 
 def bench_model(flow, name, args, tmp):
-    from common import interleaved_latencies
+    from common import alternating_latencies
     flow.clear_default_session()
     job, shape = define_predict_job(flow, name, args.device)
     x = np.random.default_rng(0).random(shape, dtype=np.float32)
@@ -112,8 +119,8 @@ def bench_model(flow, name, args, tmp):
     raw = raw_runner(path, x, args.device, args.threads)
     np.testing.assert_allclose(raw(), expected, rtol=1e-3, atol=1e-4)
     calls = args.resnet_calls if name == "resnet50" else args.calls
-    block = max(1, min(args.block, calls // 10)) if name == "resnet50" else args.block
-    return job, x, interleaved_latencies({"job": lambda: job(x), "raw": raw}, calls, block)
+    return job, x, alternating_latencies({"job": lambda: job(x), "raw": raw}, calls,
+                                         args.block_ms / 1e3, args.rounds)
 
 
 def profile(job, x, calls):
@@ -145,14 +152,19 @@ def main():
     side = "CUDA EP, CUDA graph, IOBinding" if args.device == "cuda" else "CPU EP, IOBinding"
     print(f"\nbatch-1 latency, onnxruntime {ort.__version__}, {args.threads} intra-op threads, "
           f"{args.device}; raw = exported file ({side})")
-    print(f"{'model':10s} {'calls':>6s} {'job p50 ms':>11s} {'raw p50 ms':>11s} {'p50 +%':>7s} "
-          f"{'job p99 ms':>11s} {'raw p99 ms':>11s} {'p99 +%':>7s} {'job-raw p50 us':>15s}")
-    for name, times in rows:
+    print(f"{'model':10s} {'calls':>7s} {'job p50 ms':>11s} {'raw p50 ms':>11s} {'p50 +%':>7s} "
+          f"{'job p99 ms':>11s} {'raw p99 ms':>11s} {'p99 +%':>7s} {'job-raw p50 us':>15s} "
+          f"{'rounds: p50 +%':>20s}")
+    for name, rounds in rows:
+        times = {side: np.concatenate(blocks) for side, blocks in rounds.items()}
         job50, job99 = np.percentile(times["job"], [50, 99]) * 1e3
         raw50, raw99 = np.percentile(times["raw"], [50, 99]) * 1e3
-        print(f"{name:10s} {len(times['job']):6d} {job50:11.3f} {raw50:11.3f} "
+        per_round = [100 * (np.median(j) / np.median(r) - 1)
+                     for j, r in zip(rounds["job"], rounds["raw"])]
+        spread = f"{min(per_round):.1f} .. {max(per_round):.1f} ({len(per_round)})"
+        print(f"{name:10s} {len(times['job']):7d} {job50:11.3f} {raw50:11.3f} "
               f"{100 * (job50 / raw50 - 1):7.1f} {job99:11.3f} {raw99:11.3f} "
-              f"{100 * (job99 / raw99 - 1):7.1f} {1e3 * (job50 - raw50):15.1f}")
+              f"{100 * (job99 / raw99 - 1):7.1f} {1e3 * (job50 - raw50):15.1f} {spread:>20s}")
 
 
 if __name__ == "__main__":

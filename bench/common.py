@@ -159,3 +159,34 @@ def interleaved_latencies(candidates, calls, block=50, warmup=20):
                 fn()
                 out.append(clock() - start)
     return {name: np.array(s, dtype=np.float64) * 1e-9 for name, s in samples.items()}
+
+
+def alternating_latencies(candidates, calls, block_s=0.3, rounds=6, warmup=20):
+    """{name: [array of seconds per call, one array per round]}: each candidate's calls
+    timed one by one in blocks of at least `block_s` seconds, one block per candidate per
+    round, until every candidate has `calls` calls and `rounds` rounds are done. The
+    candidate that goes first alternates round by round (on 2 shared cores the block
+    right after another framework's pays for its idle threads, see `interleaved`)."""
+    import numpy as np
+    for fn in candidates.values():
+        for _ in range(warmup):
+            fn()
+    names = list(candidates)
+    samples = {name: [] for name in names}
+    clock = time.perf_counter_ns
+    block_ns = int(block_s * 1e9)
+    done = 0
+    while done < rounds or min(sum(map(len, s)) for s in samples.values()) < calls:
+        for name in (names if done % 2 == 0 else names[::-1]):
+            fn, out = candidates[name], []
+            end = clock() + block_ns
+            while True:
+                start = clock()
+                fn()
+                stop = clock()
+                out.append(stop - start)
+                if stop >= end:
+                    break
+            samples[name].append(np.array(out, dtype=np.float64) * 1e-9)
+        done += 1
+    return samples

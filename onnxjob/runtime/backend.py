@@ -319,6 +319,20 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
     return sess
 
 
+def run_function(session, output_names):
+    """feeds -> the outputs `output_names` of `session`. On a CPU-only session that is the
+    binding's own `run`, without the checks InferenceSession.run makes in Python first
+    (1-2 us a call, a few percent of a small model's batch-1 run; bench_serving.py): the
+    feeds are NumPy arrays for every input (no OrtValue of another session, no WebGPU
+    graph capture; a missing input still raises, from onnxruntime's C++), and a CPU
+    session has no other execution provider to fall back to."""
+    binding = getattr(getattr(session, "_sess", None), "run", None)
+    if binding is None or session.get_providers() != [CPU]:
+        return lambda feeds: session.run(output_names, feeds)
+    output_names = list(output_names)
+    return lambda feeds: binding(output_names, feeds, None)
+
+
 def _tensorrt_session(model_bytes, opts, providers, disabled):
     """A session on `providers` (TensorRT, CUDA, CPU), on CUDA when TensorRT does not start
     (said once): onnxruntime's own fallback, which prints four lines, is off."""

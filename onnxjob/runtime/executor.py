@@ -1,10 +1,11 @@
 """The run order of a session: one FIFO worker for every job call (spec §3).
 
 Synchronous calls run in the caller's thread when nothing is queued (no thread hop on
-the hot path); otherwise every call goes through one worker thread, so jobs run and
-callbacks fire in call order. The queue is bounded (back-pressure as OneFlow's queue of
-2). An exception in a run or callback is printed when it happens and re-raised from the
-next call, sync, checkpoint call, clear_default_session() or interpreter exit.
+the hot path; `try_inline` is that path alone, for the job call's fast path); otherwise
+every call goes through one worker thread, so jobs run and callbacks fire in call order.
+The queue is bounded (back-pressure as OneFlow's queue of 2). An exception in a run or
+callback is printed when it happens and re-raised from the next call, sync, checkpoint
+call, clear_default_session() or interpreter exit.
 
 Ctrl-C (KeyboardInterrupt, raised in the main thread between any two bytecodes) never
 leaves the bookkeeping wrong: a run counts as in flight exactly while it sits in the
@@ -21,6 +22,9 @@ import threading
 import traceback
 
 MAX_IN_FLIGHT = 2
+
+# What `Executor.try_inline` returns when the run must take `run_sync`'s full path.
+NOT_INLINE = object()
 
 
 class PendingResult:
@@ -69,6 +73,9 @@ class Executor:
         # Held while a run executes, by the worker or by a direct sync call: runs never
         # overlap even when jobs are called from several threads.
         self._run_lock = threading.Lock()
+        # The thread running a synchronous call inline through run_sync (whose watch
+        # handlers may call jobs), else None: such a call is refused, not deadlocked.
+        self._inline_owner = None
 
     @property
     def in_flight(self):
@@ -111,7 +118,8 @@ class Executor:
 
     # -- running --------------------------------------------------------------------------
     def _refuse_reentry(self):
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self._thread or (
+                self._inline_owner == threading.get_ident()):
             raise RuntimeError("a job function was called from a callback or watch handler; "
                                "that would wait for itself. Collect the values in the callback "
                                "and call the job from the main program instead.")
@@ -124,7 +132,11 @@ class Executor:
         # overlapping a run that another thread queued meanwhile.
         if not self._tasks and not self._running:
             with self._run_lock:
-                return fn()
+                try:    # NOTE: inside the try, so that a Ctrl-C cannot leave it set
+                    self._inline_owner = threading.get_ident()
+                    return fn()
+                finally:
+                    self._inline_owner = None
         box = {}
         done = threading.Event()
 
@@ -153,6 +165,17 @@ class Executor:
         if "error" in box:
             raise box["error"]
         return box["value"]
+
+    def try_inline(self, fn, arg):
+        """`fn(arg)` run in the caller's thread, as `run_sync` runs a call when nothing is
+        queued, or NOT_INLINE (nothing ran) where run_sync must decide: a run queued or
+        running (order), an error to re-raise, or a run_sync call running inline (this
+        thread's watch handler, to refuse; another thread's, to wait for). `fn` must not
+        call user code (no watch handlers): nothing marks this run as inline."""
+        if self._tasks or self._running or self._errors or self._inline_owner is not None:
+            return NOT_INLINE
+        with self._run_lock:
+            return fn(arg)
 
     def run_async(self, fn, deliver):
         """Queue `fn()`; its value goes to `deliver(value)` in the worker. Returns at once."""

@@ -110,7 +110,7 @@ class JobRuntime:
         (runtime/frozen.py); on CUDA replayed as a graph when this job's steps are."""
         if self._graph is None:
             session = backend.create_session(model_bytes, self.device, False, self._cuda_options())
-            return lambda feeds: session.run(None, feeds)
+            return backend.run_function(session, self._user_outputs)
         try:
             session = backend.create_session(model_bytes, "cuda", False, self._cuda_options(),
                                              cuda_graph=True)
@@ -245,6 +245,9 @@ class Session(VariableRegistry):
         self.tf32 = None
         self.data_parallel = False      # a rank of a data-parallel run (runtime/distributed.py)
         self.executor = Executor()
+        # job function -> the fast path of its synchronous calls, or None where it has
+        # none (frontend/fast_call.py); kept here so that none outlives this session
+        self.fast_calls = {}
         self._start_lock = threading.RLock()
 
     # -- jobs -----------------------------------------------------------------------------
@@ -347,6 +350,9 @@ class Session(VariableRegistry):
 
 
 _default = [Session()]
+# The same one-element list, read where a function call per job call counts (the fast
+# path of frontend/job_function.py)
+default_session_slot = _default
 
 
 def default_session():
