@@ -13,6 +13,7 @@ import numpy as np
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.registry import broadcast_shape, register, register_composite, same_as_input
+from onnxjob.graph.primitives.shape_ops import zeros_of
 from onnxjob.graph.tracer import as_blob, op
 
 # float16 as OneFlow takes it for its math ops: onnxruntime's CPU provider runs the
@@ -97,11 +98,17 @@ register("Pow", _binary_infer(), _pow_grad, lower=_pow_lower)
 
 def _mod_lower(inputs, attrs, num_outputs):
     """Floor modulo of floats (fmod=0): onnxruntime runs Mod on floats only as C fmod, so
-    it is emitted as x - floor(x / y) * y, which also gives its gradient."""
+    it is emitted as NumPy computes it: r = fmod(x, y), then r + y where r is nonzero and
+    its sign differs from y's. (x - floor(x / y) * y would round: its error is relative
+    to x, not to the small remainder.)"""
     x, y = inputs
     if attrs.get("fmod", 0) or not np.issubdtype(x.np_dtype, np.floating):
         return None
-    return [op("Sub", x, op("Mul", op("Floor", op("Div", x, y)), y))]
+    r = op("Mod", x, y, fmod=1)
+    zero = _c(0, r)
+    wrong_sign = op("And", op("Not", op("Equal", r, zero)),
+                    op("Not", op("Equal", op("Less", r, zero), op("Less", y, zero))))
+    return [op("Where", wrong_sign, op("Add", r, y), r)]
 
 
 register("Mod", _binary_infer(), None, differentiable=False, lower=_mod_lower)
@@ -237,8 +244,14 @@ unary_math("Reciprocal", lambda n, g, need: [
     op("Neg", op("Mul", g[0], op("Mul", _y(n), _y(n))))])
 unary_math("Cos", lambda n, g, need: [op("Neg", op("Mul", g[0], op("Sin", _x(n))))])
 unary_math("Sin", lambda n, g, need: [op("Mul", g[0], op("Cos", _x(n)))])
+def _flat_grad(n, g, need):
+    """Zero: the functions are piecewise constant (OneFlow's floor, ceil and rint
+    gradients are zero too)."""
+    return [zeros_of(g[0], g[0].shape, g[0].np_dtype)]
+
+
 for _flat in ("Floor", "Ceil", "Round"):
-    register(_flat, _float_infer(_flat), None, differentiable=False)
+    register(_flat, _float_infer(_flat), _flat_grad, differentiable=False)
 register("Sign", same_as_input(), None, differentiable=False)
 register("IsNaN", lambda i, a, k: [(i[0].shape, np.dtype(bool))], None, differentiable=False)
 
