@@ -270,6 +270,23 @@ def normalize(line):
     return line[:200]
 
 
+# Failures of the test code itself in today's environment, counted as not passing but
+# reported apart: NumPy 2 removed `np.reshape(newshape=)`, `np.float`, `np.product`;
+# Python 3.10 removed `collections.Sized`; some tests import modules not installed here.
+ENVIRONMENT = [
+    ("test code incompatible with NumPy 2",
+     re.compile(r"unexpected keyword argument 'newshape'|module 'numpy' has no attribute")),
+    ("test code incompatible with Python 3.10+",
+     re.compile(r"module 'collections' has no attribute")),
+    ("third-party module not installed", re.compile(r"No module named '(?!oneflow)")),
+]
+
+
+def environment_kind(line):
+    """The ENVIRONMENT label of a failure group's line, or None."""
+    return next((label for label, pattern in ENVIRONMENT if pattern.search(line)), None)
+
+
 def parse_junit(xml):
     tree = ET.parse(xml)
     for case in tree.iter("testcase"):
@@ -350,10 +367,20 @@ def op_tests(single_client, jobs, timeout, only=None, list_all=False):
           f"skipped by OneFlow's own skipIf {counts['skipped-by-oneflow']}")
     if ran:
         print(f"pass rate {100.0 * counts['passed'] / ran:.1f}% of the {ran} run")
+    environment = collections.Counter()
+    for line, tests in groups.items():
+        kind = environment_kind(line)
+        if kind:
+            environment[kind] += len(tests)
+    if environment:
+        print("of the failures, environment (the test code fails before onnxjob runs): " +
+              ", ".join(f"{kind} {n}" for kind, n in environment.most_common()))
     print("failure groups (first error line), most frequent first:")
     for line, tests in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         examples = ", ".join(sorted(set(tests)) if list_all else sorted(set(tests))[:3])
-        print(f"  {len(tests):4d}  {line}\n        e.g. {examples}")
+        kind = environment_kind(line)
+        tag = f"[environment: {kind}] " if kind else ""
+        print(f"  {len(tests):4d}  {tag}{line}\n        e.g. {examples}")
     for rule, files in excluded.items():
         print(f"excluded ({rule}): " + ", ".join(f for f, _ in files))
     return counts, groups
