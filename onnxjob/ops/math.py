@@ -13,6 +13,7 @@ from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.graph.primitives.elementwise import FLOATS, cast
+from onnxjob.graph.primitives.shape_ops import dim_of, shape_of, zeros_of
 from onnxjob.graph.registry import broadcast_shape
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 
@@ -46,7 +47,7 @@ def _check_dtype(x, api, allowed=FLOATS):
 
 
 def _zeros_like(x):
-    return op("ConstantOfShape", int64_constant(x, x.shape), value=np.zeros(1, x.np_dtype))
+    return zeros_of(x, x.shape, x.np_dtype)
 
 
 def _is_scalar(v):
@@ -253,6 +254,11 @@ def broadcast_to_compatible_with(x, compatible, name=None):
         shape = broadcast_shape(x.shape, *(c.shape for c in compatible))
     except ValueError as e:
         raise TraceError(f"broadcast_to_compatible_with: {e}") from None
+    if any(b.is_dynamic for b in [x, *compatible]):
+        # run-time shapes: Expand broadcasts both ways, one Blob's shape at a time
+        for c in compatible:
+            x = op("Expand", x, shape_of(c))
+        return op("Identity", x, name=name)
     if shape == x.shape:
         return op("Identity", x, name=name)
     return op("Expand", x, int64_constant(x, shape), name=name)
@@ -493,7 +499,14 @@ def _top_k_is_old(args):
 
 
 def _top_k_values_and_indices(input, axis, k, largest):
-    k_blob = int64_constant(input, [k])
+    """TopK of `k` (None: the whole axis); of a dynamic input, k is capped at the axis's
+    run-time size."""
+    if input.is_dynamic:
+        k_blob = dim_of(input, axis)
+        if k is not None and k < input.shape[axis]:
+            k_blob = op("Min", k_blob, int64_constant(input, [k]))
+    else:
+        k_blob = int64_constant(input, [input.shape[axis] if k is None else k])
     return op("TopK", input, k_blob, axis=axis, largest=int(largest), sorted=1, num_outputs=2)
 
 
@@ -517,7 +530,7 @@ def _sort_args(input, axis, direction, api):
         raise TraceError(f"{api}: direction must be 'ASCENDING' or 'DESCENDING', "
                          f"got {direction!r}")
     axis = _axis(input, axis, api)
-    return _top_k_values_and_indices(input, axis, input.shape[axis], direction == "DESCENDING")
+    return _top_k_values_and_indices(input, axis, None, direction == "DESCENDING")
 
 
 @two_generations(("input", "direction", "name"), positional_is(1, str))

@@ -622,8 +622,10 @@ def _cast_infer(inputs, attrs, num_outputs):
 
 
 def _cast_grad(n, g, need):
+    """The diff cast back to the input's dtype, integers included (as OneFlow's cast);
+    none for a boolean input."""
     x = _x(n)
-    if not dtypes.is_floating(x.np_dtype):
+    if x.np_dtype == np.bool_:
         return [None]
     return [cast(g[0], x.np_dtype)]
 
