@@ -142,3 +142,16 @@ def test_sync_dynamic_resize_keeps_the_first_rows(size):
 
     x = np.arange(14, dtype=np.float32).reshape(7, 2)
     np.testing.assert_array_equal(job(x, np.int32([size]))[0], x[:size])
+
+
+def test_in_top_k_of_dynamic_blobs_with_different_largest_shapes():
+    """The static shapes of two dynamic Blobs may differ where their run-time shapes
+    agree (OneFlow's own test: targets (N + 10,), predictions (N + 5, C + 5))."""
+    @flow.global_function(function_config=_mirrored())
+    def job(t: tp.ListNumpy.Placeholder((14,), dtype=flow.int32),
+            p: tp.ListNumpy.Placeholder((9, 8))) -> tp.ListNumpy:
+        return flow.math.in_top_k(t, p, 2)
+
+    p = np.float32([[0.1, 0.5, 0.2], [0.9, 0.3, 0.4], [0.2, 0.1, 0.7], [0.3, 0.2, 0.1]])
+    t = np.int32([1, 1, 1, 5])
+    np.testing.assert_array_equal(job([t], [p])[0], np.int8([1, 0, 0, 0]))

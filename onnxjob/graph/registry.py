@@ -134,11 +134,23 @@ def same_as_input(index=0):
     return infer
 
 
-def broadcast_shape(*shapes):
+def broadcast_shape(*shapes, bound=False):
+    """NumPy's broadcast shape. `bound`: the shapes are largest shapes of dynamic Blobs,
+    which may agree at run time where their static dims differ: such an axis gets the
+    larger dim (onnxruntime checks the run-time shapes)."""
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
+        if bound:
+            rank = max(len(s) for s in shapes)
+            padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+            return tuple(max(dims) for dims in zip(*padded))
         raise ValueError("shapes " + " and ".join(map(str, shapes)) + " do not broadcast") from None
+
+
+def any_dynamic(inputs):
+    """Whether one of `inputs` (Blobs or None) is a dynamic Blob."""
+    return any(x is not None and x.is_dynamic for x in inputs)
 
 
 def normalize_axis(axis, rank):

@@ -552,14 +552,14 @@ def in_top_k(targets, predictions, k, name=None):
     k values are strictly larger); 0 for targets out of range or rows with inf / NaN."""
     _check_dtype(targets, "flow.math.in_top_k", _INTS[1:])
     _check_dtype(predictions, "flow.math.in_top_k", (np.dtype(np.float32),))
+    dynamic = targets.is_dynamic or predictions.is_dynamic  # (N agrees at run time)
     if len(targets.shape) != 1 or len(predictions.shape) != 2 \
-            or targets.shape[0] != predictions.shape[0]:
+            or targets.shape[0] != predictions.shape[0] and not dynamic:
         raise TraceError(f"flow.math.in_top_k takes targets (N,) and predictions (N, C), got "
                          f"{targets.shape} and {predictions.shape}")
-    classes = predictions.shape[1]
     t = cast(targets, np.int64)
     valid = op("And", op("GreaterOrEqual", t, int64_constant(t, 0)),
-               op("Less", t, int64_constant(t, classes)))
+               op("Less", t, dim_of(predictions, 1)))
     column = _column(op("Where", valid, t, int64_constant(t, 0)))
     target_value = op("GatherElements", predictions, column, axis=1)
     larger = op("ReduceSum", cast(op("Greater", predictions, target_value), np.int32),
@@ -622,6 +622,11 @@ def fused_scale_tril(x, diagonal=0, fill_value=0, scale=1, name=None):
 
 
 def _segment_sum(data, segment_ids, num_segments, axis, api):
+    """The segment sum; float16 data (OneFlow's GPU kernel takes it) is summed in float32
+    and rounded once, onnxruntime's scatter-add having no float16 kernel."""
+    if data.np_dtype == np.float16:
+        wide = _segment_sum(cast(data, np.float32), segment_ids, num_segments, axis, api)
+        return cast(wide, np.float16)
     _check_dtype(data, api, (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32),
                              np.dtype(np.int64)))
     _check_dtype(segment_ids, api + " segment_ids", _INTS[1:])

@@ -12,7 +12,8 @@ import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
-from onnxjob.graph.registry import broadcast_shape, register, register_composite, same_as_input
+from onnxjob.graph.registry import (any_dynamic, broadcast_shape, register, register_composite,
+                                    same_as_input)
 from onnxjob.graph.primitives.shape_ops import zeros_of
 from onnxjob.graph.tracer import as_blob, op
 
@@ -40,24 +41,43 @@ def _binary_infer(out_dtype=None):
         a, b = inputs
         if a.np_dtype != b.np_dtype:
             raise ValueError(f"dtypes differ: {a.np_dtype} and {b.np_dtype}")
-        return [(broadcast_shape(a.shape, b.shape), out_dtype or a.np_dtype)]
+        return [(broadcast_shape(a.shape, b.shape, bound=any_dynamic(inputs)),
+                 out_dtype or a.np_dtype)]
     return infer
 
 
 def _bool_infer(inputs, attrs, num_outputs):
-    return [(broadcast_shape(*(x.shape for x in inputs)), np.dtype(bool))]
+    return [(broadcast_shape(*(x.shape for x in inputs), bound=any_dynamic(inputs)),
+             np.dtype(bool))]
+
+
+def _half_lower(op_type):
+    """float16 arithmetic as float32 between explicit Casts, rounded to float16 after
+    each op, as OneFlow's half kernels round. NOTE: onnxruntime's CPU provider has no
+    float16 Add/Sub/Mul/Div; the float32 Casts it inserts around such a node are merged
+    with the user's Cast(float32 -> float16) before it, so the input was never rounded
+    (cast(x, half) + cast(y, half) came out in float32 precision). Casts in the graph
+    itself are kept."""
+    def lower(inputs, attrs, num_outputs):
+        if any(x.np_dtype != _F16 for x in inputs):
+            return None     # (mixed dtypes: the shape rule refuses them)
+        wide = op(op_type, *(cast(x, np.float32) for x in inputs), **attrs)
+        return [cast(wide, np.float16)]
+    return lower
 
 
 # -- binary -------------------------------------------------------------------------------
 # Each rule returns gradients of the broadcast shape; the engine reduces them.
-register("Add", _binary_infer(), lambda n, g, need: [g[0], g[0]])
-register("Sub", _binary_infer(), lambda n, g, need: [g[0], op("Neg", g[0]) if need[1] else None])
+register("Add", _binary_infer(), lambda n, g, need: [g[0], g[0]], lower=_half_lower("Add"))
+register("Sub", _binary_infer(), lambda n, g, need: [g[0], op("Neg", g[0]) if need[1] else None],
+         lower=_half_lower("Sub"))
 register("Mul", _binary_infer(), lambda n, g, need: [
     op("Mul", g[0], n.inputs[1]) if need[0] else None,
-    op("Mul", g[0], n.inputs[0]) if need[1] else None])
+    op("Mul", g[0], n.inputs[0]) if need[1] else None], lower=_half_lower("Mul"))
 register("Div", _binary_infer(), lambda n, g, need: [
     op("Div", g[0], n.inputs[1]) if need[0] else None,
-    op("Neg", op("Div", op("Mul", g[0], n.outputs[0]), n.inputs[1])) if need[1] else None])
+    op("Neg", op("Div", op("Mul", g[0], n.outputs[0]), n.inputs[1])) if need[1] else None],
+    lower=_half_lower("Div"))
 
 
 def _minmax_grad(n, g, need):
@@ -123,7 +143,8 @@ def _where_infer(inputs, attrs, num_outputs):
     c, a, b = inputs
     if a.np_dtype != b.np_dtype:
         raise ValueError(f"dtypes differ: {a.np_dtype} and {b.np_dtype}")
-    return [(broadcast_shape(c.shape, a.shape, b.shape), a.np_dtype)]
+    return [(broadcast_shape(c.shape, a.shape, b.shape, bound=any_dynamic(inputs)),
+             a.np_dtype)]
 
 
 def _where_grad(n, g, need):
