@@ -74,3 +74,25 @@ def test_half_arithmetic_rounds_its_inputs_and_results():
         got = _half_job(fn, x, y)
         expected = ref(x.astype(np.float16), y.astype(np.float16)).astype(np.float32)
         np.testing.assert_array_equal(got, expected)
+
+
+def test_half_softmax_gradient_is_rounded_once():
+    """The backward of a float16 softmax is computed as OneFlow's half kernel does it:
+    in float32, rounded to float16 once (not after every Mul and Sub of the rule)."""
+    seen = {}
+
+    @flow.global_function(type="train")
+    def job() -> tp.Numpy:
+        x = flow.get_variable("x", (4, 1000), initializer=flow.random_uniform_initializer(-1, 1))
+        y = flow.cast(flow.nn.softmax(flow.cast(x, flow.float16)), flow.float)
+        flow.watch(x, lambda v: seen.setdefault("x", v.numpy()))
+        flow.watch_diff(x, lambda d: seen.setdefault("dx", d.numpy()))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                           momentum=0).minimize(y * flow.identity(x))
+        return y
+
+    y = job().astype(np.float64)
+    x = seen["x"].astype(np.float64)
+    # d(sum y * x)/dx: y through the product, y * (x - sum(x * y)) through the softmax
+    expected = y + y * (x - (x * y).sum(1, keepdims=True))
+    np.testing.assert_allclose(seen["dx"], expected, rtol=2e-3, atol=1e-5)

@@ -57,10 +57,13 @@ def _half_lower(op_type):
     float16 Add/Sub/Mul/Div; the float32 Casts it inserts around such a node are merged
     with the user's Cast(float32 -> float16) before it, so the input was never rounded
     (cast(x, half) + cast(y, half) came out in float32 precision). Casts in the graph
-    itself are kept."""
+    itself are kept. Gradient rules are left as they are: OneFlow's half backward
+    kernels compute in float32 and round once, as onnxruntime's inserted Casts do."""
     def lower(inputs, attrs, num_outputs):
         if any(x.np_dtype != _F16 for x in inputs):
             return None     # (mixed dtypes: the shape rule refuses them)
+        if (inputs[0].builder.location_override or "").endswith("(backward)"):
+            return None     # emitted by autodiff (graph/autodiff.py marks its location)
         wide = op(op_type, *(cast(x, np.float32) for x in inputs), **attrs)
         return [cast(wide, np.float16)]
     return lower
