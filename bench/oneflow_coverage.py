@@ -1,7 +1,7 @@
 """How much of OneFlow 0.5's single-client API onnxjob covers.
 
     python bench/oneflow_coverage.py --oneflow /tmp/of05/python/oneflow/compatible/single_client \
-        [--names] [--op-tests] [--jobs 2] [--timeout 120] [--only test_add,test_concat]
+        [--names] [--op-tests] [--jobs 2] [--timeout 120] [--only test_add,test_concat] [--list]
 
 `--oneflow` is the `single_client` folder of a OneFlow release (nothing of OneFlow is
 imported or shipped here; get it with e.g.
@@ -270,6 +270,23 @@ def normalize(line):
     return line[:200]
 
 
+# Failures of the test code itself in today's environment, counted as not passing but
+# reported apart: NumPy 2 removed `np.reshape(newshape=)`, `np.float`, `np.product`;
+# Python 3.10 removed `collections.Sized`; some tests import modules not installed here.
+ENVIRONMENT = [
+    ("test code incompatible with NumPy 2",
+     re.compile(r"unexpected keyword argument 'newshape'|module 'numpy' has no attribute")),
+    ("test code incompatible with Python 3.10+",
+     re.compile(r"module 'collections' has no attribute")),
+    ("third-party module not installed", re.compile(r"No module named '(?!oneflow)")),
+]
+
+
+def environment_kind(line):
+    """The ENVIRONMENT label of a failure group's line, or None."""
+    return next((label for label, pattern in ENVIRONMENT if pattern.search(line)), None)
+
+
 def parse_junit(xml):
     tree = ET.parse(xml)
     for case in tree.iter("testcase"):
@@ -289,7 +306,7 @@ def parse_junit(xml):
             yield name, "passed", ""
 
 
-def op_tests(single_client, jobs, timeout, only=None):
+def op_tests(single_client, jobs, timeout, only=None, list_all=False):
     ops_dir = os.path.join(single_client, "test", "ops")
     selected, excluded = select_files(ops_dir)
     if only:
@@ -350,10 +367,20 @@ def op_tests(single_client, jobs, timeout, only=None):
           f"skipped by OneFlow's own skipIf {counts['skipped-by-oneflow']}")
     if ran:
         print(f"pass rate {100.0 * counts['passed'] / ran:.1f}% of the {ran} run")
+    environment = collections.Counter()
+    for line, tests in groups.items():
+        kind = environment_kind(line)
+        if kind:
+            environment[kind] += len(tests)
+    if environment:
+        print("of the failures, environment (the test code fails before onnxjob runs): " +
+              ", ".join(f"{kind} {n}" for kind, n in environment.most_common()))
     print("failure groups (first error line), most frequent first:")
     for line, tests in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        examples = ", ".join(sorted(set(tests))[:3])
-        print(f"  {len(tests):4d}  {line}\n        e.g. {examples}")
+        examples = ", ".join(sorted(set(tests)) if list_all else sorted(set(tests))[:3])
+        kind = environment_kind(line)
+        tag = f"[environment: {kind}] " if kind else ""
+        print(f"  {len(tests):4d}  {tag}{line}\n        e.g. {examples}")
     for rule, files in excluded.items():
         print(f"excluded ({rule}): " + ", ".join(f for f, _ in files))
     return counts, groups
@@ -368,6 +395,8 @@ def main():
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=120, help="seconds per test file")
     parser.add_argument("--only", default="", help="comma-separated test files (op tests)")
+    parser.add_argument("--list", action="store_true",
+                        help="name every test of each failure group, not three")
     args = parser.parse_args()
     if not (args.names or args.op_tests):
         args.names = args.op_tests = True
@@ -375,7 +404,7 @@ def main():
         check_names(args.oneflow)
     if args.op_tests:
         only = set(filter(None, args.only.split(",")))
-        op_tests(args.oneflow, args.jobs, args.timeout, only)
+        op_tests(args.oneflow, args.jobs, args.timeout, only, args.list)
 
 
 if __name__ == "__main__":

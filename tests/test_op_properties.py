@@ -21,7 +21,7 @@ Not covered here (and why):
 * flow.data, flow.image, flow.summary, flow.random, dropout and random_mask_like: host
   pipelines, readers and random values (tests/test_data_and_cli.py, test_image_ops.py);
 * argwhere / nonzero / unique_with_counts, sync_dynamic_resize, dynamic blobs: data
-  dependent sizes (tests/test_ops_array.py);
+  dependent sizes (tests/test_ops_array.py, test_dynamic_blobs.py);
 * ctc_loss, ctc_greedy_decoder, combined_margin_loss, distributed_partial_fc_sample,
   count_not_finite, indexed_slices_reduce_sum, categorical_ordinal_encode, pack / unpack /
   repeat / acc, fused_self_attention..., fused_scale_tril_softmax_dropout: legacy ops

@@ -342,7 +342,8 @@ def test_keep_on_cuda_scatter_nd_of_other_types(dtype, reduction):
     rng = np.random.default_rng(0)
     inputs = [(rng.standard_normal(s) * 50).astype(dtype) for s in [(4, 3, 2), (2, 2)]]
     expected = run(model, inputs)
-    assert KeepOnCuda()(model).modified
+    # a scatter-add is traced as ScatterElements already (primitives/shape_ops.py)
+    assert KeepOnCuda()(model).modified == (reduction == "none")
     assert op_counts(model).get("ScatterND", 0) == 0
     np.testing.assert_array_equal(run(model, inputs), expected)
 

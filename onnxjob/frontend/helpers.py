@@ -16,6 +16,11 @@ class Size(tuple):
             n *= d
         return n
 
+    def index(self, value, start=0, end=None):
+        """The first position of `value` in [start, end) (keywords allowed, as OneFlow's
+        Size.index; ValueError when absent)."""
+        return super().index(value, start, len(self) if end is None else end)
+
 
 def convert_oneflow_dtype_to_numpy_dtype(oneflow_dtype):
     """The NumPy dtype of a flow dtype (flow.float32 -> numpy.float32)."""

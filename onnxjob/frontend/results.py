@@ -123,10 +123,12 @@ class LocalBlob:
         self._per_device = per_device
         self._array = per_device[0]
 
-    def numpy(self):
-        if isinstance(self._array, list):
+    def numpy(self, parallel_id=None):
+        """The value (of device `parallel_id`, as OneFlow's `blob.numpy(0)`)."""
+        array = self._array if parallel_id is None else self._per_device[parallel_id]
+        if isinstance(array, list):
             raise AssertionError("this blob is a tensor list: use numpy_lists()")
-        return self._array
+        return array
 
     def numpy_list(self):
         return list(self._per_device)

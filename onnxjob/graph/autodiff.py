@@ -17,14 +17,19 @@ from onnxjob.graph.tracer import Blob, int64_constant, op
 
 
 def _requires_grad(builder, sources):
-    """ids of the Blobs whose value depends differentiably on `sources`."""
+    """ids of the Blobs whose value depends differentiably on `sources`.
+
+    Integer values carry gradients too, as in OneFlow, whose cast passes the diff back
+    cast to the input's dtype (a float Blob cast to int32, multiplied and cast back gets
+    an int32 diff); booleans and the outputs of non-differentiable ops (comparisons,
+    argmax, ...) do not."""
     live = {id(b) for b in sources}
     for node in builder.nodes:
         if not get_primitive(node.op_type).differentiable:
             continue
         if any(x is not None and id(x) in live for x in node.inputs):
             for out in node.outputs:
-                if dtypes.is_floating(out.np_dtype):
+                if out.np_dtype != np.bool_:
                     live.add(id(out))
     return live
 
@@ -59,6 +64,10 @@ def _seed(builder, loss, elem_cnt, loss_scale):
     dynamic scale: cast and scalar_mul_by_tensor of ones), 1/elem_cnt being applied to the
     variable gradients by the optimizer (update_rules.unscale), so float32 overflows where
     OneFlow's does: in the backward and, data-parallel, in the sum of the ranks' gradients."""
+    if loss.is_dynamic:
+        return op("ConstantOfShape", op("Shape", loss), value=np.ones(1, loss.np_dtype))
+    if loss_scale is None and not dtypes.is_floating(loss.np_dtype):
+        return builder.constant(np.ones(loss.shape, loss.np_dtype), "grad_seed")
     if loss_scale is None:
         return builder.constant(np.full(loss.shape, 1.0 / elem_cnt, dtype=loss.np_dtype),
                                 "grad_seed")
@@ -87,11 +96,18 @@ def backward(builder, losses, loss_scale=None):
     # watch_diff may watch any floating Blob the loss depends on (a cast placeholder, say),
     # not only those downstream of a trainable variable
     watched = [blob for blob, _, is_diff, _ in builder.watches
-               if is_diff and dtypes.is_floating(blob.np_dtype)]
+               if is_diff and blob.np_dtype != np.bool_]
     requires = _requires_grad(builder, trainable + watched)
-    for loss in losses:
-        if not dtypes.is_floating(loss.np_dtype):
-            raise TraceError(f"the loss {loss.name} has dtype {loss.np_dtype}; it must be floating")
+    # NOTE: 1/elem_cnt is folded into the seed where it can be: not where integer values
+    # carry gradients (they hold OneFlow's unscaled diffs: 1/elem_cnt would truncate to 0)
+    # nor for a dynamic loss (elem_cnt is known at run time only); the variable
+    # gradients are divided at the end instead.
+    unfolded = loss_scale is None and (
+        any(l.is_dynamic or not dtypes.is_floating(l.np_dtype) for l in losses) or
+        any(id(out) in requires and not dtypes.is_floating(out.np_dtype)
+            for node in builder.nodes for out in node.outputs))
+    if unfolded:
+        loss_scale = 1.0
     grads = {}
     forward_nodes = list(builder.nodes)
     for loss in losses:
@@ -125,5 +141,17 @@ def backward(builder, losses, loss_scale=None):
     builder.gradients = grads
     if loss_scale is not None:
         builder.loss_elem_count = 1     # nothing for watch_diff to undo
-    return {name: grads[id(b)] for name, b in builder.variables.items() if id(b) in grads
-            and builder.variable_specs[name].trainable}
+    out = {name: grads[id(b)] for name, b in builder.variables.items() if id(b) in grads
+           and builder.variable_specs[name].trainable}
+    if unfolded:
+        out = {name: _divide_by_elem_cnt(g, losses[0]) for name, g in out.items()}
+    return out
+
+
+def _divide_by_elem_cnt(grad, loss):
+    """`grad` / elem_cnt(loss), the count taken at run time for a dynamic loss."""
+    if loss.is_dynamic:
+        count = _cast(op("Size", loss), grad.np_dtype)
+        return op("Div", grad, count)
+    return op("Mul", grad, grad.builder.constant(
+        np.asarray(1.0 / int(np.prod(loss.shape)), grad.np_dtype)))

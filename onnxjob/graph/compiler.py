@@ -100,7 +100,10 @@ def compile_job(job, variable_registry=None, seed=None):
     with tracing(builder):
         placeholder_names, blobs, tree = job.trace(builder)
         optimizer = builder.optimizer
-        if job.is_train:
+        # As OneFlow, minimize() makes any job a train job: it sets the job config's
+        # train_conf, which shares a protobuf oneof with predict_conf
+        is_train = job.is_train or optimizer is not None
+        if is_train:
             if optimizer is None:
                 raise TraceError(
                     f"train job {job.name!r} has no optimizer: call e.g. "
@@ -114,10 +117,6 @@ def compile_job(job, variable_registry=None, seed=None):
             optimizer.apply(builder, all_grads, job.name)
             if data_parallel:
                 grads = all_grads
-        elif optimizer is not None:
-            raise TraceError(f"predict job {job.name!r} calls minimize(); declare it with "
-                             "@flow.global_function(type=\"train\") (OneFlow: Check failed: "
-                             "NeedBackwardOp)", location=job.location)
         watch_outputs = _watch_outputs(builder)
 
     taken = set()
@@ -145,7 +144,7 @@ def compile_job(job, variable_registry=None, seed=None):
         model, serialized = None, _batch_symbolic(job, model, serialized, placeholder_names,
                                                   output_names, sources)
     return CompiledGraph(model, placeholder_names, variable_inputs, output_names, tree,
-                         state_outputs, watch_named, has_sequences, job.is_train, sources,
+                         state_outputs, watch_named, has_sequences, is_train, sources,
                          gradient_outputs, serialized)
 
 

@@ -24,10 +24,10 @@ class Primitive:
     """
 
     __slots__ = ("op_type", "infer", "grad", "differentiable", "lower", "expand", "domain",
-                 "node_type")
+                 "node_type", "data_dependent")
 
     def __init__(self, op_type, infer, grad, differentiable, lower=None, expand=None,
-                 domain=""):
+                 domain="", data_dependent=None):
         self.op_type = op_type
         # a node outside the ONNX domain is named without the domain's prefix
         self.domain = domain
@@ -37,14 +37,20 @@ class Primitive:
         self.differentiable = differentiable
         self.lower = lower
         self.expand = expand
+        # data_dependent(inputs) -> bool: whether the outputs' run-time shape depends on
+        # the input values (NonZero, a Slice to a computed end): they are then dynamic
+        # Blobs whose static shape, from `infer`, is the largest they can have
+        self.data_dependent = data_dependent
 
 
-def register(op_type, infer, grad=None, differentiable=True, lower=None, domain=""):
+def register(op_type, infer, grad=None, differentiable=True, lower=None, domain="",
+             data_dependent=None):
     """Add a primitive. `differentiable=False`: its outputs never carry gradients.
     `domain`: the node's ONNX domain when it is not an ONNX op; `op_type` is then
-    "<domain>.<node type>" (see primitives/collectives.py)."""
+    "<domain>.<node type>" (see primitives/collectives.py). `data_dependent`: see
+    Primitive."""
     _TABLE[op_type] = Primitive(op_type, infer, grad, differentiable, lower=lower,
-                                domain=domain)
+                                domain=domain, data_dependent=data_dependent)
 
 
 def register_composite(name, expand, grad=None, differentiable=True):
@@ -76,17 +82,75 @@ def const_value(blob):
     return tensor.numpy()
 
 
+def static_value(blob):
+    """The NumPy value of a shape-valued Blob while tracing: a constant's value, or, for a
+    value computed from the shape of a dynamic Blob (Shape, then Gather, Slice, Concat,
+    Min, Max, Cast, Reshape, Squeeze or Unsqueeze of such values), its value at the
+    static shapes, which are the maximum shapes of dynamic Blobs. Shape rules use it for
+    the inputs that say how large an output is (ConstantOfShape's shape, TopK's k, ...):
+    the output's static shape is then its maximum shape."""
+    tensor = blob.value.const_value
+    if tensor is not None:
+        return tensor.numpy()
+    node = blob.producer
+    kind = node.op_type if node is not None and node.ir_node is not None else None
+    if kind == "Shape":
+        shape = np.asarray(node.inputs[0].shape, np.int64)
+        return shape[node.attrs.get("start", 0):node.attrs.get("end", len(shape))]
+    if kind in _STATIC_FOLDS:
+        args = [None if x is None else static_value(x) for x in node.inputs]
+        return np.asarray(_STATIC_FOLDS[kind](args, node.attrs))
+    raise ValueError(f"{blob.name} must be a constant known while tracing (or computed "
+                     "from the shape of a Blob)")
+
+
+def _fold_slice(args, attrs):
+    data, starts, ends = args[:3]
+    axes = args[3] if len(args) > 3 and args[3] is not None else range(len(starts))
+    steps = args[4] if len(args) > 4 and args[4] is not None else [1] * len(starts)
+    index = [slice(None)] * data.ndim
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        index[int(ax)] = slice(int(st), int(en), int(sp))
+    return data[tuple(index)]
+
+
+_STATIC_FOLDS = {
+    "Gather": lambda a, at: np.take(a[0], a[1], axis=at.get("axis", 0)),
+    "Slice": _fold_slice,
+    "Concat": lambda a, at: np.concatenate(a, axis=at["axis"]),
+    "Min": lambda a, at: np.minimum.reduce(a),
+    "Max": lambda a, at: np.maximum.reduce(a),
+    "Cast": lambda a, at: a[0],
+    "Identity": lambda a, at: a[0],
+    "Reshape": lambda a, at: a[0].reshape([int(d) for d in a[1]]),
+    "Squeeze": lambda a, at: np.squeeze(a[0], axis=tuple(int(d) for d in a[1])),
+    "Unsqueeze": lambda a, at: np.expand_dims(a[0], axis=tuple(int(d) for d in a[1])),
+}
+
+
 def same_as_input(index=0):
     def infer(inputs, attrs, num_outputs):
         return [(inputs[index].shape, inputs[index].np_dtype)]
     return infer
 
 
-def broadcast_shape(*shapes):
+def broadcast_shape(*shapes, bound=False):
+    """NumPy's broadcast shape. `bound`: the shapes are largest shapes of dynamic Blobs,
+    which may agree at run time where their static dims differ: such an axis gets the
+    larger dim (onnxruntime checks the run-time shapes)."""
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
+        if bound:
+            rank = max(len(s) for s in shapes)
+            padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+            return tuple(max(dims) for dims in zip(*padded))
         raise ValueError("shapes " + " and ".join(map(str, shapes)) + " do not broadcast") from None
+
+
+def any_dynamic(inputs):
+    """Whether one of `inputs` (Blobs or None) is a dynamic Blob."""
+    return any(x is not None and x.is_dynamic for x in inputs)
 
 
 def normalize_axis(axis, rank):

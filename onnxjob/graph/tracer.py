@@ -272,10 +272,15 @@ class GraphBuilder:
             raise TraceError(f"{op_type} cannot take inputs of shapes ({shapes}): {e}",
                              location=user_location()) from None
         node_name = self.unique_name(name) if name else self.fresh_name(op_type)
+        dynamic = any(x is not None and x.is_dynamic for x in inputs) or bool(
+            prim.data_dependent and prim.data_dependent(inputs))
+        # NOTE: a value computed from a dynamic Blob declares no dims: its static shape is
+        # only its largest, and a declared dim would let onnxruntime fold Shape() of it
         outputs = [ir.Value(name=self.unique_value_name(
                                 f"{node_name}/out{i}" if i else f"{node_name}/out"),
                             type=ir.TensorType(dtypes.from_numpy(dt).ir_dtype),
-                            shape=ir.Shape(shape)) for i, (shape, dt) in enumerate(out_types)]
+                            shape=ir.Shape([None] * len(shape) if dynamic else shape))
+                   for i, (shape, dt) in enumerate(out_types)]
         node = ir.node(prim.node_type, [x.value if x is not None else None for x in inputs],
                        attributes={k: _ir_attr(k, v) for k, v in attrs.items()},
                        outputs=outputs, name=node_name, domain=prim.domain,
@@ -284,7 +289,6 @@ class GraphBuilder:
             self.graph.opset_imports.setdefault(prim.domain, 1)
         self.graph.append(node)
         blobs = [Blob(self, v, shape, dt) for v, (shape, dt) in zip(outputs, out_types)]
-        dynamic = any(x is not None and x.is_dynamic for x in inputs)
         traced = TracedNode(node, list(inputs), blobs, attrs, location, op_type=prim.op_type)
         for b in blobs:
             b.producer = traced

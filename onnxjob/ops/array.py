@@ -1,8 +1,9 @@
 """Top-level array ops: flow.reshape, transpose, concat, constant, matmul, slice, pad, ...
 
 Everything in `__all__` is re-exported as `flow.<name>`. Ops whose output size depends
-on the data (argwhere, nonzero, unique_with_counts) keep OneFlow's static maximum
-shape, zero-padded after the valid entries, so every graph has static shapes.
+on the data give what OneFlow gives: argwhere, nonzero and sync_dynamic_resize dynamic
+Blobs (static shape: the largest, read with tp.ListNumpy), unique_with_counts static
+Blobs zero-padded after the valid entries, with their count.
 """
 import builtins
 
@@ -12,6 +13,7 @@ from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import resolve_reshape
+from onnxjob.graph.registry import normalize_axis
 from onnxjob.graph.tracer import Blob, as_blob, current_builder, int64_constant, op
 
 __all__ = ["amp_white_identity", "argwhere", "broadcast_like", "cast",
@@ -189,12 +191,17 @@ def cast_to_static_shape(x, name=None):
 
 
 def sync_dynamic_resize(inputs, size, name=None):
-    """OneFlow shrinks the first axis of `inputs` to `size` (a dynamic blob); shapes are
-    static here, so `inputs` keeps its full, zero-padded first axis."""
+    """The first `size` rows of `inputs` (`size`: a 1-element int32/int64 Blob): a
+    dynamic Blob whose static shape is inputs'."""
     if not isinstance(size, Blob) or int(np.prod(size.shape)) != 1 or \
             size.np_dtype not in _INDEX_DTYPES:
         raise TraceError("sync_dynamic_resize: size must be a 1-element int32/int64 Blob")
-    return op("Identity", inputs, name=name)
+    if not inputs.shape:
+        raise TraceError("sync_dynamic_resize needs a Blob of rank >= 1, got a scalar")
+    end = op("Cast", op("Reshape", size, int64_constant(size, [1])),
+             to=dtypes.int64.ir_dtype.value)
+    return op("Slice", inputs, int64_constant(inputs, [0]), end, int64_constant(inputs, [0]),
+              name=name)
 
 
 def elem_cnt(inputs, dtype=None, name=None):
@@ -222,6 +229,9 @@ def constant_scalar(value, dtype=None, name=None):
 def constant_like(like, value, dtype=None, name=None):
     """A Blob of like's shape filled with `value` (dtype default: like's)."""
     np_dtype = dtypes.to_numpy(dtype) if dtype is not None else like.np_dtype
+    if like.is_dynamic:     # of like's run-time shape
+        return op("ConstantOfShape", op("Shape", like), value=np.full(1, value, np_dtype),
+                  name=name)
     return like.builder.constant(np.full(like.shape, value, dtype=np_dtype))
 
 
@@ -299,7 +309,13 @@ def concat(inputs=None, axis=0, max_dim_size=None, name=None, values=None):
         raise TraceError(f"flow.concat takes a non-empty list of Blobs, got {inputs!r}")
     if len(inputs) == 1:
         return inputs[0]
-    return op("Concat", *inputs, axis=int(axis), name=name)
+    out = op("Concat", *inputs, axis=int(axis), name=name)
+    if max_dim_size is not None and out.is_dynamic:
+        # OneFlow: a dynamic result's static (largest) size along `axis` is max_dim_size
+        shape = list(out.shape)
+        shape[normalize_axis(int(axis), len(shape))] = int(max_dim_size)
+        out.shape = tuple(shape)
+    return out
 
 
 def split(x, num_or_size_splits, axis=0, name=None):
@@ -556,17 +572,19 @@ def argwhere_with_size(condition, dtype=None):
 
 
 def argwhere(condition, dtype=None, name=None):
-    """Coordinates of the nonzero entries of `condition`, one row each, row-major.
-
-    OneFlow returns a dynamic (count, rank) blob; here it keeps its static maximum shape
-    (elem_cnt, rank) with zero rows after the count.
-    """
-    coords, _ = argwhere_with_size(condition, dtype)
-    return op("Identity", coords, name=name)
+    """Coordinates of the nonzero entries of `condition`, one row each, row-major: as
+    OneFlow, a dynamic (count, rank) Blob (static shape (elem_cnt, rank))."""
+    np_dtype = dtypes.to_numpy(dtype) if dtype is not None else np.int32
+    if np_dtype not in _INDEX_DTYPES:
+        raise TraceError(f"argwhere: dtype must be int32 or int64, got {np_dtype}")
+    if not condition.shape:
+        raise TraceError("argwhere needs a Blob of rank >= 1, got a scalar")
+    rows = op("Transpose", op("NonZero", _to_bool(condition)), perm=[1, 0])
+    return op("Cast", rows, to=dtypes.from_numpy(np_dtype).ir_dtype.value, name=name)
 
 
 def nonzero(a, name=None):
-    """argwhere(a) transposed: one row per axis (zero-padded columns, see argwhere)."""
+    """argwhere(a) transposed: one row per axis (a dynamic (rank, count) Blob)."""
     return transpose(argwhere(a), perm=[1, 0], name=name)
 
 

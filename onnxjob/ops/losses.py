@@ -75,6 +75,11 @@ def softmax_cross_entropy_with_logits(labels, logits, name=None):
     As in OneFlow, the gradient to the logits is (softmax(logits) - labels) * dy, which
     assumes each row of `labels` sums to 1.
     """
+    if logits.np_dtype == np.float16 and labels.np_dtype == np.float16:
+        # as OneFlow's GPU kernel takes half logits: computed in float32, rounded once
+        wide = softmax_cross_entropy_with_logits(cast(labels, dtypes.float32),
+                                                 cast(logits, dtypes.float32))
+        return cast(wide, dtypes.float16, name=name)
     _check_floating("flow.nn.softmax_cross_entropy_with_logits", logits)
     if labels.shape != logits.shape:
         raise TraceError(f"labels {labels.shape} and logits {logits.shape} must have one shape")

@@ -13,6 +13,7 @@ from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.graph.primitives.elementwise import FLOATS, cast
+from onnxjob.graph.primitives.shape_ops import dim_of, shape_of, zeros_of
 from onnxjob.graph.registry import broadcast_shape
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 
@@ -46,7 +47,7 @@ def _check_dtype(x, api, allowed=FLOATS):
 
 
 def _zeros_like(x):
-    return op("ConstantOfShape", int64_constant(x, x.shape), value=np.zeros(1, x.np_dtype))
+    return zeros_of(x, x.shape, x.np_dtype)
 
 
 def _is_scalar(v):
@@ -253,6 +254,11 @@ def broadcast_to_compatible_with(x, compatible, name=None):
         shape = broadcast_shape(x.shape, *(c.shape for c in compatible))
     except ValueError as e:
         raise TraceError(f"broadcast_to_compatible_with: {e}") from None
+    if any(b.is_dynamic for b in [x, *compatible]):
+        # run-time shapes: Expand broadcasts both ways, one Blob's shape at a time
+        for c in compatible:
+            x = op("Expand", x, shape_of(c))
+        return op("Identity", x, name=name)
     if shape == x.shape:
         return op("Identity", x, name=name)
     return op("Expand", x, int64_constant(x, shape), name=name)
@@ -493,7 +499,14 @@ def _top_k_is_old(args):
 
 
 def _top_k_values_and_indices(input, axis, k, largest):
-    k_blob = int64_constant(input, [k])
+    """TopK of `k` (None: the whole axis); of a dynamic input, k is capped at the axis's
+    run-time size."""
+    if input.is_dynamic:
+        k_blob = dim_of(input, axis)
+        if k is not None and k < input.shape[axis]:
+            k_blob = op("Min", k_blob, int64_constant(input, [k]))
+    else:
+        k_blob = int64_constant(input, [input.shape[axis] if k is None else k])
     return op("TopK", input, k_blob, axis=axis, largest=int(largest), sorted=1, num_outputs=2)
 
 
@@ -517,7 +530,7 @@ def _sort_args(input, axis, direction, api):
         raise TraceError(f"{api}: direction must be 'ASCENDING' or 'DESCENDING', "
                          f"got {direction!r}")
     axis = _axis(input, axis, api)
-    return _top_k_values_and_indices(input, axis, input.shape[axis], direction == "DESCENDING")
+    return _top_k_values_and_indices(input, axis, None, direction == "DESCENDING")
 
 
 @two_generations(("input", "direction", "name"), positional_is(1, str))
@@ -539,14 +552,14 @@ def in_top_k(targets, predictions, k, name=None):
     k values are strictly larger); 0 for targets out of range or rows with inf / NaN."""
     _check_dtype(targets, "flow.math.in_top_k", _INTS[1:])
     _check_dtype(predictions, "flow.math.in_top_k", (np.dtype(np.float32),))
+    dynamic = targets.is_dynamic or predictions.is_dynamic  # (N agrees at run time)
     if len(targets.shape) != 1 or len(predictions.shape) != 2 \
-            or targets.shape[0] != predictions.shape[0]:
+            or targets.shape[0] != predictions.shape[0] and not dynamic:
         raise TraceError(f"flow.math.in_top_k takes targets (N,) and predictions (N, C), got "
                          f"{targets.shape} and {predictions.shape}")
-    classes = predictions.shape[1]
     t = cast(targets, np.int64)
     valid = op("And", op("GreaterOrEqual", t, int64_constant(t, 0)),
-               op("Less", t, int64_constant(t, classes)))
+               op("Less", t, dim_of(predictions, 1)))
     column = _column(op("Where", valid, t, int64_constant(t, 0)))
     target_value = op("GatherElements", predictions, column, axis=1)
     larger = op("ReduceSum", cast(op("Greater", predictions, target_value), np.int32),
@@ -609,6 +622,11 @@ def fused_scale_tril(x, diagonal=0, fill_value=0, scale=1, name=None):
 
 
 def _segment_sum(data, segment_ids, num_segments, axis, api):
+    """The segment sum; float16 data (OneFlow's GPU kernel takes it) is summed in float32
+    and rounded once, onnxruntime's scatter-add having no float16 kernel."""
+    if data.np_dtype == np.float16:
+        wide = _segment_sum(cast(data, np.float32), segment_ids, num_segments, axis, api)
+        return cast(wide, np.float16)
     _check_dtype(data, api, (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32),
                              np.dtype(np.int64)))
     _check_dtype(segment_ids, api + " segment_ids", _INTS[1:])

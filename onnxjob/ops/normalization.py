@@ -30,9 +30,13 @@ def moments(x, axes, keepdims=False, name=None):
     return mean, var
 
 
-def _check_floating(x, api):
-    if x.np_dtype not in (np.float32, np.float64):
-        raise TraceError(f"{api} takes a float32 or float64 input, got {x.np_dtype}")
+def _check_floating(x, api, half=False):
+    """float32 or float64 (and float16 where `half`: ops OneFlow's GPU kernels take in
+    half precision, computed here as onnxruntime runs float16 math, through float32)."""
+    allowed = (np.float32, np.float64) + ((np.float16,) if half else ())
+    if x.np_dtype not in allowed:
+        names = "float16, float32 or float64" if half else "a float32 or float64"
+        raise TraceError(f"{api} takes {names} input, got {x.np_dtype}")
 
 
 def _axis(axis, rank, api):
@@ -203,7 +207,7 @@ def _check_bias_format(data_format):
 
 def fused_bias_add_gelu(value, bias, data_format=None, name=None):
     """gelu(bias_add(value, bias)), bias along axis 1 (or the last axis for "N...C")."""
-    _check_floating(value, "flow.nn.fused_bias_add_gelu")
+    _check_floating(value, "flow.nn.fused_bias_add_gelu", half=True)
     out = bias_add(value, bias, _check_bias_format(data_format))
     return math.gelu(out) if name is None else op("Identity", math.gelu(out), name=name)
 
@@ -211,7 +215,7 @@ def fused_bias_add_gelu(value, bias, data_format=None, name=None):
 def fused_bias_add_dropout(value, bias, data_format=None, rate=0.0, noise_shape=None,
                            seed=None, name=None):
     """dropout(bias_add(value, bias), rate) in train jobs; bias_add alone otherwise."""
-    _check_floating(value, "flow.nn.fused_bias_add_dropout")
+    _check_floating(value, "flow.nn.fused_bias_add_dropout", half=True)
     if rate is None or not 0.0 <= rate < 1.0:
         raise TraceError(f"fused_bias_add_dropout: rate must be in [0, 1), got {rate!r}")
     out = bias_add(value, bias, _check_bias_format(data_format))

@@ -12,7 +12,9 @@ import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
-from onnxjob.graph.registry import broadcast_shape, register, register_composite, same_as_input
+from onnxjob.graph.registry import (any_dynamic, broadcast_shape, register, register_composite,
+                                    same_as_input)
+from onnxjob.graph.primitives.shape_ops import zeros_of
 from onnxjob.graph.tracer import as_blob, op
 
 # float16 as OneFlow takes it for its math ops: onnxruntime's CPU provider runs the
@@ -39,24 +41,46 @@ def _binary_infer(out_dtype=None):
         a, b = inputs
         if a.np_dtype != b.np_dtype:
             raise ValueError(f"dtypes differ: {a.np_dtype} and {b.np_dtype}")
-        return [(broadcast_shape(a.shape, b.shape), out_dtype or a.np_dtype)]
+        return [(broadcast_shape(a.shape, b.shape, bound=any_dynamic(inputs)),
+                 out_dtype or a.np_dtype)]
     return infer
 
 
 def _bool_infer(inputs, attrs, num_outputs):
-    return [(broadcast_shape(*(x.shape for x in inputs)), np.dtype(bool))]
+    return [(broadcast_shape(*(x.shape for x in inputs), bound=any_dynamic(inputs)),
+             np.dtype(bool))]
+
+
+def _half_lower(op_type):
+    """float16 arithmetic as float32 between explicit Casts, rounded to float16 after
+    each op, as OneFlow's half kernels round. NOTE: onnxruntime's CPU provider has no
+    float16 Add/Sub/Mul/Div; the float32 Casts it inserts around such a node are merged
+    with the user's Cast(float32 -> float16) before it, so the input was never rounded
+    (cast(x, half) + cast(y, half) came out in float32 precision). Casts in the graph
+    itself are kept. Gradient rules are left as they are: OneFlow's half backward
+    kernels compute in float32 and round once, as onnxruntime's inserted Casts do."""
+    def lower(inputs, attrs, num_outputs):
+        if any(x.np_dtype != _F16 for x in inputs):
+            return None     # (mixed dtypes: the shape rule refuses them)
+        if (inputs[0].builder.location_override or "").endswith("(backward)"):
+            return None     # emitted by autodiff (graph/autodiff.py marks its location)
+        wide = op(op_type, *(cast(x, np.float32) for x in inputs), **attrs)
+        return [cast(wide, np.float16)]
+    return lower
 
 
 # -- binary -------------------------------------------------------------------------------
 # Each rule returns gradients of the broadcast shape; the engine reduces them.
-register("Add", _binary_infer(), lambda n, g, need: [g[0], g[0]])
-register("Sub", _binary_infer(), lambda n, g, need: [g[0], op("Neg", g[0]) if need[1] else None])
+register("Add", _binary_infer(), lambda n, g, need: [g[0], g[0]], lower=_half_lower("Add"))
+register("Sub", _binary_infer(), lambda n, g, need: [g[0], op("Neg", g[0]) if need[1] else None],
+         lower=_half_lower("Sub"))
 register("Mul", _binary_infer(), lambda n, g, need: [
     op("Mul", g[0], n.inputs[1]) if need[0] else None,
-    op("Mul", g[0], n.inputs[0]) if need[1] else None])
+    op("Mul", g[0], n.inputs[0]) if need[1] else None], lower=_half_lower("Mul"))
 register("Div", _binary_infer(), lambda n, g, need: [
     op("Div", g[0], n.inputs[1]) if need[0] else None,
-    op("Neg", op("Div", op("Mul", g[0], n.outputs[0]), n.inputs[1])) if need[1] else None])
+    op("Neg", op("Div", op("Mul", g[0], n.outputs[0]), n.inputs[1])) if need[1] else None],
+    lower=_half_lower("Div"))
 
 
 def _minmax_grad(n, g, need):
@@ -97,11 +121,17 @@ register("Pow", _binary_infer(), _pow_grad, lower=_pow_lower)
 
 def _mod_lower(inputs, attrs, num_outputs):
     """Floor modulo of floats (fmod=0): onnxruntime runs Mod on floats only as C fmod, so
-    it is emitted as x - floor(x / y) * y, which also gives its gradient."""
+    it is emitted as NumPy computes it: r = fmod(x, y), then r + y where r is nonzero and
+    its sign differs from y's. (x - floor(x / y) * y would round: its error is relative
+    to x, not to the small remainder.)"""
     x, y = inputs
     if attrs.get("fmod", 0) or not np.issubdtype(x.np_dtype, np.floating):
         return None
-    return [op("Sub", x, op("Mul", op("Floor", op("Div", x, y)), y))]
+    r = op("Mod", x, y, fmod=1)
+    zero = _c(0, r)
+    wrong_sign = op("And", op("Not", op("Equal", r, zero)),
+                    op("Not", op("Equal", op("Less", r, zero), op("Less", y, zero))))
+    return [op("Where", wrong_sign, op("Add", r, y), r)]
 
 
 register("Mod", _binary_infer(), None, differentiable=False, lower=_mod_lower)
@@ -116,7 +146,8 @@ def _where_infer(inputs, attrs, num_outputs):
     c, a, b = inputs
     if a.np_dtype != b.np_dtype:
         raise ValueError(f"dtypes differ: {a.np_dtype} and {b.np_dtype}")
-    return [(broadcast_shape(c.shape, a.shape, b.shape), a.np_dtype)]
+    return [(broadcast_shape(c.shape, a.shape, b.shape, bound=any_dynamic(inputs)),
+             a.np_dtype)]
 
 
 def _where_grad(n, g, need):
@@ -237,8 +268,14 @@ unary_math("Reciprocal", lambda n, g, need: [
     op("Neg", op("Mul", g[0], op("Mul", _y(n), _y(n))))])
 unary_math("Cos", lambda n, g, need: [op("Neg", op("Mul", g[0], op("Sin", _x(n))))])
 unary_math("Sin", lambda n, g, need: [op("Mul", g[0], op("Cos", _x(n)))])
+def _flat_grad(n, g, need):
+    """Zero: the functions are piecewise constant (OneFlow's floor, ceil and rint
+    gradients are zero too)."""
+    return [zeros_of(g[0], g[0].shape, g[0].np_dtype)]
+
+
 for _flat in ("Floor", "Ceil", "Round"):
-    register(_flat, _float_infer(_flat), None, differentiable=False)
+    register(_flat, _float_infer(_flat), _flat_grad, differentiable=False)
 register("Sign", same_as_input(), None, differentiable=False)
 register("IsNaN", lambda i, a, k: [(i[0].shape, np.dtype(bool))], None, differentiable=False)
 
@@ -609,8 +646,10 @@ def _cast_infer(inputs, attrs, num_outputs):
 
 
 def _cast_grad(n, g, need):
+    """The diff cast back to the input's dtype, integers included (as OneFlow's cast);
+    none for a boolean input."""
     x = _x(n)
-    if not dtypes.is_floating(x.np_dtype):
+    if x.np_dtype == np.bool_:
         return [None]
     return [cast(g[0], x.np_dtype)]
 

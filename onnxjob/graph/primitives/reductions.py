@@ -6,8 +6,9 @@ import numpy as np
 
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.elementwise import FLOATS, cast
-from onnxjob.graph.primitives.shape_ops import reshape_to
-from onnxjob.graph.registry import const_value, normalize_axis, register, register_composite
+from onnxjob.graph.primitives.shape_ops import reshape_to, zeros_of
+from onnxjob.graph.registry import (const_value, normalize_axis, register, register_composite,
+                                    static_value)
 from onnxjob.graph.tracer import as_blob, int64_constant, op
 
 
@@ -190,7 +191,7 @@ def _top_k_infer(inputs, attrs, num_outputs):
         raise TraceError(f"TopK takes float32, float64, int8, int32 or int64 values, "
                          f"got {x.np_dtype}")
     axis = normalize_axis(attrs.get("axis", -1), len(x.shape))
-    k = int(const_value(k).reshape(-1)[0])
+    k = int(static_value(k).reshape(-1)[0])
     if not 1 <= k <= x.shape[axis]:
         raise ValueError(f"k={k} must be in [1, {x.shape[axis]}]")
     shape = tuple(k if i == axis else d for i, d in enumerate(x.shape))
@@ -200,7 +201,7 @@ def _top_k_infer(inputs, attrs, num_outputs):
 def _top_k_grad(n, g, need):
     """The values' cotangent goes back to the positions they were taken from."""
     x = n.inputs[0]
-    zeros = op("ConstantOfShape", int64_constant(g[0], x.shape), value=np.zeros(1, x.np_dtype))
+    zeros = zeros_of(x, x.shape, g[0].np_dtype)
     return [op("ScatterElements", zeros, n.outputs[1], g[0], axis=n.attrs.get("axis", -1),
                reduction="add"), None]
 

@@ -6,8 +6,9 @@ shape is known while tracing.
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.graph.tracer import int64_constant, op
-from onnxjob.graph.registry import broadcast_shape, const_value, normalize_axis, register
+from onnxjob.graph.tracer import Blob, int64_constant, op
+from onnxjob.graph.registry import (broadcast_shape, const_value, normalize_axis, register,
+                                    register_composite, static_value)
 
 _INT64_MIN = np.iinfo(np.int64).min
 
@@ -107,9 +108,12 @@ def _concat_infer(inputs, attrs, num_outputs):
 
 def _concat_grad(n, g, need):
     axis = n.attrs["axis"]
-    sizes = [x.shape[axis] for x in n.inputs]
-    parts = op("Split", g[0], int64_constant(g[0], sizes), axis=axis, num_outputs=len(sizes))
-    return parts if len(sizes) > 1 else [parts]
+    if any(x.is_dynamic for x in n.inputs):
+        sizes = op("Concat", *(dim_of(x, axis) for x in n.inputs), axis=0)
+    else:
+        sizes = int64_constant(g[0], [x.shape[axis] for x in n.inputs])
+    parts = op("Split", g[0], sizes, axis=axis, num_outputs=len(n.inputs))
+    return parts if len(n.inputs) > 1 else [parts]
 
 
 register("Concat", _concat_infer, _concat_grad)
@@ -119,12 +123,14 @@ def _split_infer(inputs, attrs, num_outputs):
     x = inputs[0]
     axis = normalize_axis(attrs.get("axis", 0), len(x.shape))
     if len(inputs) > 1 and inputs[1] is not None:
-        sizes = [int(s) for s in const_value(inputs[1])]
+        sizes = [int(s) for s in static_value(inputs[1])]
     else:
         if x.shape[axis] % num_outputs:
             raise ValueError(f"axis {axis} of size {x.shape[axis]} does not split in {num_outputs}")
         sizes = [x.shape[axis] // num_outputs] * num_outputs
-    if sum(sizes) != x.shape[axis] or len(sizes) != num_outputs:
+    exact = len(inputs) < 2 or inputs[1] is None or inputs[1].value.const_value is not None
+    # (sizes read from a dynamic Blob's shape are largest sizes: only their count is known)
+    if len(sizes) != num_outputs or (exact and sum(sizes) != x.shape[axis]):
         raise ValueError(f"split sizes {sizes} do not cover axis {axis} of size {x.shape[axis]}")
     outs = []
     for s in sizes:
@@ -162,14 +168,45 @@ def _slice_args(n_inputs):
     return slice_bounds(x.shape, const_value(starts), const_value(ends), axes, steps)
 
 
+def _computed_ends(inputs):
+    """Whether a Slice ends at run-time values: constant starts (and axes, steps), ends
+    computed in the graph (a Slice that keeps the first `size` rows)."""
+    return len(inputs) > 2 and inputs[2].value.const_value is None
+
+
 def _slice_infer(inputs, attrs, num_outputs):
-    bounds = _slice_args(inputs)
+    if _computed_ends(inputs):   # at most up to the end of each sliced axis
+        x, starts = inputs[0], const_value(inputs[1])
+        axes = const_value(inputs[3]) if len(inputs) > 3 else range(len(starts))
+        if len(inputs) > 4 and any(int(s) != 1 for s in const_value(inputs[4])):
+            raise ValueError("a Slice with computed ends takes steps of 1")
+        ends = [np.iinfo(np.int64).max] * len(starts)
+        bounds = slice_bounds(x.shape, starts, ends, axes, [1] * len(starts))
+    else:
+        bounds = _slice_args(inputs)
     shape = tuple(len(range(*b)) for b in bounds)
     return [(shape, inputs[0].np_dtype)]
 
 
+def shape_of(x):
+    """The shape of `x` as an int64 Blob: a constant, or Shape(x) when x is dynamic."""
+    return op("Shape", x) if x.is_dynamic else int64_constant(x, x.shape)
+
+
+def dim_of(x, axis):
+    """x.shape[axis] as an int64 Blob of shape (1,) (computed at run time for a dynamic
+    x)."""
+    axis = normalize_axis(axis, len(x.shape))
+    if x.is_dynamic:
+        return op("Shape", x, start=axis, end=axis + 1)
+    return int64_constant(x, [x.shape[axis]])
+
+
 def zeros_of(like_blob, shape, np_dtype):
-    """A ConstantOfShape of zeros in the graph of `like_blob`."""
+    """A ConstantOfShape of zeros in the graph of `like_blob` (of like_blob's run-time
+    shape when it is dynamic and `shape` is its static one)."""
+    if like_blob.is_dynamic and tuple(shape) == like_blob.shape:
+        return op("ConstantOfShape", op("Shape", like_blob), value=np.zeros(1, np_dtype))
     return op("ConstantOfShape", int64_constant(like_blob, shape), value=np.zeros(1, np_dtype))
 
 
@@ -216,7 +253,16 @@ def _slice_grad(n, g, need):
     return [gy] + rest
 
 
-register("Slice", _slice_infer, _slice_grad)
+register("Slice", _slice_infer, _slice_grad, data_dependent=_computed_ends)
+
+
+def _non_zero_infer(inputs, attrs, num_outputs):
+    x = inputs[0]
+    return [((len(x.shape), int(np.prod(x.shape))), np.dtype(np.int64))]
+
+
+register("NonZero", _non_zero_infer, None, differentiable=False,
+         data_dependent=lambda inputs: True)
 
 
 def _pad_infer(inputs, attrs, num_outputs):
@@ -283,7 +329,11 @@ def scatter_add_axis(gy, idx, axis, size):
             range(axis + r_idx, len(gy.shape)))
         gy = op("Transpose", gy, perm=gperm)
     rest = gy.shape[r_idx:]
-    zeros = zeros_of(gy, (size,) + rest, gy.np_dtype)
+    if not isinstance(size, Blob):
+        zeros = zeros_of(gy, (size,) + rest, gy.np_dtype)
+    else:   # a run-time size (int64 (1,) Blob): the rows of a dynamic data axis
+        shape = op("Concat", size, op("Shape", gy, start=r_idx), axis=0)
+        zeros = op("ConstantOfShape", shape, value=np.zeros(1, gy.np_dtype))
     idx64 = idx if idx.np_dtype == np.int64 else op("Cast", idx, to=dtypes.int64.ir_dtype.value)
     idx64 = op("Unsqueeze", idx64, int64_constant(idx64, [-1]))
     scattered = op("ScatterND", zeros, idx64, gy, reduction="add")
@@ -296,7 +346,8 @@ def scatter_add_axis(gy, idx, axis, size):
 def _gather_grad(n, g, need):
     data, idx = n.inputs
     axis = normalize_axis(n.attrs.get("axis", 0), len(data.shape))
-    return [scatter_add_axis(g[0], idx, axis, data.shape[axis]), None]
+    size = dim_of(data, axis) if data.is_dynamic else data.shape[axis]
+    return [scatter_add_axis(g[0], idx, axis, size), None]
 
 
 register("Gather", _gather_infer, _gather_grad)
@@ -305,7 +356,7 @@ register("Gather", _gather_infer, _gather_grad)
 def _gather_elements_infer(inputs, attrs, num_outputs):
     data, idx = inputs
     axis = normalize_axis(attrs.get("axis", 0), len(data.shape))
-    if len(idx.shape) != len(data.shape) or any(
+    if len(idx.shape) != len(data.shape) or not (data.is_dynamic or idx.is_dynamic) and any(
             i != axis and k > d for i, (k, d) in enumerate(zip(idx.shape, data.shape))):
         raise ValueError(f"indices {idx.shape} must have the rank of data {data.shape} and "
                          f"no larger axes except axis {axis}")
@@ -314,7 +365,7 @@ def _gather_elements_infer(inputs, attrs, num_outputs):
 
 def _gather_elements_grad(n, g, need):
     data, idx = n.inputs
-    zeros = zeros_of(g[0], data.shape, g[0].np_dtype)
+    zeros = zeros_of(data, data.shape, g[0].np_dtype)
     return [op("ScatterElements", zeros, idx, g[0], axis=n.attrs.get("axis", 0),
                reduction="add"), None]
 
@@ -340,7 +391,7 @@ def _gather_nd_infer(inputs, attrs, num_outputs):
 
 def _gather_nd_grad(n, g, need):
     data, idx = n.inputs
-    zeros = zeros_of(g[0], data.shape, g[0].np_dtype)
+    zeros = zeros_of(data, data.shape, g[0].np_dtype)
     return [op("ScatterND", zeros, idx, g[0], reduction="add"), None]
 
 
@@ -370,24 +421,65 @@ def _scatter_nd_grad(n, g, need):
     return [g_data, None, g_updates]
 
 
-register("ScatterND", _scatter_nd_infer, _scatter_nd_grad)
+def _scatter_nd_add_expand(inputs, attrs, num_outputs):
+    """ScatterND(data, idx, updates, reduction="add") as a ScatterElements along the rows
+    of data viewed as (rows, slice size): onnxruntime's CPU ScatterND adds the slices on
+    several threads without ordering them, so repeated indices lose updates at random (a
+    segment sum of 6144 rows into 4 was off by up to 15 in 2 of 8 runs); its
+    ScatterElements adds them one after another."""
+    data, idx, updates = inputs
+    k = idx.shape[-1]
+    head, tail = data.shape[:k], data.shape[k:]
+    rows, size = int(np.prod(head)), int(np.prod(tail))
+    count = int(np.prod(idx.shape[:-1]))
+    idx = reshape_to(op("Cast", idx, to=dtypes.int64.ir_dtype.value), (count, k))
+    dims = int64_constant(idx, list(head))
+    idx = op("Where", op("Less", idx, int64_constant(idx, 0)), op("Add", idx, dims), idx)
+    strides = int64_constant(idx, [int(np.prod(head[j + 1:])) for j in range(k)])
+    row = op("ReduceSum", op("Mul", idx, strides), int64_constant(idx, [1]), keepdims=1)
+    positions = op("Expand", row, int64_constant(idx, [count, size]))
+    summed = op("ScatterElements", reshape_to(data, (rows, size)), positions,
+                reshape_to(updates, (count, size)), axis=0, reduction="add")
+    return [reshape_to(summed, data.shape)]
+
+
+register_composite("onnxjob.ScatterNDAdd", _scatter_nd_add_expand, _scatter_nd_grad)
+
+
+def _scatter_nd_lower(inputs, attrs, num_outputs):
+    """A scatter-add of static Blobs is onnxjob.ScatterNDAdd (see there)."""
+    if attr_text(attrs, "reduction", "none") != "add" or any(x.is_dynamic for x in inputs):
+        return None
+    try:
+        _scatter_nd_infer(inputs, attrs, num_outputs)
+    except ValueError:
+        return None     # the shape rule then raises, naming the user's line
+    return [op("onnxjob.ScatterNDAdd", *inputs, reduction="add")]
+
+
+register("ScatterND", _scatter_nd_infer, _scatter_nd_grad, lower=_scatter_nd_lower)
 
 
 def _expand_infer(inputs, attrs, num_outputs):
-    return [(broadcast_shape(inputs[0].shape, tuple(int(d) for d in const_value(inputs[1]))),
+    return [(broadcast_shape(inputs[0].shape, tuple(int(d) for d in static_value(inputs[1]))),
              inputs[0].np_dtype)]
 
 
+def _shape_infer(inputs, attrs, num_outputs):
+    rank = len(inputs[0].shape)
+    dims = range(rank)[attrs.get("start", 0):attrs.get("end", rank)]
+    return [((len(dims),), np.dtype(np.int64))]
+
+
 register("Expand", _expand_infer, lambda n, g, need: [g[0], None])  # engine reduces
-register("Shape", lambda i, a, k: [((len(i[0].shape),), np.dtype(np.int64))], None,
-         differentiable=False)
+register("Shape", _shape_infer, None, differentiable=False)
 register("Size", lambda i, a, k: [((), np.dtype(np.int64))], None, differentiable=False)
 
 
 def _const_of_shape_infer(inputs, attrs, num_outputs):
     value = attrs.get("value")
     dt = np.asarray(value).dtype if value is not None else np.dtype(np.float32)
-    return [(tuple(int(d) for d in const_value(inputs[0])), dt)]
+    return [(tuple(int(d) for d in static_value(inputs[0])), dt)]
 
 
 register("ConstantOfShape", _const_of_shape_infer, None, differentiable=False)

@@ -1,0 +1,157 @@
+"""Dynamic (mirrored) Blobs: a tp.ListNumpy placeholder takes arrays smaller than its
+shape, and the ops that read a Blob's size (sort's k, concat's gradient, zeros of a
+Blob's shape, broadcasting to another Blob) read the run-time size; argwhere and
+sync_dynamic_resize give dynamic Blobs, as in OneFlow."""
+import typing
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+
+
+def _mirrored():
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+    return config
+
+
+@pytest.mark.parametrize("direction", ["ASCENDING", "DESCENDING"])
+def test_sort_and_argsort_of_a_smaller_input(direction):
+    @flow.global_function(function_config=_mirrored())
+    def job(x: tp.ListNumpy.Placeholder((6, 20))) -> typing.Tuple[tp.ListNumpy, tp.ListNumpy]:
+        return flow.sort(x, direction=direction), flow.argsort(x, direction=direction)
+
+    x = np.random.default_rng(0).permutation(4 * 9).reshape(4, 9).astype(np.float32)
+    values, order = job([x])
+    expected = np.argsort(x, axis=-1, kind="stable")
+    if direction == "DESCENDING":
+        expected = expected[:, ::-1]
+    np.testing.assert_array_equal(order[0], expected)
+    np.testing.assert_array_equal(values[0], np.take_along_axis(x, expected, -1))
+
+
+def test_top_k_of_a_smaller_input_takes_at_most_the_axis():
+    @flow.global_function(function_config=_mirrored())
+    def job(x: tp.ListNumpy.Placeholder((10,))) -> tp.ListNumpy:
+        return flow.math.top_k(x, k=5)
+
+    np.testing.assert_array_equal(job([np.float32([3, 1, 2])])[0], [0, 2, 1])
+    np.testing.assert_array_equal(job([np.arange(8, dtype=np.float32)])[0], [7, 6, 5, 4, 3])
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_concat_of_dynamic_blobs_and_its_gradients(axis):
+    seen = {}
+
+    @flow.global_function(type="train", function_config=_mirrored())
+    def job(a: tp.ListNumpy.Placeholder((5, 6)), b: tp.ListNumpy.Placeholder((5, 6))
+            ) -> tp.ListNumpy:
+        v = flow.get_variable("v", (1,), initializer=flow.constant_initializer(2.0))
+        x = v * a
+        out = flow.concat([x, b + v], axis=axis, max_dim_size=12 if axis else 10)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]),
+                           momentum=0).minimize(out)
+        flow.watch_diff(x, lambda d: seen.setdefault("x", d.numpy(0)))
+        return out
+
+    a = np.random.default_rng(1).random((3, 2) if axis else (2, 4)).astype(np.float32)
+    b = np.ones((3, 5) if axis else (3, 4), np.float32)
+    out = job([a], [b])[0]
+    np.testing.assert_allclose(out, np.concatenate([2 * a, b + 2], axis=axis))
+    np.testing.assert_array_equal(seen["x"], np.ones_like(a))
+    # the loss's element count is the run-time one: d mean(out) / dv
+    grad = (a.sum() + b.size) / out.size
+    np.testing.assert_allclose(flow.get_all_variables()["v"].numpy(), [2.0 - grad], rtol=1e-6)
+
+
+def test_broadcast_to_compatible_with_reads_run_time_shapes():
+    @flow.global_function(function_config=_mirrored())
+    def job(x: tp.ListNumpy.Placeholder((1, 8)), a: tp.ListNumpy.Placeholder((8, 1))
+            ) -> tp.ListNumpy:
+        return flow.broadcast_to_compatible_with(x, [a])
+
+    x, a = np.arange(3, dtype=np.float32).reshape(1, 3), np.zeros((4, 1), np.float32)
+    np.testing.assert_array_equal(job([x], [a])[0], np.broadcast_to(x, (4, 3)))
+
+
+def test_gather_nd_gradient_has_the_run_time_shape_of_its_data():
+    seen = {}
+
+    @flow.global_function(type="train", function_config=_mirrored())
+    def job(x: tp.ListNumpy.Placeholder((8, 3)), i: tp.ListNumpy.Placeholder(
+            (4, 1), dtype=flow.int32)) -> tp.ListNumpy:
+        v = flow.get_variable("v", (1,), initializer=flow.zeros_initializer())
+        x = x + v
+        y = flow.gather_nd(x, i)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]),
+                           momentum=0).minimize(y)
+        flow.watch_diff(x, lambda d: seen.setdefault("dx", d.numpy(0)))
+        return y
+
+    x = np.arange(15, dtype=np.float32).reshape(5, 3)
+    idx = np.int32([[4], [1], [4]])
+    np.testing.assert_array_equal(job([x], [idx])[0], x[idx[:, 0]])
+    expected = np.zeros_like(x)
+    np.add.at(expected, idx[:, 0], 1.0)
+    np.testing.assert_array_equal(seen["dx"], expected)
+
+
+def test_tensor_scatter_nd_update_with_fewer_updates_than_the_placeholder():
+    @flow.global_function(function_config=_mirrored())
+    def job(p: tp.ListNumpy.Placeholder((6, 2)), i: tp.ListNumpy.Placeholder(
+            (4, 1), dtype=flow.int32), u: tp.ListNumpy.Placeholder((4, 2))) -> tp.ListNumpy:
+        return flow.tensor_scatter_nd_update(p, i, u)
+
+    p, i, u = np.zeros((6, 2), np.float32), np.int32([[5], [0]]), np.ones((2, 2), np.float32)
+    expected = p.copy()
+    expected[[5, 0]] = 1
+    np.testing.assert_array_equal(job([p], [i], [u])[0], expected)
+
+
+@pytest.mark.parametrize("dtype", [flow.int32, flow.int64])
+def test_argwhere_is_dynamic(dtype):
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((3, 4), dtype=flow.int8)
+            ) -> typing.Tuple[tp.ListNumpy, tp.ListNumpy]:
+        return flow.argwhere(x, dtype=dtype), flow.nonzero(x)
+
+    x = (np.arange(12).reshape(3, 4) % 5 == 0).astype(np.int8)
+    coords, rows = job(x)
+    np.testing.assert_array_equal(coords[0], np.argwhere(x))
+    assert coords[0].dtype == (np.int32 if dtype is flow.int32 else np.int64)
+    np.testing.assert_array_equal(rows[0], np.stack(np.nonzero(x)))
+
+
+def test_a_dynamic_result_cannot_be_returned_as_numpy():
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        return flow.argwhere(x)
+
+    with pytest.raises(AssertionError, match="ListNumpy"):
+        job(np.ones(3, np.float32))
+
+
+@pytest.mark.parametrize("size", [0, 1, 7])
+def test_sync_dynamic_resize_keeps_the_first_rows(size):
+    @flow.global_function(type="predict")
+    def job(x: tp.Numpy.Placeholder((7, 2)),
+            n: tp.Numpy.Placeholder((1,), dtype=flow.int32)) -> tp.ListNumpy:
+        return flow.sync_dynamic_resize(x, n)
+
+    x = np.arange(14, dtype=np.float32).reshape(7, 2)
+    np.testing.assert_array_equal(job(x, np.int32([size]))[0], x[:size])
+
+
+def test_in_top_k_of_dynamic_blobs_with_different_largest_shapes():
+    """The static shapes of two dynamic Blobs may differ where their run-time shapes
+    agree (OneFlow's own test: targets (N + 10,), predictions (N + 5, C + 5))."""
+    @flow.global_function(function_config=_mirrored())
+    def job(t: tp.ListNumpy.Placeholder((14,), dtype=flow.int32),
+            p: tp.ListNumpy.Placeholder((9, 8))) -> tp.ListNumpy:
+        return flow.math.in_top_k(t, p, 2)
+
+    p = np.float32([[0.1, 0.5, 0.2], [0.9, 0.3, 0.4], [0.2, 0.1, 0.7], [0.3, 0.2, 0.1]])
+    t = np.int32([1, 1, 1, 5])
+    np.testing.assert_array_equal(job([t], [p])[0], np.int8([1, 0, 0, 0]))
