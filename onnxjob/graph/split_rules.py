@@ -335,6 +335,14 @@ def reshaped_split(in_shape, kind, out_shape, batch):
     return None
 
 
+def _local_shape_input(rw, node, target):
+    """Input 1 of Reshape / Expand (the output's shape) as this rank's: the output's
+    traced shape with the split axis `target.axis` divided by W."""
+    local = list(rw.shapes[node.output[0]])
+    local[target.axis] //= rw.ranks
+    node.input[1] = rw.constant(np.array(local, np.int64), "shape")
+
+
 def reshape(rw, node):
     x = node.input[0]
     kind = rw.kinds[x]
@@ -346,9 +354,7 @@ def reshape(rw, node):
         rw.fail(f"it moves the batch of {rw.shapes[x]} (axis {kind.axis}) across the axes "
                 f"of {rw.shapes[out]}")
     if node.op_type == "Reshape":
-        local = list(rw.shapes[out])
-        local[target.axis] //= rw.ranks
-        node.input[1] = rw.constant(np.array(local, np.int64), "shape")
+        _local_shape_input(rw, node, target)
     rw.finish(node, [target])
 
 
@@ -489,9 +495,7 @@ def expand(rw, node):
     if not isinstance(kind, Split):
         return _same_kind(rw, node)
     target = Split(kind.axis + rw.rank_of(out) - rw.rank_of(x), kind.inner)
-    local = list(rw.shapes[out])
-    local[target.axis] //= rw.ranks
-    node.input[1] = rw.constant(np.array(local, np.int64), "shape")
+    _local_shape_input(rw, node, target)
     rw.finish(node, [target])
 
 
