@@ -109,7 +109,9 @@ class _Rewriter:
         self.nodes = []         # the rewritten node list
         self.new_initializers = []
         self.new_value_info = []
+        # conversions made once per value, whatever number of nodes read them:
         self._rows = {}         # (whole value, axis, inner) -> the rank's rows of it
+        self._converted = {}    # (partial value, "whole" | "sum") -> its collective / scaling
         self._count = 0
         self.node = None        # the node being rewritten (for errors and new names)
 
@@ -168,19 +170,24 @@ class _Rewriter:
         kind = self.kinds[name]
         if kind == WHOLE:
             return name
-        if kind == SUM:
-            return self.emit("AllReduceSum", [name], name, WHOLE, domain=DOMAIN)
-        if kind == MEAN:
-            return self.emit("AllReduceMean", [name], name, WHOLE, domain=DOMAIN)
-        self.fail(f"it needs the whole batch of {name!r} (split over the ranks along axis "
-                  f"{kind.axis}), which this rank does not have")
+        if isinstance(kind, Split):
+            self.fail(f"it needs the whole batch of {name!r} (split over the ranks along axis "
+                      f"{kind.axis}), which this rank does not have")
+        key = (name, "whole")
+        if key not in self._converted:
+            collective = "AllReduceSum" if kind == SUM else "AllReduceMean"
+            self._converted[key] = self.emit(collective, [name], name, WHOLE, domain=DOMAIN)
+        return self._converted[key]
 
     def partial_sum(self, name):
         """`name` as a partial sum: a whole value or a partial mean divided by W."""
-        kind = self.kinds[name]
-        if kind == SUM:
+        if self.kinds[name] == SUM:
             return name
-        return self.emit("Mul", [name, self.scalar(1.0 / self.ranks, name)], name, SUM)
+        key = (name, "sum")
+        if key not in self._converted:
+            self._converted[key] = self.emit(
+                "Mul", [name, self.scalar(1.0 / self.ranks, name)], name, SUM)
+        return self._converted[key]
 
     def rows(self, name, axis, inner):
         """This rank's share of the whole value `name` along `axis` (see Split)."""

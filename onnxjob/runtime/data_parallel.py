@@ -6,7 +6,6 @@ the ranks (runtime/distributed.py) in buckets started as soon as the stage that 
 has run, so that they travel while later stages compute (as DDP's buckets;
 function_config.all_reduce_group_min_mbyte sizes them, all_reduce_fp16 sends float32
 gradients as float16); part B, the optimizer's update, runs on the sums."""
-import numpy as np
 import onnx
 import onnx.utils
 
@@ -62,8 +61,10 @@ class DataParallelStep:
         rank, ranks = distributed.world()
         kinds = split_batch(part_a, compiled.placeholder_names, rank, ranks, job_name)
         self._kinds = [kinds[o] for o in self._user]
-        self._reduced_kinds = [kinds[o] for o in self._grads + [o for _, o in self._state_a]]
-        for name, kind in zip(self._grads + [o for _, o in self._state_a], self._reduced_kinds):
+        # the gradients, and the state the forward pass updates (batch norm's moving
+        # statistics), by kind: reduced so that every rank holds the same variables
+        self._reduced_kinds = {o: kinds[o] for o in self._grads + [o for _, o in self._state_a]}
+        for name, kind in self._reduced_kinds.items():
             if isinstance(kind, Split):     # (a variable has no batch axis)
                 raise RuntimeError(f"job {job_name!r}: {name!r} comes out split over the "
                                    "ranks' rows; a variable's update must not be")
@@ -92,11 +93,7 @@ class DataParallelStep:
 
     def run(self, feeds):
         n_user = len(self._user)
-        reduced_names = self._a.output_names[n_user:]
-        # the gradients, and the state the forward pass updates (batch norm's moving
-        # statistics), reduced by their kind: every rank then holds the same variables
-        reducer = _BucketedReducer(dict(zip(reduced_names, self._reduced_kinds)),
-                                   self._bucket_bytes, self._half)
+        reducer = _BucketedReducer(self._reduced_kinds, self._bucket_bytes, self._half)
         results_a = self._a.run(self._feeds(self._inputs_a, feeds), reducer.add)
         reduced = reducer.finish()
         grads = {name: reduced[name] for name in self._grads}
@@ -111,7 +108,9 @@ class DataParallelStep:
         """A step output as the whole batch's (as one process on the whole batch returns it)."""
         if isinstance(kind, Split):
             return distributed.gather_split(value, kind.axis, kind.inner, self._batch)
-        return _reduce([value], [kind])[0]
+        if kind in (SUM, MEAN):
+            return distributed.total([value], mean=kind == MEAN)[0]
+        return value
 
 
 class _BucketedReducer:
@@ -151,19 +150,6 @@ class _BucketedReducer:
         for names, wait in self._started:
             self._out.update(zip(names, wait()))
         return self._out
-
-
-def _reduce(values, kinds):
-    """Each value made whole by its kind: partial sums summed and partial means averaged
-    over the ranks (one collective per kind and dtype), whole values as they are."""
-    out = list(values)
-    for kind, mean in ((SUM, False), (MEAN, True)):
-        where = [i for i, k in enumerate(kinds) if k == kind]
-        if where:
-            for i, value in zip(where, distributed.total([values[i] for i in where], mean)):
-                out[i] = value
-    assert all(k in (SUM, MEAN, WHOLE) for k in kinds), kinds
-    return [np.asarray(v) for v in out]
 
 
 def _batch(model, placeholder_names, ranks):

@@ -21,11 +21,12 @@ _COLLECTIVES = {"AllGather": distributed.all_gather, "AllReduceMean": distribute
 
 
 class _Stage:
-    __slots__ = ("nodes", "collectives", "session", "inputs", "outputs")
+    __slots__ = ("nodes", "collectives", "session", "inputs", "outputs", "ready")
 
     def __init__(self):
         self.nodes, self.collectives = [], []
         self.session, self.inputs, self.outputs = None, [], []
+        self.ready = []     # the graph outputs known once this stage and its collectives ran
 
 
 def _collective_type(node, value_type):
@@ -78,6 +79,8 @@ class StagedSession:
                 [initializers[n] for n in sorted(read & initializers.keys())])
             stage.session = create_session(helper.make_model(
                 part, opset_imports=opsets, ir_version=model.ir_version).SerializeToString())
+        for name in self.output_names:     # (an output no node makes is a feed: stage 0)
+            stages[min(stage_of.get(name, 0), len(stages) - 1)].ready.append(name)
         self._stages = stages
 
     def run(self, feeds, on_outputs=None):
@@ -87,7 +90,7 @@ class StagedSession:
         # between stages values stay onnxruntime's (OrtValues): no copy of the activations
         # the backward stages read; only the collectives' small inputs become arrays
         values = {name: _ort_value(array) for name, array in feeds.items()}
-        done = set(values)
+        outputs = {}
         for stage in self._stages:
             if stage.session is not None:
                 results = stage.session.run_with_ort_values(
@@ -98,12 +101,11 @@ class StagedSession:
                 if nodes:
                     results = perform([values[n.input[0]].numpy() for n in nodes])
                     values.update((n.output[0], _ort_value(r)) for n, r in zip(nodes, results))
-            if on_outputs is not None:
-                made = [n for n in self.output_names if n in values and n not in done]
-                done.update(made)
-                if made:
-                    on_outputs({n: values[n].numpy() for n in made})
-        return [values[name].numpy() for name in self.output_names]
+            made = {n: values[n].numpy() for n in stage.ready}
+            outputs.update(made)
+            if made and on_outputs is not None:
+                on_outputs(made)
+        return [outputs[name] for name in self.output_names]
 
 
 def _ort_value(array):
