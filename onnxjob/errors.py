@@ -37,19 +37,19 @@ class UnsupportedAPIError(OnnxJobError, AttributeError):
     `getattr(obj, name, default)` keep working)."""
 
 
-def missing_api(namespace, reasons=None):
+def missing_api(namespace, reasons=None, default=None):
     """A module-level `__getattr__` for the `flow.*` namespace `namespace` (PEP 562): an
     unknown name raises UnsupportedAPIError naming it and the user's file:line. `reasons`
     maps names that onnxjob leaves out on purpose to why (with those of
-    frontend/refusals.py for `namespace`)."""
+    frontend/refusals.py for `namespace`); `default` is the reason for any other name."""
     from onnxjob.frontend.refusals import reasons as refused
     reasons = {**refused(namespace), **(reasons or {})}
 
     def __getattr__(name):
         if name.startswith("__"):
             raise AttributeError(name)
-        why = reasons.get(name, "onnxjob implements OneFlow's single-device legacy "
-                                "job-function API")
+        why = reasons.get(name, default or "onnxjob implements OneFlow's single-device "
+                                           "legacy job-function API")
         raise UnsupportedAPIError(
             f"{user_location()}: {namespace}.{name} is not provided by onnxjob: {why} "
             "(docs/oneflow-scripts.md in onnxjob's repository says what is supported)")

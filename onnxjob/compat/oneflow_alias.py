@@ -14,6 +14,9 @@ What resolves:
     oneflow.core.common.data_type_pb2
     oneflow.core.record.record_pb2                 OFRecord messages (compat/protos.py)
     oneflow.core.job.initializer_conf_pb2          InitializerConf messages
+    oneflow._oneflow_internal                      importable (scripts import it at the top);
+                                                   its C++ bindings: `distribute` is onnxjob's,
+                                                   any other name raises naming it
 
 Any other `oneflow.*` module raises ModuleNotFoundError naming it and the importing line.
 """
@@ -27,6 +30,7 @@ import types
 import onnxjob
 from onnxjob import dtypes
 from onnxjob.compat import protos
+from onnxjob.errors import missing_api
 from onnxjob.source_info import user_location
 
 _SINGLE_CLIENT = "oneflow.compatible.single_client"
@@ -50,6 +54,19 @@ def _core_modules():
     return {op_conf.__name__: op_conf, data_type.__name__: data_type,
             "oneflow.core.record.record_pb2": protos.record_pb2,
             "oneflow.core.job.initializer_conf_pb2": protos.initializer_conf_pb2}
+
+
+def _internal_module():
+    """`oneflow._oneflow_internal`, OneFlow's pybind11 extension. Many scripts and tests
+    import it without using it; the one submodule job code reaches (`distribute`) is
+    onnxjob's, every other name raises UnsupportedAPIError naming it and the user's line."""
+    module = types.ModuleType("oneflow._oneflow_internal", _internal_module.__doc__)
+    module.distribute = onnxjob.distribute
+    module.__getattr__ = missing_api(
+        "oneflow._oneflow_internal",
+        reasons={}, default="it is OneFlow's C++ extension (sessions, kernels, eager "
+        "tensors), which onnxjob replaces with ONNX graphs run by onnxruntime")
+    return module
 
 
 class _RootAlias(types.ModuleType):
@@ -92,6 +109,8 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return package
         if fullname == _SINGLE_CLIENT:
             return onnxjob
+        if fullname == "oneflow._oneflow_internal":
+            return _internal_module()
         core = _core_modules()
         if fullname in core:
             module = core[fullname]
