@@ -42,8 +42,22 @@ from onnxjob.ops.legacy import (acc, categorical_ordinal_encode, combined_margin
                                 count_not_finite, distributed_partial_fc_sample,
                                 indexed_slices_reduce_sum, multi_count_not_finite, pack,
                                 repeat, unpack)
-from onnxjob.ops.array import *  # noqa: F401,F403
-from onnxjob.ops.array import unique_with_counts as _unique_with_counts
+from onnxjob.ops.casts import (amp_white_identity, cast,  # noqa: F401
+                               cast_to_current_logical_view, cast_to_static_shape, identity,
+                               identity_n, parallel_cast)
+from onnxjob.ops.creation import (constant, constant_like, constant_scalar, ones,  # noqa: F401
+                                  ones_like, range, zeros, zeros_like)
+from onnxjob.ops.indexing import (dim_gather, gather, gather_nd, one_hot, scatter_nd,  # noqa: F401
+                                  tensor_scatter_nd_add, tensor_scatter_nd_update)
+from onnxjob.ops.linalg import diag, matmul  # noqa: F401
+from onnxjob.ops.padding import (constant_pad2d, pad, pad_grad, reflection_pad2d,  # noqa: F401
+                                 replication_pad2d, same_padding, zero_pad2d)
+from onnxjob.ops.selection import argwhere, masked_fill, nonzero, where  # noqa: F401
+from onnxjob.ops.selection import unique_with_counts as _unique_with_counts
+from onnxjob.ops.shapes import (broadcast_like, dynamic_reshape, elem_cnt, expand,  # noqa: F401
+                                expand_dims, flatten, reshape, reshape_like, squeeze, transpose)
+from onnxjob.ops.slicing import (concat, reverse, slice, slice_update, slice_v2,  # noqa: F401
+                                 split, stack, sync_dynamic_resize)
 from onnxjob.ops.losses import ctc_loss, smooth_l1_loss  # noqa: F401
 from onnxjob.ops.math import (argsort, broadcast_to_compatible_with, clip_by_value,  # noqa: F401
                               in_top_k, sort, unsorted_batch_segment_sum, unsorted_segment_sum,
@@ -87,7 +101,7 @@ broadcast_mul = math.multiply
 train = _Namespace("flow.train", CheckPoint=checkpoint.CheckPoint,
                    SimpleCheckPointManager=_SimpleCheckPointManager)
 losses = _Namespace("flow.losses", add_loss=optimizer.add_loss)
-linalg = _Namespace("flow.linalg", matmul=matmul)  # noqa: F405  (from ops.array)
+linalg = _Namespace("flow.linalg", matmul=matmul)
 
 
 def _enable_typing_check(value=True):

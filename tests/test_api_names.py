@@ -168,6 +168,23 @@ def test_image_aliases_are_the_flow_image_ops():
         assert getattr(flow, f"image_{name}") is getattr(flow.image, name)
 
 
+def test_top_level_op_families_are_the_flow_names():
+    """Each op family's __all__ is what flow.<name> gives (onnxjob/__init__.py imports
+    them by name), and no name is in two families."""
+    import importlib
+    seen = {}
+    for family in ("casts", "creation", "indexing", "linalg", "padding", "selection",
+                   "shapes", "slicing"):
+        module = importlib.import_module(f"onnxjob.ops.{family}")
+        for name in module.__all__:
+            assert name not in seen, f"{name} is in {seen.get(name)} and {family}"
+            seen[name] = family
+            assert getattr(flow, name) is getattr(module, name), f"flow.{name}"
+    assert flow.linalg.matmul is flow.matmul
+    assert flow.experimental.unique_with_counts is importlib.import_module(
+        "onnxjob.ops.selection").unique_with_counts
+
+
 @pytest.mark.parametrize("dotted", sorted(f"{ns}.{name}" for ns, names in REASONS.items()
                                           for name in names))
 def test_refused_names_say_why(dotted):

@@ -12,7 +12,7 @@ import onnxjob.typing as tp
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import int64_constant, op
-from onnxjob.ops.array import argwhere_with_size, unique_with_counts
+from onnxjob.ops.selection import argwhere_with_size, unique_with_counts
 from gradcheck import gradient_tests, normal, sep
 
 torch = pytest.importorskip("torch", reason="PyTorch is the reference for gradients")

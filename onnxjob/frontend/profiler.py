@@ -9,7 +9,7 @@ import ctypes
 import threading
 
 from onnxjob.errors import missing_api
-from onnxjob.ops.array import identity
+from onnxjob.ops.casts import identity
 
 _state = threading.local()
 _nvtx = []   # [library or None], loaded on first use

@@ -17,7 +17,7 @@ import numpy as np
 from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import Blob, as_blob, current_builder, op
-from onnxjob.ops.array import reshape, transpose
+from onnxjob.ops.shapes import reshape, transpose
 
 # NOTE: `upsample` is not listed: OneFlow has no flow.nn.upsample, it is
 # flow.layers.upsample_2d, which ops/layers.py wires to it.

@@ -11,9 +11,12 @@ from onnxjob.errors import TraceError
 from onnxjob.frontend import initializers
 from onnxjob.frontend.variables import assign, get_variable
 from onnxjob.graph.tracer import current_builder
-from onnxjob.ops.array import (broadcast_like, cast, concat, expand_dims, identity, ones_like,
-                               reshape, slice_update, slice_v2, squeeze, where)
+from onnxjob.ops.casts import cast, identity
+from onnxjob.ops.creation import ones_like
 from onnxjob.ops.math import reduce_sum, square
+from onnxjob.ops.selection import where
+from onnxjob.ops.shapes import broadcast_like, expand_dims, reshape, squeeze
+from onnxjob.ops.slicing import concat, slice_update, slice_v2
 
 
 def square_sum(x, name=None):

@@ -4,8 +4,8 @@ by hand."""
 import math
 
 from onnxjob.errors import TraceError
-from onnxjob.ops.array import reshape
 from onnxjob.ops.math import reduce_mean, reduce_sum
+from onnxjob.ops.shapes import reshape
 
 
 def _axis(axis, rank, api):

@@ -11,10 +11,10 @@ from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.ops import math
-from onnxjob.ops.array import reshape
 from onnxjob.ops.conv import bias_add, convolution, is_channels_last, spatial_tuple
 from onnxjob.ops.conv import upsample as upsample_2d  # noqa: F401  (OneFlow's name)
 from onnxjob.ops.normalization import layer_norm as functional_layer_norm
+from onnxjob.ops.shapes import reshape
 
 
 def _variable(name, shape, dtype, initializer, regularizer=None, trainable=True, reuse=False):

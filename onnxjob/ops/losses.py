@@ -7,7 +7,8 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import as_blob, current_builder, int64_constant, op
 from onnxjob.ops import math
-from onnxjob.ops.array import cast, reshape
+from onnxjob.ops.casts import cast
+from onnxjob.ops.shapes import reshape
 
 __all__ = ["BCELoss", "BCEWithLogitsLoss", "KLDivLoss", "L1Loss", "MSELoss",
            "MarginRankingLoss", "TripletMarginLoss", "ctc_greedy_decoder",

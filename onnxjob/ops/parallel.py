@@ -11,8 +11,9 @@ import re
 
 from onnxjob.errors import TraceError
 from onnxjob.frontend import distribute, scope
-from onnxjob.ops.array import concat, identity, split
+from onnxjob.ops.casts import identity
 from onnxjob.ops.math import add_n
+from onnxjob.ops.slicing import concat, split
 
 
 class SbpParallel:

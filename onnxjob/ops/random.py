@@ -14,8 +14,8 @@ import numpy as np
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.graph.tracer import as_blob, current_builder, in_job, int64_constant, op
-from onnxjob.ops.array import gather
 from onnxjob.ops.host import to_blob
+from onnxjob.ops.indexing import gather
 
 __all__ = ["CoinFlip", "bernoulli", "coin_flip", "gen_seed",
            "generate_random_batch_permutation_indices", "random_mask_like", "shuffle"]

@@ -15,8 +15,9 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import Blob, current_builder
 from onnxjob.io.ofrecord import RecordError
-from onnxjob.ops.array import reshape, split, squeeze
 from onnxjob.ops.host import TENSOR_BUFFER, HostValue, to_blob
+from onnxjob.ops.shapes import reshape, squeeze
+from onnxjob.ops.slicing import split
 from onnxjob.runtime.pipeline import HostNode
 
 

@@ -1,0 +1,123 @@
+"""Shape ops: flow.reshape, dynamic_reshape, reshape_like, flatten, squeeze, expand_dims,
+transpose, expand, broadcast_like, and elem_cnt (a Blob's number of entries).
+
+Every shape is known while tracing. Shape and gradient rules:
+onnxjob/graph/primitives/shape_ops.py.
+"""
+import numpy as np
+
+from onnxjob.compat.generations import positional_is, two_generations
+from onnxjob import dtypes
+from onnxjob.errors import TraceError
+from onnxjob.graph.primitives.shape_ops import resolve_reshape
+from onnxjob.graph.tracer import int64_constant, op
+from onnxjob.ops._array_common import check_axis, to_flow_dtype
+
+__all__ = ["broadcast_like", "dynamic_reshape", "elem_cnt", "expand", "expand_dims", "flatten",
+           "reshape", "reshape_like", "squeeze", "transpose"]
+
+
+def reshape(x, shape, name=None):
+    """Reshape with at most one -1 (OneFlow semantics: 0 is a real zero)."""
+    try:
+        shape = resolve_reshape(x.shape, list(shape))
+    except ValueError as e:
+        raise TraceError(f"reshape: {e}") from None
+    if tuple(shape) == x.shape:
+        return op("Identity", x, name=name)
+    return op("Reshape", x, int64_constant(x, shape), name=name)
+
+
+def dynamic_reshape(x, shape, name=None):
+    """OneFlow's reshape of a dynamic blob; shapes are static here, so a reshape."""
+    return reshape(x, shape, name=name)
+
+
+def reshape_like(x, like, name=None):
+    """`x` reshaped to the shape of `like`."""
+    return reshape(x, like.shape, name=name)
+
+
+def flatten(input, start_dim=0, end_dim=-1, name=None):
+    """Merge the axes start_dim..end_dim (inclusive, negatives count from the end)."""
+    rank = len(input.shape)
+    start, end = (check_axis(d, max(rank, 1), "flatten") for d in (start_dim, end_dim))
+    if start > end:
+        raise TraceError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    shape = input.shape[:start] + (int(np.prod(input.shape[start:end + 1])),) + \
+        input.shape[end + 1:]
+    return reshape(input, shape, name=name)
+
+
+def squeeze(input, axis=None, name=None):
+    """Remove the given axes of size 1 (all of them when `axis` is None)."""
+    rank = len(input.shape)
+    if axis is None:
+        axes = [i for i, d in enumerate(input.shape) if d == 1]
+    else:
+        axes = [check_axis(a, rank, "squeeze") for a in np.atleast_1d(axis)]
+    if not axes:   # ONNX Squeeze with no axes would remove every axis of size 1
+        return op("Identity", input, name=name)
+    return op("Squeeze", input, int64_constant(input, axes), name=name)
+
+
+def expand_dims(input, axis, name=None):
+    """Insert an axis of size 1 at `axis` (in [-rank-1, rank])."""
+    axis = check_axis(axis, len(input.shape) + 1, "expand_dims")
+    return op("Unsqueeze", input, int64_constant(input, [axis]), name=name)
+
+
+@two_generations(("a", "perm", "conjugate", "name"), positional_is(3, str))
+def transpose(a, perm=None, conjugate=False, batch_axis_non_change=False, name=None):
+    """Permute the axes by `perm` (None: reverse them); OneFlow <= 0.4's order (a string
+    fourth argument is the name) is accepted too."""
+    if conjugate:
+        raise TraceError("transpose: conjugate=True is not supported (as in OneFlow)")
+    rank = len(a.shape)
+    perm = list(range(rank))[::-1] if perm is None else [
+        check_axis(p, rank, "transpose") for p in perm]
+    return op("Transpose", a, perm=perm, name=name)
+
+
+def expand(x, expand_size, name=None):
+    """Broadcast `x` to `expand_size`; -1 keeps an axis, new axes are added in front."""
+    size = [int(d) for d in expand_size]
+    lead = len(size) - len(x.shape)
+    if lead < 0:
+        raise TraceError(f"expand: expand_size {size} has fewer axes than x {x.shape}")
+    shape = []
+    for i, d in enumerate(size):
+        old = x.shape[i - lead] if i >= lead else None
+        if d == -1 and old is not None:
+            d = old
+        if d < 1 or (old is not None and old not in (1, d)):
+            raise TraceError(f"expand: cannot expand {x.shape} to {size}")
+        shape.append(d)
+    return op("Expand", x, int64_constant(x, shape), name=name)
+
+
+def broadcast_like(x, like, broadcast_axes=None, name=None):
+    """Broadcast `x` to the shape of `like` along `broadcast_axes` (default: all axes).
+
+    `x` has like's shape with those axes of size 1, or with them removed.
+    """
+    rank = len(like.shape)
+    axes = list(range(rank)) if broadcast_axes is None else list(broadcast_axes)
+    if not 0 < len(axes) <= rank:
+        raise TraceError("broadcast_like: broadcast_axes must name 1 to rank(like) axes")
+    axes = sorted(check_axis(a, rank, "broadcast_like") for a in axes)
+    kept = tuple(1 if i in axes else d for i, d in enumerate(like.shape))
+    removed = tuple(d for i, d in enumerate(like.shape) if i not in axes)
+    if x.shape not in (kept, removed) and not (x.shape == (1,) and not removed):
+        raise TraceError(f"broadcast_like: x {x.shape} does not fit like {like.shape} with "
+                         f"broadcast_axes {axes} (expected {kept} or {removed})")
+    if x.np_dtype != like.np_dtype:
+        raise TraceError(f"broadcast_like: x is {x.np_dtype}, like is {like.np_dtype}; "
+                         "they must share a dtype")
+    return op("Expand", reshape(x, kept), int64_constant(x, like.shape), name=name)
+
+
+def elem_cnt(inputs, dtype=None, name=None):
+    """The number of elements of `inputs`, a scalar of `dtype` (default int32)."""
+    flow_dtype = dtypes.int32 if dtype is None else to_flow_dtype(dtype)
+    return op("Cast", op("Size", inputs), to=flow_dtype.ir_dtype.value, name=name)
