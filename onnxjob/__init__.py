@@ -117,7 +117,7 @@ experimental = _Namespace(
     ssp_variable_proxy=_experimental.ssp_variable_proxy,
     get_interface_blob_value=_experimental.get_interface_blob_value,
     set_interface_blob_value=_experimental.set_interface_blob_value,
-    scope=_Namespace("flow.experimental.scope", config=scope.config),
+    scope=_Namespace("flow.experimental.scope", config=scope.config), unittest=unittest,
     optim=_Namespace("flow.experimental.optim",
                      lr_scheduler=_Namespace("flow.experimental.optim.lr_scheduler")))
 advanced = _Namespace("flow.advanced", distribute_add=_parallel.distribute_add,

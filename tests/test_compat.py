@@ -131,3 +131,33 @@ def test_helpers_model_code_calls_around_ops():
     job(x)
     assert seen["device_tag"] in ("cpu", "gpu")
     np.testing.assert_array_equal(flow.get_all_variables()["counter"].numpy(), 2 * x)
+
+
+def test_oneflow_internal_imports_and_refuses_its_names_by_line(tmp_path):
+    script = write(tmp_path / "script.py", """
+        import oneflow._oneflow_internal
+        import oneflow.compatible.single_client as flow
+        assert oneflow._oneflow_internal.distribute is flow.distribute
+        oneflow._oneflow_internal.GetCurrentMachineId()
+    """)
+    done = run_onnxjob("run", script, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "script.py:5" in done.stderr
+    assert "oneflow._oneflow_internal.GetCurrentMachineId is not provided" in done.stderr
+
+
+def test_transpose_util_and_experimental_unittest_resolve(tmp_path):
+    script = write(tmp_path / "script.py", """
+        from oneflow.compatible.single_client.ops import transpose_util as tu
+        from oneflow.compatible.single_client import experimental
+        import oneflow.compatible.single_client as flow
+        perm = tu.get_perm_when_transpose_axis_to_last_dim(4, 1)
+        assert perm == (0, 2, 3, 1), perm
+        assert tu.get_inversed_perm(perm) == (0, 3, 1, 2)
+        assert tu.get_perm_when_transpose_axis_to_last_dim(3, -1) == (0, 1, 2)
+        assert experimental.unittest is flow.unittest
+        print("ok")
+    """)
+    done = run_onnxjob("run", script, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "ok" in done.stdout

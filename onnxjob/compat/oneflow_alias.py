@@ -14,6 +14,7 @@ What resolves:
     oneflow.core.common.data_type_pb2
     oneflow.core.record.record_pb2                 OFRecord messages (compat/protos.py)
     oneflow.core.job.initializer_conf_pb2          InitializerConf messages
+    oneflow.[compatible.single_client.]ops.transpose_util   OneFlow's permutation helpers
     oneflow._oneflow_internal                      importable (scripts import it at the top);
                                                    its C++ bindings: `distribute` is onnxjob's,
                                                    any other name raises naming it
@@ -111,6 +112,13 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return onnxjob
         if fullname == "oneflow._oneflow_internal":
             return _internal_module()
+        if fullname in ("oneflow.ops", _SINGLE_CLIENT + ".ops"):
+            # OneFlow's package of op wrappers: only its helper module is importable
+            package = types.ModuleType(fullname)
+            package.__path__ = []
+            return package
+        if fullname in ("oneflow.ops.transpose_util", _SINGLE_CLIENT + ".ops.transpose_util"):
+            return importlib.import_module("onnxjob.compat.transpose_util")
         core = _core_modules()
         if fullname in core:
             module = core[fullname]
