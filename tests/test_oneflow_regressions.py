@@ -355,3 +355,25 @@ def test_fetched_blobs_of_unannotated_jobs_act_as_arrays():
     np.testing.assert_array_equal(doubled[1, :] * 0.5, [3, 4, 5])
     assert len(same) == 2 and float(doubled.mean()) == 5.0
     np.testing.assert_array_equal(doubled - same, same)
+
+
+# -- flow.nn.hardsigmoid's gradient at the ends in float16 (OneFlow's legacy op test) --------
+
+def test_hardsigmoid_gradient_is_zero_at_plus_and_minus_three_in_float16():
+    flow.clear_default_session()
+    x = np.array([[-3.0, -2.999, 0.0, 2.998, 3.0, 3.5]], np.float32)
+    grads = {}
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder(x.shape)) -> tp.Numpy:
+        v = flow.get_variable("v", shape=x.shape, initializer=flow.zeros_initializer())
+        xv = a + v
+        y = flow.cast(flow.nn.hardsigmoid(flow.cast(xv, flow.float16)), flow.float32)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.001]),
+                           momentum=0).minimize(y)
+        flow.watch_diff(xv, lambda g: grads.setdefault("x", g))
+        return y
+
+    job(x)
+    sixth = np.float32(np.float16(1 / 6))
+    np.testing.assert_allclose(grads["x"], [[0, sixth, sixth, sixth, 0, 0]], rtol=1e-3)

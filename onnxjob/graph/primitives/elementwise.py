@@ -462,9 +462,13 @@ def _elu_grad(n, g, need):
 def _hard_sigmoid_grad(n, g, need):
     """alpha where 0 < alpha x + beta < 1 (OneFlow: 1/6 on the open interval (-3, 3))."""
     x = _x(n)
-    alpha = n.attrs.get("alpha", 0.2)
-    linear = op("Add", op("Mul", x, _c(alpha, x)), _c(n.attrs.get("beta", 0.5), x))
-    inside = op("And", op("Greater", linear, _c(0, x)), op("Less", linear, _c(1, x)))
+    alpha, beta = n.attrs.get("alpha", 0.2), n.attrs.get("beta", 0.5)
+    # the interval's ends in x (-3 and 3 for OneFlow's 1/6, 1/2): alpha x + beta rounded
+    # to float16 reaches 1 only past x = 3
+    if alpha == 0:
+        return [op("Mul", g[0], _c(0, x))]
+    low, high = sorted((-beta / alpha, (1 - beta) / alpha))
+    inside = op("And", op("Greater", x, _c(low, x)), op("Less", x, _c(high, x)))
     return [op("Where", inside, op("Mul", g[0], _c(alpha, x)), _c(0, x))]
 
 
