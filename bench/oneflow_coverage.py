@@ -223,11 +223,20 @@ def count_tests(source):
     return n
 
 
-# pytest in a process where `import oneflow` is onnxjob (what `python -m onnxjob run` does)
-_LAUNCH = ("import sys, pytest\n"
+# pytest in a process where `import oneflow` is onnxjob (what `python -m onnxjob run` does).
+# Two allowances for test code written for OneFlow 0.5's environment, not for onnxjob:
+# Python 3.6-3.9's `collections.Sized`-style aliases (removed in 3.10) are restored, and
+# module-level tests that take OneFlow's `test_case` argument get a unittest.TestCase.
+_LAUNCH = ("import collections, collections.abc, sys, unittest, pytest\n"
+           "for _n in ('Sized', 'Iterable', 'Sequence', 'Mapping', 'Callable'):\n"
+           "    setattr(collections, _n, getattr(collections.abc, _n))\n"
+           "class _OneFlowTestCase:\n"
+           "    @pytest.fixture\n"
+           "    def test_case(self):\n"
+           "        return unittest.TestCase()\n"
            "from onnxjob.compat import install_oneflow_alias\n"
            "install_oneflow_alias()\n"
-           "sys.exit(pytest.main(sys.argv[1:]))\n")
+           "sys.exit(pytest.main(sys.argv[1:], plugins=[_OneFlowTestCase()]))\n")
 
 
 def run_file(workdir, filename, timeout):
@@ -271,8 +280,9 @@ def normalize(line):
 
 
 # Failures of the test code itself in today's environment, counted as not passing but
-# reported apart: NumPy 2 removed `np.reshape(newshape=)`, `np.float`, `np.product`;
-# Python 3.10 removed `collections.Sized`; some tests import modules not installed here.
+# reported apart: NumPy 2 removed `np.reshape(newshape=)`, `np.float`, `np.product` (run
+# with `--python` of a venv holding NumPy 1.x to avoid them); Python 3.10 removed
+# `collections.Sized`; some tests import modules not installed here.
 ENVIRONMENT = [
     ("test code incompatible with NumPy 2",
      re.compile(r"unexpected keyword argument 'newshape'|module 'numpy' has no attribute")),
@@ -357,6 +367,11 @@ def op_tests(single_client, jobs, timeout, only=None, list_all=False):
     ran = counts["passed"] + counts["failed"] + counts["error"] + counts["timeout"]
     by_rule = sum(n for files in excluded.values() for _, n in files)
     print(f"\n== OneFlow's legacy op tests ({ops_dir})")
+    versions = subprocess.run(
+        [PYTHON, "-c", "import sys, numpy; print(sys.version.split()[0], numpy.__version__)"],
+        capture_output=True, text=True).stdout.split()
+    print(f"interpreter {PYTHON}: Python {versions[0]}, NumPy {versions[1]}" if versions
+          else f"interpreter {PYTHON}")
     print(f"files run {len(selected)}; excluded by rule: " +
           ", ".join(f"{rule} {len(files)} files/{sum(n for _, n in files)} tests"
                     for rule, files in excluded.items()))
@@ -394,6 +409,10 @@ def main():
     parser.add_argument("--op-tests", action="store_true")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=120, help="seconds per test file")
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter for the op tests (e.g. a venv with NumPy 1.x, "
+                             "onnxjob's dependencies and tensorflow-cpu, as OneFlow 0.5's "
+                             "tests expect); onnxjob comes from this checkout")
     parser.add_argument("--only", default="", help="comma-separated test files (op tests)")
     parser.add_argument("--list", action="store_true",
                         help="name every test of each failure group, not three")
@@ -404,6 +423,8 @@ def main():
         check_names(args.oneflow)
     if args.op_tests:
         only = set(filter(None, args.only.split(",")))
+        global PYTHON
+        PYTHON = args.python
         op_tests(args.oneflow, args.jobs, args.timeout, only, args.list)
 
 

@@ -71,6 +71,11 @@ CASES = [
      lambda x: F.avg_pool2d(x, 5, 1), [normal((2, 3, 5, 5))], [1], False),
     ("avg_pool_padded", lambda x: flow.nn.avg_pool2d(x, 3, 1, [[0, 0], [0, 0], [1, 1], [1, 1]]),
      lambda x: F.avg_pool2d(x, 3, 1, padding=1, count_include_pad=False), [normal((1, 2, 5, 5))], [1], False),
+    ("cumsum_primitive", lambda a: op("CumSum", a, flow.constant(1, dtype=flow.int64, shape=())),
+     lambda a: torch.cumsum(a, 1), [normal((3, 5))], [1], True),
+    ("cumsum_primitive_reverse_exclusive",
+     lambda a: op("CumSum", a, flow.constant(0, dtype=flow.int64, shape=()), exclusive=1, reverse=1),
+     lambda a: torch.flip(torch.cumsum(torch.flip(a, [0]), 0), [0]) - a, [normal((4, 2))], [1], True),
     ("batch_norm_train", lambda x: flow.layers.batch_normalization(x, axis=1, name="bn"),
      lambda x: F.batch_norm(x, None, None, training=True, eps=0.001), [normal((4, 3, 2, 2))], [1], True),
 ]

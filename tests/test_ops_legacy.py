@@ -3,6 +3,7 @@ against NumPy / PyTorch, gradients by finite differences and against PyTorch, On
 own test expectations, and trace-time errors that name the user's line."""
 import os
 import warnings
+from typing import Tuple
 
 import numpy as np
 import onnx_ir as ir
@@ -11,6 +12,7 @@ import pytest
 from gradcheck import check_finite_differences, vjp
 
 import onnxjob as flow
+import onnxjob.typing as tp
 from onnxjob.errors import TraceError, UnsupportedAPIError
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
@@ -280,11 +282,73 @@ def test_time_shape_errors_name_the_line():
 
 # -- categorical_ordinal_encode, summary -----------------------------------------------------
 
-def test_categorical_ordinal_encode_is_refused_with_the_reason():
-    for fn in (lambda a: flow.categorical_ordinal_encode(a, a, a),
-               lambda a: flow.layers.categorical_ordinal_encoder(a, 16)):
-        with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}.*hash table"):
-            forward(fn, np.zeros((3, 3), np.int32))
+def _oneflow_cpu_ordinals(batches):
+    """OneFlow's CPU kernel's numbering: 0 -> 0, other values 1, 2, ... by first sight."""
+    table, out = {0: 0}, []
+    for batch in batches:
+        out.append(np.array([table.setdefault(v, len(table)) for v in batch.ravel()],
+                            batch.dtype).reshape(batch.shape))
+    return out
+
+
+def _encoder_job(shape, dtype, capacity):
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder(shape, dtype=dtype)) -> Tuple[tp.Numpy, tp.Numpy]:
+        y = flow.layers.categorical_ordinal_encoder(x, capacity=capacity)
+        z = flow.layers.categorical_ordinal_encoder(x, capacity=capacity, name="encode1")
+        return y, z
+    return job
+
+
+def test_categorical_ordinal_encode_numbers_values_as_onefows_cpu_kernel_across_runs():
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(-2**62, 2**62, 300)
+    tokens[:5] = 0
+    batches = [tokens[rng.integers(0, 300, (8, 25))] for _ in range(6)]
+    job = _encoder_job((8, 25), flow.int64, capacity=400)
+    for batch, expected in zip(batches, _oneflow_cpu_ordinals(batches)):
+        y, z = job(batch)
+        np.testing.assert_array_equal(y, expected)
+        np.testing.assert_array_equal(z, expected)   # each encoder has its own table
+
+
+def test_categorical_ordinal_encode_docstring_example_int32():
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3, 3), dtype=flow.int32)) -> tp.Numpy:
+        with flow.scope.namespace("categorical_ordinal_encode"):
+            table, size = (flow.get_variable(
+                name=n, shape=s, dtype=flow.int32, trainable=False,
+                initializer=flow.constant_initializer(0, dtype=flow.int32))
+                for n, s in (("Table", (16,)), ("Size", (1,))))
+            return flow.categorical_ordinal_encode(table=table, size=size, input_tensor=x)
+
+    x = np.array([[7, 0, 2], [1, 7, 2], [0, 1, 7]], np.int32)
+    np.testing.assert_array_equal(job(x), [[1, 0, 2], [3, 1, 2], [0, 3, 1]])
+    size = flow.get_all_variables()["categorical_ordinal_encode-Size"]
+    np.testing.assert_array_equal(size.numpy(), [3])
+
+
+def test_categorical_ordinal_encode_past_its_capacity_keeps_the_first_values():
+    job = _encoder_job((6,), flow.int32, capacity=4)
+    first, = _oneflow_cpu_ordinals([np.arange(1, 7, dtype=np.int32)])
+    y, _ = job(np.arange(1, 7, dtype=np.int32))
+    np.testing.assert_array_equal(y, first)          # 6 values numbered 1..6
+    y, _ = job(np.array([4, 3, 2, 1, 5, 6], np.int32))
+    np.testing.assert_array_equal(y[:4], [4, 3, 2, 1])   # remembered (capacity 4)
+    assert set(y[4:]) == {7, 8}                        # not remembered: numbered on
+
+
+def test_categorical_ordinal_encode_checks_its_arguments():
+    with pytest.raises(TraceError, match=f"{THIS_FILE}.*int32 or int64"):
+        forward(lambda a: flow.layers.categorical_ordinal_encoder(a, 16),
+                np.zeros((3,), np.float32))
+    with pytest.raises(TraceError, match="capacity must be a positive int"):
+        forward(lambda a: flow.layers.categorical_ordinal_encoder(a, 0),
+                np.zeros((3,), np.int32))
 
 
 def test_summary_is_accepted_with_one_warning(monkeypatch):

@@ -1,7 +1,7 @@
 """OneFlow 0.5's remaining single-client ops: count_not_finite, indexed_slices_reduce_sum,
 the fused attention helpers, the face-recognition ops (combined_margin_loss,
 distributed_partial_fc_sample), the time-shape ops (repeat / acc, unpack / pack) and the
-stateful categorical_ordinal_encode (refused).
+stateful categorical_ordinal_encode.
 
 Sources: python/oneflow/compatible/single_client/ops/{count_not_finite,
 combined_margin_loss, partial_fc_sample, domain_ops, math_ops,
@@ -333,18 +333,110 @@ def pack(input, pack_num, name=None):
 # -- categorical_ordinal_encode --------------------------------------------------------------
 
 def categorical_ordinal_encode(table, size, input_tensor, hash_precomputed=True, name=None):
-    """Refused: see the message."""
-    raise UnsupportedAPIError(
-        f"{user_location()}: flow.categorical_ordinal_encode is not provided by onnxjob. "
-        "OneFlow's kernel inserts each input value, one after another, into a linear-probing "
-        "hash table held in two int variables (table, size) that it updates in place while it "
-        "reads them; the result of every element depends on the inserts of all elements "
-        "before it. onnxjob's graphs write variables back only through optimizer updates, and "
-        "an element-by-element ONNX Loop over the table is not built. Encode categories "
-        "outside the job (e.g. with a Python dict) and feed the ids instead.")
+    """Each value of `input_tensor` as its ordinal: 0 stays 0, other values get 1, 2, 3, ...
+    in order of first appearance over all runs of the job, as OneFlow's CPU kernel numbers
+    them. `table` (shape (2 * capacity,)) and `size` (shape (1,), the largest id given) are
+    int variables of the input's dtype, initialised to 0, that remember the values seen;
+    the job updates them after each run (as flow.assign).
+
+    The table's layout differs from OneFlow's open-addressing hash table: onnxjob keeps
+    the known values in its first half and their ids in the second, and finds a batch's
+    values among them by one stable sort (TopK) of [0, known values, batch]. OneFlow's
+    kernel aborts once more than `capacity` distinct values arrive; onnxjob numbers them
+    on, but remembers only the first `capacity` (later ones get new ids in each run)."""
+    api = "flow.categorical_ordinal_encode"
+    if hash_precomputed is not True:
+        raise TraceError(f"{api}: only hash_precomputed=True is supported (as in OneFlow)")
+    x = _blob(input_tensor, api, "input_tensor", _INDEX)
+    for what, var in (("table", table), ("size", size)):
+        _blob(var, api, what, (x.np_dtype,))
+    if len(table.shape) != 1 or table.shape[0] < 2 or table.shape[0] % 2:
+        raise TraceError(f"{api}: table must be a 1-D variable of even length "
+                         f"(2 * capacity), got shape {table.shape}")
+    if tuple(size.shape) != (1,):
+        raise TraceError(f"{api}: size must be a variable of shape (1,), got {size.shape}")
+    from onnxjob.frontend.variables import assign
+    new_table, new_size, ids = _ordinal_encode(table, size, x)
+    assign(table, new_table)
+    assign(size, new_size)
+    return _named(reshape_to(ids, x.shape), name)
+
+
+def _ordinal_encode(table, size, x):
+    """(new table, new size, ids of x flattened), all in x's dtype; see
+    categorical_ordinal_encode. Every shape is static."""
+    i64 = dtypes.int64.ir_dtype.value
+    capacity, m = table.shape[0] // 2, int(np.prod(x.shape))
+    n = 1 + capacity + m
+
+    def const(values):
+        return int64_constant(x, values)
+
+    def part(blob, start, stop):
+        return op("Slice", blob, const([start]), const([stop]), const([0]))
+
+    def scatter(base, where, index, values):
+        """base with values[i] written at index[i] where `where` holds; the others go to
+        an extra last slot (dropped) so that no two kept writes share a slot."""
+        dump = base.shape[0]
+        grown = op("Concat", base, base.builder.constant(np.zeros(1, base.np_dtype)), axis=0)
+        target = op("Where", where, index, const([dump]))
+        return part(op("ScatterElements", grown, target, values, axis=0), 0, dump)
+
+    count = op("Cast", size, to=i64)
+    known_keys = op("Cast", part(table, 0, capacity), to=i64)
+    known_ids = op("Cast", part(table, capacity, 2 * capacity), to=i64)
+    # position 0 is the value 0 with id 0; unused table slots hold 0 and join its run
+    keys = op("Concat", const([0]), known_keys,
+              op("Cast", reshape_to(x, (m,)), to=i64), axis=0)
+    key_ids = op("Concat", const([0]), known_ids, axis=0)
+    # ONNX TopK is stable (equal values keep their order): each run of equal sorted keys
+    # starts at its first position in `keys`, a known one before any in the batch
+    sorted_keys, order = op("TopK", keys, const([n]), axis=0, largest=0, sorted=1,
+                            num_outputs=2)
+    starts = op("Concat", x.builder.constant(np.ones(1, bool)),
+                op("Not", op("Equal", part(sorted_keys, 1, n), part(sorted_keys, 0, n - 1))),
+                axis=0)
+    run = op("Sub", op("CumSum", op("Cast", starts, to=i64), const(0)), const([1]))
+    run_first = scatter(x.builder.constant(np.zeros(n, np.int64)),
+                        starts, run, order)
+    first = op("Gather", run_first, run, axis=0)   # per sorted entry: its run's first place
+    is_new = op("GreaterOrEqual", first, const([1 + capacity]))
+    # new values are numbered by the place of their first appearance in the batch
+    new_here = op("And", starts, is_new)
+    flags = scatter(x.builder.constant(np.zeros(n, np.int64)), new_here, order,
+                    op("Cast", new_here, to=i64))
+    rank = op("CumSum", flags, const(0))   # at a new value's first place: 1, 2, ...
+    old_id = op("Gather", key_ids, op("Min", first, const([capacity])), axis=0)
+    new_id = op("Add", count, op("Gather", rank, first, axis=0))
+    sorted_ids = op("Where", is_new, new_id, old_id)
+    place_ids = scatter(x.builder.constant(np.zeros(n, np.int64)),
+                        x.builder.constant(np.ones(n, bool)), order, sorted_ids)
+    dtype = dtypes.from_numpy(x.np_dtype).ir_dtype.value
+    ids = op("Cast", part(place_ids, 1 + capacity, n), to=dtype)
+    # the new values go to the table slots after the known ones, while there is room
+    slot = op("Add", count, op("Sub", rank, const([1])))
+    stored = op("And", op("Cast", flags, to=dtypes.bool_.ir_dtype.value),
+                op("Less", slot, const([capacity])))
+    table_keys = scatter(known_keys, stored, slot, keys)
+    table_ids = scatter(known_ids, stored, slot, op("Add", count, rank))
+    new_table = op("Cast", op("Concat", table_keys, table_ids, axis=0), to=dtype)
+    new_size = op("Cast", op("Add", count, part(rank, n - 1, n)), to=dtype)
+    return new_table, new_size, ids
 
 
 def categorical_ordinal_encoder(input_tensor, capacity, hash_precomputed=True,
                                 name="CategoricalOrdinalEncoder"):
-    """Refused, as categorical_ordinal_encode."""
-    categorical_ordinal_encode(None, None, input_tensor, hash_precomputed, name)
+    """categorical_ordinal_encode with its own table and size variables (non-trainable,
+    zero-initialised) under the namespace `name`, as OneFlow's layer."""
+    from onnxjob.frontend import initializers, scope, variables
+    _positive_int(capacity, "flow.layers.categorical_ordinal_encoder", "capacity")
+    x = _blob(input_tensor, "flow.layers.categorical_ordinal_encoder", "input_tensor", _INDEX)
+    dtype = dtypes.from_numpy(x.np_dtype)
+    with scope.namespace(name):
+        made = [variables.get_variable(
+            name=var, shape=shape, dtype=dtype, trainable=False, reuse=False,
+            initializer=initializers.constant_initializer(0, dtype=dtype))
+            for var, shape in (("Table", (capacity * 2,)), ("Size", (1,)))]
+        return categorical_ordinal_encode(made[0], made[1], x, hash_precomputed,
+                                          name="Encode")

@@ -209,6 +209,19 @@ def _top_k_grad(n, g, need):
 register("TopK", _top_k_infer, _top_k_grad)
 
 
+# -- running sums -------------------------------------------------------------------------
+
+def _cum_sum_grad(n, g, need):
+    """Each input entry reaches the outputs after it (before it when reverse=1): the
+    cotangent is the running sum of g the other way, with the same exclusive flag."""
+    attrs = {"exclusive": n.attrs.get("exclusive", 0),
+             "reverse": 1 - n.attrs.get("reverse", 0)}
+    return [op("CumSum", g[0], n.inputs[1], **attrs), None]
+
+
+register("CumSum", lambda i, a, k: [(i[0].shape, i[0].np_dtype)], _cum_sum_grad)
+
+
 # -- segment sums -------------------------------------------------------------------------
 
 def _segment_layout(data, ids, axis):
