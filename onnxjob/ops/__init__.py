@@ -7,6 +7,7 @@
     array.py         flow.<name>          (reshape, concat, gather, pad, ...; its __all__)
     random.py        flow.random
     data.py          flow.data
+    user_ops/        OneFlow's op types by registered name, for flow.user_op_builder
 
 How an op is added:
 1. The user function lives here, with OneFlow 0.5's name, signature, defaults and
