@@ -70,6 +70,10 @@ from onnxjob.frontend.extras import (INVALID_SPLIT_AXIS, current_global_function
                                      empty_initializer, inter_job_reuse_mem_strategy,
                                      system_assign as _system_assign, unique_str as _unique_str)
 from onnxjob.frontend.model import Model  # noqa: F401
+from onnxjob.frontend.user_op_builder import (consistent_user_op_builder,  # noqa: F401
+                                              consistent_user_op_module_builder,
+                                              find_or_create_module, user_op_builder,
+                                              user_op_module_builder)
 from onnxjob.ops import experimental as _experimental, quantization  # noqa: F401
 from onnxjob.ops import parallel as _parallel
 from onnxjob.ops.detection import (object_bbox_flip, object_bbox_scale,  # noqa: F401

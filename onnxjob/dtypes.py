@@ -2,6 +2,9 @@
 
 As in OneFlow the dtypes are classes, not instances: `flow.float is flow.float32`.
 """
+import sys
+import types
+
 import numpy as np
 import onnx_ir as ir
 
@@ -84,3 +87,20 @@ def to_numpy(flow_dtype):
 
 def is_floating(np_dtype):
     return np.issubdtype(np.dtype(np_dtype), np.floating)
+
+
+# OneFlow's flow.dtypes(): the list its framework/dtype.py keeps (flow.float and
+# flow.double appear under both of their names, as there)
+_ONEFLOW_DTYPES = (char, float, float32, double, float64, float16, int8, int32, int64, uint8,
+                   record, tensor_buffer, bfloat16)
+
+
+class _DTypesModule(types.ModuleType):
+    """This module, callable as OneFlow's `flow.dtypes()` (`flow.dtypes` is this module:
+    `from onnxjob import dtypes` is onnxjob's own import of it)."""
+
+    def __call__(self):
+        return list(_ONEFLOW_DTYPES)
+
+
+sys.modules[__name__].__class__ = _DTypesModule

@@ -1,14 +1,15 @@
 """OneFlow names that onnxjob refuses on purpose, by namespace, with the reason.
 
-Each is an eager-mode, custom-C++-op-builder, multi-node or compiler internal that a lazy
+Each is an eager-mode, custom-C++-op-library, multi-node or compiler internal that a lazy
 job on one device cannot use; looking one up raises UnsupportedAPIError with its reason
 (errors.missing_api). docs/oneflow-scripts.md lists them.
 """
 
 _EAGER = ("OneFlow's eager mode ({what}) does not run in onnxjob, which traces lazy job "
           "functions into ONNX graphs")
-_OP_BUILDER = ("it builds OneFlow's C++ ops by their registered type name ({what}); onnxjob "
-               "has no OneFlow kernels: write the computation with flow ops in the job")
+_CUSTOM_OP = ("it loads a custom C++ op library ({what}); onnxjob runs no OneFlow kernels: "
+              "write the computation with flow ops in the job (flow.user_op_builder builds "
+              "the op types of OneFlow's own library that onnxjob knows)")
 _MULTI_NODE = ("a multi-node / multi-device internal of OneFlow ({what}); onnxjob runs a job "
                "on one device per process (python -m onnxjob run --nproc N for data-parallel "
                "ranks)")
@@ -26,8 +27,8 @@ def _eager(what):
     return _EAGER.format(what=what)
 
 
-def _op_builder(what):
-    return _OP_BUILDER.format(what=what)
+def _custom_op(what):
+    return _CUSTOM_OP.format(what=what)
 
 
 def _multi_node(what):
@@ -47,13 +48,8 @@ REASONS = {
                             "or flow.config.seed"),
         "default_generator": _eager("the eager random generator; jobs use flow.manual_seed"),
         "InitEagerGlobalSession": _eager("the eager global session"),
-        "builtin_op": _op_builder("flow.builtin_op(op_type_name)"),
-        "user_op_builder": _op_builder("flow.user_op_builder(name).Op(type)..."),
-        "consistent_user_op_builder": _op_builder("flow.consistent_user_op_builder"),
-        "user_op_module_builder": _op_builder("flow.user_op_module_builder"),
-        "consistent_user_op_module_builder": _op_builder(
-            "flow.consistent_user_op_module_builder"),
-        "find_or_create_module": _op_builder("the cache of op-builder modules"),
+        "builtin_op": _eager("flow.builtin_op builds an op of OneFlow's eager functional "
+                             "API; a job builds ops by type name with flow.user_op_builder"),
         "eager_nccl_all_reduce": _multi_node("an eager NCCL all-reduce across devices"),
         "ConfigProto": _internal("the job set's ConfigProto message, built from flow.config "
                                  "/ flow.env"),
@@ -61,8 +57,8 @@ REASONS = {
                                     "flow.FunctionConfig"),
     },
     "flow.experimental": {
-        "custom_op_module": _op_builder("flow.experimental.custom_op_module compiles and loads "
-                                        "a C++ op library"),
+        "custom_op_module": _custom_op("flow.experimental.custom_op_module compiles and "
+                                       "loads one"),
         "eager_assign_121": _eager("eager one-to-one assignment between placements"),
         "get_job_set": _internal("the JobSet protobuf OneFlow compiles jobs into"),
     },

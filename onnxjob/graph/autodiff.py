@@ -78,6 +78,16 @@ def _seed(builder, loss, elem_cnt, loss_scale):
     return ones * _cast(reshape_to(loss_scale, ()), loss.np_dtype)
 
 
+def _seed_scale(loss, elem_cnt, loss_scale):
+    """onnxjob's seed over OneFlow's: 1/elem_cnt where `_seed` folds it in (OneFlow applies
+    it to the variable gradients instead), else 1 (under a loss scale both seeds are the
+    scale). A rule whose OneFlow kernel ignores the incoming gradient (a constant
+    gradient) multiplies its constant by it, to sit in onnxjob's backward as in OneFlow's."""
+    if loss_scale is not None or loss.is_dynamic or not dtypes.is_floating(loss.np_dtype):
+        return 1.0
+    return 1.0 / elem_cnt
+
+
 def backward(builder, losses, loss_scale=None):
     """Gradients {variable name: Blob} of the trainable variables of `builder`.
 
@@ -108,6 +118,7 @@ def backward(builder, losses, loss_scale=None):
             for node in builder.nodes for out in node.outputs))
     if unfolded:
         loss_scale = 1.0
+    builder.grad_seed_scale = _seed_scale(losses[0], elem_cnt, loss_scale)
     grads = {}
     forward_nodes = list(builder.nodes)
     for loss in losses:

@@ -47,7 +47,7 @@ class Blob:
     """
 
     __slots__ = ("value", "shape", "np_dtype", "is_dynamic", "is_tensor_list", "producer",
-                 "builder", "host_node", "__weakref__")
+                 "builder", "host_node", "given_op_name", "__weakref__")
 
     def __init__(self, builder, value, shape, np_dtype, producer=None, is_dynamic=False,
                  is_tensor_list=False):
@@ -59,6 +59,7 @@ class Blob:
         self.is_dynamic = is_dynamic
         self.is_tensor_list = is_tensor_list
         self.host_node = None  # for graph inputs fed by the host pipeline (add_source)
+        self.given_op_name = None  # the op's name flow.user_op_builder gave (op_name)
 
     # -- OneFlow blob surface -------------------------------------------------------
     @property
@@ -69,7 +70,13 @@ class Blob:
     def name(self):
         return self.value.name
 
-    op_name = logical_blob_name = unique_name = name
+    logical_blob_name = unique_name = name
+
+    @property
+    def op_name(self):
+        """The name of the op that made this Blob: the name a flow.user_op_builder op was
+        given (with its name scope), else the Blob's own name."""
+        return self.given_op_name or self.value.name
 
     @property
     def ndim(self):
@@ -175,6 +182,7 @@ class GraphBuilder:
         self.optimizer = None
         self.gradients = {}        # id(Blob) -> its gradient Blob (filled by autodiff)
         self.loss_elem_count = 1   # autodiff's 1/N scale, undone for watch_diff
+        self.grad_seed_scale = 1.0  # the backward's seed over OneFlow's (autodiff._seed_scale)
         self.data_parallel_ranks = 1   # > 1: a data-parallel train step (runtime/distributed.py)
         self.location_override = None
         self._counter = itertools.count()

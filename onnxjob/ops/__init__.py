@@ -17,6 +17,7 @@
       _array_common.py the axis and dtype helpers they share
     random.py        flow.random
     data.py          flow.data
+    user_ops/        OneFlow's op types by registered name, for flow.user_op_builder
 
 How an op is added:
 1. The user function lives here, with OneFlow 0.5's name, signature, defaults and
