@@ -13,7 +13,7 @@ from gradcheck import check_finite_differences, vjp
 
 import onnxjob as flow
 import onnxjob.typing as tp
-from onnxjob.errors import TraceError, UnsupportedAPIError
+from onnxjob.errors import TraceError
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
 

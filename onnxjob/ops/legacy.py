@@ -13,13 +13,12 @@ import numbers
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.errors import TraceError, UnsupportedAPIError
+from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.elementwise import FLOATS
 from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.ops import random as _random
 from onnxjob.ops.selection import unique_with_counts
-from onnxjob.source_info import user_location
 
 _INDEX = (np.dtype(np.int32), np.dtype(np.int64))
 

@@ -7,7 +7,10 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import op
 from onnxjob.ops import activations as act
-from onnxjob.ops import array as fa
+from onnxjob.ops.casts import cast
+from onnxjob.ops.creation import zeros_like
+from onnxjob.ops.selection import _to_bool, where
+from onnxjob.ops.shapes import reshape
 from onnxjob.ops import math as fm
 from onnxjob.ops.user_ops.spec import registrar
 
@@ -61,8 +64,8 @@ def _fmod(x, y):
 
 def _logical(onnx_op):
     def f(x, y):
-        both = op(onnx_op, fa._to_bool(x), fa._to_bool(y))
-        return fa.cast(both, dtypes.int8)    # OneFlow's boolean dtype
+        both = op(onnx_op, _to_bool(x), _to_bool(y))
+        return cast(both, dtypes.int8)    # OneFlow's boolean dtype
     return f
 
 
@@ -120,7 +123,7 @@ def _by_tensor(fn, type_name):
         if int(np.prod(s.shape)) != 1 or s.np_dtype != x_.np_dtype:
             raise TraceError(f"flow.user_op_builder: op type {type_name!r} takes a one-element "
                              f"scalar of x's dtype {x_.np_dtype}, got {s.shape} {s.np_dtype}")
-        return fn(x_, fa.reshape(s, [1] * max(len(x_.shape), 1)))
+        return fn(x_, reshape(s, [1] * max(len(x_.shape), 1)))
     return impl
 
 
@@ -169,7 +172,7 @@ for _type in ("reduce_sum", "reduce_prod", "reduce_min", "reduce_max", "reduce_a
 # -- activations ------------------------------------------------------------------------------
 reg("relu", "in -> out", lambda x, a: fm.relu(x.one("in")), flow="flow.math.relu")
 reg("relu_grad", "y, dy -> dx",
-    lambda x, a: fa.where(fm.greater(x.one("y"), 0), x.one("dy"), fa.zeros_like(x.one("dy"))))
+    lambda x, a: where(fm.greater(x.one("y"), 0), x.one("dy"), zeros_like(x.one("dy"))))
 reg("sigmoid", "in -> out", lambda x, a: fm.sigmoid(x.one("in")), flow="flow.math.sigmoid")
 reg("sigmoid_grad", "y, dy -> dx", lambda x, a: fm.sigmoid_grad(x.one("y"), x.one("dy")),
     flow="flow.math.sigmoid_grad")
@@ -198,7 +201,7 @@ reg("logsoftmax", "in -> prob, out",
 def _tf_prelu(x, a):
     """x where x > 0, else alpha * x (alpha broadcast from the right), as the kernel."""
     v, alpha = x.one("x"), x.one("alpha")
-    return fa.where(fm.greater(v, 0), v, fm.multiply(v, alpha))
+    return where(fm.greater(v, 0), v, fm.multiply(v, alpha))
 
 
 reg("tf_prelu", "x, alpha -> y", _tf_prelu, flow="flow.layers.prelu")

@@ -9,7 +9,9 @@ from onnxjob.errors import TraceError
 from onnxjob.frontend.variables import assign
 from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.ops import activations as act
-from onnxjob.ops import array as fa
+from onnxjob.ops.casts import cast
+from onnxjob.ops.linalg import matmul
+from onnxjob.ops.shapes import reshape
 from onnxjob.ops import conv, layer_norm_grads, legacy, losses, quantization
 from onnxjob.ops import math as fm
 from onnxjob.ops.layers import _batch_norm_inference
@@ -40,7 +42,7 @@ def _matmul(type_name, check):
         if not check(len(lhs.shape), len(rhs.shape)):
             raise TraceError(f"{_where(type_name)} cannot take a {lhs.shape} and b "
                              f"{rhs.shape}")
-        out = fa.matmul(lhs, rhs, a["transpose_a"], a["transpose_b"], alpha=a["alpha"])
+        out = matmul(lhs, rhs, a["transpose_a"], a["transpose_b"], alpha=a["alpha"])
         return _add_to_output(out, x)
     return impl
 
@@ -62,7 +64,7 @@ def _bias_add(a_, b_, axis, type_name):
                          f"got a {a_.shape} and b {b_.shape}")
     shape = [1] * len(a_.shape)
     shape[axis] = b_.shape[0]
-    return fm.add(a_, fa.reshape(b_, shape))
+    return fm.add(a_, reshape(b_, shape))
 
 
 reg("bias_add", "a, b -> out | axis: int32",
@@ -73,7 +75,7 @@ reg("fused_bias_add_gelu", "a, b -> out | axis: int32",
 
 
 def _masked_scaled(y, mask, scale):
-    return fm.multiply(fm.multiply(y, fa.cast(mask, y.dtype)), as_blob(scale, like=y))
+    return fm.multiply(fm.multiply(y, cast(mask, y.dtype)), as_blob(scale, like=y))
 
 
 reg("fused_bias_add_mask_scale", "a, b, mask, _add_to_output? -> out | axis: int32, "
@@ -222,7 +224,7 @@ def _layer_norm(x, a):
     inv_variance = fm.rsqrt(fm.add(variance, as_blob(a["epsilon"], like=variance)))
     normalized = fm.multiply(fm.subtract(v, mean), inv_variance)
     stats = v.shape[:norm_axis]
-    return {"y": y, "mean": fa.reshape(mean, stats), "inv_variance": fa.reshape(inv_variance,
+    return {"y": y, "mean": reshape(mean, stats), "inv_variance": reshape(inv_variance,
                                                                                   stats),
             "normalized": normalized}
 

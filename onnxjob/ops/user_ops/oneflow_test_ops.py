@@ -31,7 +31,10 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.registry import register_composite
 from onnxjob.graph.tracer import as_blob, int64_constant, op
-from onnxjob.ops import array as fa
+from onnxjob.ops.casts import identity
+from onnxjob.ops.creation import constant, zeros_like
+from onnxjob.ops.selection import where
+from onnxjob.ops.shapes import reshape
 from onnxjob.ops import math as fm
 from onnxjob.ops.host import to_blob
 from onnxjob.ops.parallel import _parts, parallel_num
@@ -66,7 +69,7 @@ def _composite(type_name, expand, grad=None):
 reg("ccrelu", "in -> out", lambda x, a: fm.relu(_float32(x.one("in"), "ccrelu")),
     flow="flow.math.relu")
 reg("ccrelu_grad", "y, dy -> dx",
-    lambda x, a: fa.where(fm.greater(x.one("y"), 0), x.one("dy"), fa.zeros_like(x.one("dy"))))
+    lambda x, a: where(fm.greater(x.one("y"), 0), x.one("dy"), zeros_like(x.one("dy"))))
 _cpu_only_relu = _composite("cpu_only_relu_test", lambda i, a, n: [fm.relu(i[0])])
 reg("cpu_only_relu_test", "in -> out",
     lambda x, a: _cpu_only_relu(_float32(x.one("in"), "cpu_only_relu_test")),
@@ -83,14 +86,14 @@ def _test_reshape(x, a):
     return _reshape(v, shape=tuple(shape))
 
 
-_reshape = _composite("TestReshape", lambda i, a, n: [fa.reshape(i[0], a["shape"])])
+_reshape = _composite("TestReshape", lambda i, a, n: [reshape(i[0], a["shape"])])
 reg("TestReshape", "in -> out | shape: shape", _test_reshape, flow="flow.reshape")
 
 
 def _multi_output_order(inputs, attrs, n):
     v = inputs[0]
     shape = v.shape[:-1] + (v.shape[-1] * 2,)
-    return [fa.identity(v), as_blob(np.zeros(shape, np.float32), like=v)]
+    return [identity(v), as_blob(np.zeros(shape, np.float32), like=v)]
 
 
 _order = _composite("TestMultiOutputOrder", _multi_output_order)
@@ -99,14 +102,14 @@ reg("TestMultiOutputOrder", "in -> out1, out2",
 
 
 # -- sources ------------------------------------------------------------------------------------
-reg("TestSource", "-> out", lambda x, a: fa.constant(np.arange(5), dtypes.float32))
+reg("TestSource", "-> out", lambda x, a: constant(np.arange(5), dtypes.float32))
 
 
 def _fixed_out_num(x, a):
     """Each device of the placement fills its balanced part of out_num with 0, 1, ..."""
     parts = _parts(a["out_num"], parallel_num())
     values = np.concatenate([np.arange(p) for p in parts]).astype(np.float32)
-    return fa.constant(values, dtypes.float32)
+    return constant(values, dtypes.float32)
 
 
 reg("TestSourceMultiGpuFixedOutNum", "-> out | out_num: int64", _fixed_out_num)
@@ -114,9 +117,9 @@ reg("TestSourceMultiGpuFixedOutNum", "-> out | out_num: int64", _fixed_out_num)
 
 def _dynamic_source(x, a):
     """A dynamic blob of static shape (5,) whose run-time value is [0, 1, 2]."""
-    values = fa.constant(np.arange(5), dtypes.float32)
+    values = constant(np.arange(5), dtypes.float32)
     # NOTE: an end computed in the graph (not a traced constant) makes the Slice dynamic
-    end = fa.identity(int64_constant(values, [3]))
+    end = identity(int64_constant(values, [3]))
     return op("Slice", values, int64_constant(values, [0]), end, int64_constant(values, [0]))
 
 
@@ -153,12 +156,12 @@ reg("TestRandomSource", "-> out | seed: int64", _random_source)
 def _constant_diffs(blobs, scale=1.0):
     """ones like the first, twos like the second (TestMultiInputGrad's kernel), times
     `scale`."""
-    return [fa.identity(as_blob(np.full(b.shape, value * scale, np.float32), like=b))
+    return [identity(as_blob(np.full(b.shape, value * scale, np.float32), like=b))
             for value, b in zip((1.0, 2.0), blobs)]
 
 
 _multi_input = _composite(
-    "TestMultiInput", lambda i, a, n: [fa.identity(i[0])],
+    "TestMultiInput", lambda i, a, n: [identity(i[0])],
     # NOTE: the kernel ignores the incoming gradient; onnxjob's backward folds 1/elem_cnt
     # into its seed where OneFlow's optimizer applies it, so these are scaled alike
     grad=lambda node, gys, need: _constant_diffs(node.inputs,

@@ -8,7 +8,9 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.frontend.variables import assign
 from onnxjob.graph.tracer import current_builder
-from onnxjob.ops import array as fa
+from onnxjob.ops.casts import cast, identity
+from onnxjob.ops.selection import _to_bool
+from onnxjob.ops.shapes import reshape
 from onnxjob.ops import legacy
 from onnxjob.ops import math as fm
 from onnxjob.ops.experimental import square_sum
@@ -33,12 +35,12 @@ def _reduce_sum_like(x, a):
         if v.shape != like.shape:
             raise TraceError(f"{_where('reduce_sum_like')}: with no axis, x {v.shape} must "
                              f"have like's shape {like.shape}")
-        return fa.identity(v)
+        return identity(v)
     summed = fm.reduce_sum(v, axis=axis, keepdims=len(v.shape) == len(like.shape))
     if int(np.prod(summed.shape)) != int(np.prod(like.shape)):
         raise TraceError(f"{_where('reduce_sum_like')}: x {v.shape} summed over {axis} does "
                          f"not give like's shape {like.shape}")
-    return fa.reshape(summed, like.shape)
+    return reshape(summed, like.shape)
 
 
 reg("reduce_sum_like", "x, like -> y | axis: list_int32", _reduce_sum_like,
@@ -90,7 +92,7 @@ def _loss_scale_schedule(x, a):
                          f"a (1,) int64 blob, got {count.shape} {count.np_dtype}")
     scale = _variable(builder, x.one("loss_scale"), "loss_scale", np.float32)
     counter = _variable(builder, x.one("good_step_counter"), "good_step_counter", np.int64)
-    finite = fa._to_bool(fm.equal(count, 0))
+    finite = _to_bool(fm.equal(count, 0))
     new_scale, new_counter = dynamic_loss_scale_schedule(
         finite, scale, counter, a["increment_period"], a["multiplier"])
     assign(scale, new_scale)
@@ -110,8 +112,8 @@ def _fused_cast_scale(x, a):
         raise TraceError(f"{_where('fused_cast_scale')}: scale_by_tensor must be (1,), got "
                          f"{by.shape}")
     out_dtype = dtypes.from_numpy(by.np_dtype)
-    scale = fa.cast(fm.multiply(fa.cast(by, dtypes.float64), a["scale"]), out_dtype)
-    return fm.multiply(fa.cast(v, out_dtype), fa.reshape(scale, [1] * max(len(v.shape), 1)))
+    scale = cast(fm.multiply(cast(by, dtypes.float64), a["scale"]), out_dtype)
+    return fm.multiply(cast(v, out_dtype), reshape(scale, [1] * max(len(v.shape), 1)))
 
 
 reg("fused_cast_scale", "x, scale_by_tensor -> y | scale: double = 1.0", _fused_cast_scale)
@@ -125,7 +127,7 @@ def _l1_l2(x, a):
         out = fm.add(out, fm.multiply(fm.sign(model), a["l1"]))
     if a["l2"]:
         out = fm.add(out, fm.multiply(model, a["l2"]))
-    return fa.identity(out) if out is diff else out
+    return identity(out) if out is diff else out
 
 
 reg("l1_l2_regularize_gradient", "model, model_diff -> out | l1: float = 0.0, l2: float = 0.0",
