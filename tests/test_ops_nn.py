@@ -352,6 +352,24 @@ def test_ctc_loss_and_oneflow_gradient_rule_match_pytorch(reduction, dtype):
     np.testing.assert_allclose(grad, lp.grad.numpy(), rtol=tol, atol=tol)
 
 
+def test_ctc_loss_gradient_for_targets_holding_the_blank_matches_onefow_and_pytorch():
+    """OneFlow (like PyTorch) accepts labels equal to the blank; its kernel then drops the
+    final blank's share of the last step's gradient (it assigns where it would add)."""
+    rng = np.random.default_rng(9)
+    lp = np.log(rng.dirichlet(np.ones(3), (6, 3))).astype(np.float32)
+    targets = np.array([[0, 2], [2, 0], [2, 2]], np.int32)      # blank = 2
+    in_len, tg_len = np.array([6, 5, 6], np.int32), np.array([2, 2, 2], np.int32)
+    xs = [lp, targets, in_len, tg_len]
+    run, shape = vjp(lambda *a: ctc_loss(*a, blank=2, reduction="none"), xs, [1, 0, 0, 0])
+    loss, (grad,) = run(xs, np.ones(shape, np.float32))
+    t_lp = torch.tensor(lp, requires_grad=True)
+    ref = t_ctc(t_lp, torch.tensor(targets), torch.tensor(in_len), torch.tensor(tg_len),
+                "none", blank=2)
+    ref.sum().backward()
+    np.testing.assert_allclose(loss, ref.detach().numpy(), rtol=1e-5)
+    np.testing.assert_allclose(grad, t_lp.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("zero_infinity", [True, False])
 def test_ctc_loss_impossible_alignment(zero_infinity):
     """A target longer than its input has an infinite loss; zero_infinity zeroes the loss

@@ -268,6 +268,29 @@ def _ctc_betas(emits, ext, input_lengths, target_lengths):
     return _stack(betas, 1)
 
 
+def _drop_final_blank_when_last_label_is_blank(posterior, ext, input_lengths,
+                                               target_lengths, blank):
+    """OneFlow's kernel (as PyTorch's) starts the gradient at a sample's last step by
+    *assigning* the term of l'[2 tl - 1] after that of the final blank l'[2 tl]: when the
+    last label is the blank itself (a target OneFlow accepts), the final blank's share is
+    dropped. Kept here so that gradients equal OneFlow's for such targets too."""
+    batch, t_len, length = posterior.shape
+    tl = _column(target_lengths)
+    two_tl = op("Mul", tl, int64_constant(tl, 2))
+    last_label = op("GatherElements", ext,
+                    op("Max", op("Sub", two_tl, int64_constant(tl, 1)), int64_constant(tl, 0)),
+                    axis=1)
+    clash = op("And", op("Greater", tl, int64_constant(tl, 0)),
+               op("Equal", last_label, int64_constant(tl, blank)))            # (N, 1)
+    last_step = op("Equal", int64_constant(ext, np.arange(t_len)[None, :, None]),
+                   op("Sub", reshape_to(_as_int64(input_lengths), (batch, 1, 1)),
+                      int64_constant(ext, 1)))                                # (N, T, 1)
+    final_blank = op("Equal", int64_constant(ext, np.arange(length)[None, None, :]),
+                     reshape_to(two_tl, (batch, 1, 1)))                       # (N, 1, L)
+    drop = op("And", op("And", last_step, final_blank), reshape_to(clash, (batch, 1, 1)))
+    return op("Where", drop, as_blob(0, like=posterior), posterior)
+
+
 def _ctc_grad(n, g, need):
     """OneFlow's (and PyTorch's) rule: d log_probs[t, n, c] = (exp(lp) - sum over s with
     l'(s) = c of exp(alpha + beta + nll - lp)) * dy for t < input length, else 0. It is the
@@ -281,6 +304,8 @@ def _ctc_grad(n, g, need):
     beta = _ctc_betas(_unstack(emit, 1), ext, input_lengths, target_lengths)
     nll = reshape_to(loss, (batch, 1, 1))
     posterior = op("Exp", op("Sub", op("Add", op("Add", alpha, beta), nll), emit))
+    posterior = _drop_final_blank_when_last_label_is_blank(posterior, ext, input_lengths,
+                                                           target_lengths, n.attrs["blank"])
     onehot = op("OneHot", ext, int64_constant(ext, [classes]),
                 as_blob(np.array([0, 1], log_probs.np_dtype), like=log_probs), axis=-1)
     per_class = op("MatMul", posterior, onehot)
