@@ -68,3 +68,32 @@ def test_watch_example_prints_relu_at_exit():
     xin = np.array(lines[0][4:].strip(" []").split(), dtype=np.float32)
     xout = np.array(lines[1][5:].strip(" []").split(), dtype=np.float32)
     np.testing.assert_allclose(xout, np.maximum(xin, 0), rtol=1e-6)
+
+
+def test_watch_diff_sees_onefows_unscaled_diffs_exactly():
+    """OneFlow's watched diffs are the backward's own (seed ones): integer counts here,
+    equal to the bit even where the loss has a non-power-of-two element count."""
+    flow.clear_default_session()
+    rng = np.random.default_rng(3)
+    params = rng.random((3, 150, 5)).astype(np.float32)
+    idx = rng.integers(0, 150, (20, 15, 45)).astype(np.int32)
+    got = {}
+
+    @flow.global_function(type="train")
+    def job(p: tp.Numpy.Placeholder(params.shape),
+            i: tp.Numpy.Placeholder(idx.shape, dtype=flow.int32)) -> tp.Numpy:
+        v = flow.get_variable("v", shape=params.shape, initializer=flow.constant_initializer(0))
+        x = v + p
+        y = flow.gather(x, i, axis=1)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
+                           momentum=0).minimize(y)
+        flow.watch_diff(x, lambda g: got.setdefault("g", g))
+        return y
+
+    job(params, idx)
+    counts = np.zeros(150, np.float32)
+    np.add.at(counts, idx.ravel(), 1)
+    np.testing.assert_array_equal(got["g"], np.broadcast_to(counts[None, :, None], params.shape))
+    # the update still uses the mean over the loss's elements
+    v = flow.get_all_variables()["v"].numpy()
+    np.testing.assert_allclose(v, -0.5 * got["g"] / (3 * 20 * 15 * 45 * 5), rtol=1e-6)

@@ -110,9 +110,11 @@ def backward(builder, losses, loss_scale=None):
     requires = _requires_grad(builder, trainable + watched)
     # NOTE: 1/elem_cnt is folded into the seed where it can be: not where integer values
     # carry gradients (they hold OneFlow's unscaled diffs: 1/elem_cnt would truncate to 0)
-    # nor for a dynamic loss (elem_cnt is known at run time only); the variable
-    # gradients are divided at the end instead.
+    # nor for a dynamic loss (elem_cnt is known at run time only), nor where watch_diff
+    # reads diffs (OneFlow's are unscaled: k/N * N is not always k in floating point); the
+    # variable gradients are divided at the end instead.
     unfolded = loss_scale is None and (
+        bool(watched) or
         any(l.is_dynamic or not dtypes.is_floating(l.np_dtype) for l in losses) or
         any(id(out) in requires and not dtypes.is_floating(out.np_dtype)
             for node in builder.nodes for out in node.outputs))
