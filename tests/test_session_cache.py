@@ -52,6 +52,19 @@ def test_the_cache_drops_the_least_recently_used_models(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["new.onnx", "old.onnx"]
 
 
+def test_a_trim_skips_files_another_process_removed_meanwhile(tmp_path, monkeypatch):
+    """Two processes trimming one cache folder: a listed file may be gone by its stat."""
+    for age, name in enumerate(["gone", "old", "new"]):
+        path = tmp_path / f"{name}.onnx"
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (1000 + age, 1000 + age))
+    listed = list(os.scandir(tmp_path))
+    os.remove(tmp_path / "gone.onnx")                    # the other process's trim
+    monkeypatch.setattr(session_cache.os, "scandir", lambda folder: iter(listed))
+    session_cache._trim(str(tmp_path), 1000)
+    assert os.listdir(tmp_path) == ["new.onnx"]
+
+
 def _lenet_start_counting_pipelines(monkeypatch, config=None):
     """Define the LeNet jobs in a fresh session and start it; returns how many times the
     pass pipeline ran and the train job's runtime."""

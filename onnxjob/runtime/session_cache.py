@@ -195,10 +195,17 @@ def touch(path):
 
 
 def _trim(folder, limit):
+    """Remove the least recently used cached models until the folder holds <= `limit`
+    bytes. Other processes trim the same folder at the same time (data-parallel ranks,
+    parallel test runs): a file gone between the listing and its stat or removal is
+    skipped."""
     entries = []
     for entry in os.scandir(folder):
         if entry.name.endswith(".onnx"):
-            stat = entry.stat()
+            try:
+                stat = entry.stat()
+            except OSError:
+                continue
             entries.append((stat.st_mtime, stat.st_size, entry.path))
     total = sum(size for _, size, _ in entries)
     for _, size, path in sorted(entries):
