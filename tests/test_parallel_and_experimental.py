@@ -181,3 +181,42 @@ def test_interface_blob_values_read_and_write_variables():
         flow.experimental.get_interface_blob_value("z")
     with pytest.raises(AssertionError):
         flow.experimental.set_interface_blob_value("x", np.zeros((3, 2), np.float32))
+
+
+def _ssp_job(loss_of, stages=4, stage=0, config_scope=True):
+    flow.clear_default_session()
+    fc = flow.FunctionConfig()
+    fc.enable_ssp(True)
+
+    @flow.global_function(type="train", function_config=fc)
+    def job() -> tp.Numpy:
+        attrs = dict(ssp_num_stages=stages, ssp_stage_id=stage) if config_scope else {}
+        with flow.experimental.scope.config(**attrs):
+            w = flow.get_variable("w", shape=(3,), dtype=flow.float,
+                                  initializer=flow.constant_initializer(1.0))
+        loss = loss_of(w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return w + flow.constant_like(w, 0.0)
+    return job
+
+
+def test_enable_ssp_reads_trainable_variables_stale_and_updates_them_by_that_gradient():
+    """As OneFlow's AddSspVariableProxy pass: ops outside the optimizer read w as it was
+    ssp_num_stages - ssp_stage_id - 1 runs ago; the optimizer updates w itself with the
+    gradient taken at that stale value (here of sum(w^2) / 3: 2 w_stale / 3)."""
+    job = _ssp_job(lambda w: flow.math.reduce_mean(flow.math.square(w)), stages=3, stage=0)
+    history, seen = [np.ones(3, np.float32)], []
+    for step in range(6):
+        seen.append(job()[0])
+        stale = history[max(step - 2, 0)]
+        history.append(history[-1] - np.float32(0.1) * 2 * stale / 3)
+        np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), history[-1],
+                                   rtol=1e-6)
+    np.testing.assert_allclose(seen, [history[max(t - 2, 0)][0] for t in range(6)], rtol=1e-6)
+
+
+def test_enable_ssp_needs_the_stages_in_the_variables_scope():
+    job = _ssp_job(lambda w: flow.math.reduce_sum(w), config_scope=False)
+    with pytest.raises(TraceError, match="ssp_num_stages"):
+        job()

@@ -25,6 +25,8 @@ _IGNORED_FLAGS = {
     "concurrency_width", "allow_cpu_return_op",
     "prune_parallel_cast_ops", "prune_cast_to_static_shape_ops",
     "static_mem_alloc_policy_white_list",
+    # read by no pass of OneFlow 0.5 (its SSP stages come from the scope: frontend/ssp.py)
+    "ssp_partition_strategy", "ssp_partition_scope_ids",
 }
 # OneFlow flags that would change a job's numbers or memory semantics and that onnxjob
 # does not implement: accepted (so old scripts run) with one warning per flag and process,
@@ -111,7 +113,8 @@ class FunctionConfig:
     rows; its graph has a symbolic batch axis (graph/dynamic_batch.py, docs/jobs.md).
     Data-parallel train jobs (runtime/data_parallel.py): `all_reduce_group_min_mbyte(m)`
     sizes the gradient buckets (16 MB by default), `all_reduce_fp16(True)` sends float32
-    gradients as float16.
+    gradients as float16. `enable_ssp(True)`: a train job reads its trainable variables
+    as they were ssp_num_stages - ssp_stage_id - 1 runs ago (frontend/ssp.py).
     """
 
     def __init__(self):
@@ -132,7 +135,7 @@ class FunctionConfig:
                                   "cudnn_conv_use_deterministic_algo_only",
                                   "indexed_slices_optimizer_conf", "prefetch",
                                   "dynamic_batch", "use_tensorrt", "all_reduce_fp16",
-                                  "all_reduce_group_min_mbyte"}
+                                  "all_reduce_group_min_mbyte", "enable_ssp"}
         assert name in known, f"unknown function_config flag {name!r}"
 
         def setter(value=True):

@@ -89,7 +89,7 @@ def current_scope():
 # OneFlow 0.5's scope attributes (REGISTER_SCOPE_CONFIG_DEF) and their defaults. None
 # changes a number onnxjob computes: activation checkpointing and pipeline stage hints
 # trade memory or placement, the QAT switch only acts with function_config.enable_qat and
-# the SSP stages with enable_ssp (neither implemented: see frontend/config.py).
+# the SSP stages with enable_ssp (frontend/ssp.py).
 SCOPE_ATTRS = {"checkpointing": False, "pipeline_stage_id_hint": 0,
                "quantization_aware_training": True, "ssp_num_stages": -1, "ssp_stage_id": -1}
 

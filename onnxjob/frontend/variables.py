@@ -44,8 +44,14 @@ class regularizers:
 
 
 def variable_blob(spec, reuse=True):
-    """The Blob of variable `spec` in the job being traced (created on first use)."""
+    """What the job being traced reads for variable `spec` (created on first use): its
+    Blob, or under function_config.enable_ssp its stale value (frontend/ssp.py)."""
+    from onnxjob.frontend import ssp
     builder = current_builder("flow.get_variable")
+    return ssp.stale_read(builder, spec.name, _variable(builder, spec, reuse))
+
+
+def _variable(builder, spec, reuse):
     if spec.name in builder.variables:
         assert reuse, (f"varaible '{spec.name}' already exists, getting the same variable is "
                        "not allowed when param reuse is False")

@@ -50,3 +50,17 @@ def _margin_grad(n, g, need):
 
 
 register_composite("onnxjob.CombinedMarginLoss", _margin_expand, _margin_grad)
+
+
+# -- SSP's stale variable read (function_config.enable_ssp) -----------------------------------
+# (var, stale) -> stale: the forward and backward read a value of the variable from earlier
+# runs, and the gradient taken at it updates the variable itself, as after OneFlow's
+# AddSspVariableProxy pass (the ops outside the optimizer read the proxy's `value`, the
+# optimizer its `ref`).
+
+def _stale_read_expand(inputs, attrs, num_outputs):
+    return [op("Identity", inputs[1])]
+
+
+register_composite("onnxjob.SspStaleRead", _stale_read_expand,
+                   lambda n, g, need: [g[0], None])
