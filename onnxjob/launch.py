@@ -62,17 +62,35 @@ def _say(message):
     print(f"onnxjob: {message}", file=sys.stderr, flush=True)
 
 
-def report(statuses, world_size, running_reason):
-    """Name every rank of {rank: exit status or None (still running)} that failed, and
-    every one still running (`running_reason` says why it is stopped); returns the first
-    failed rank's status (the lowest rank's), or None when none failed."""
-    failed = [(rank, code) for rank, code in sorted(statuses.items()) if code not in (None, 0)]
+def _how_it_ended(code):
+    """"exited with status 1", "was killed by signal 9 (SIGKILL)"."""
+    if code < 0:
+        try:
+            name = f" ({signal.Signals(-code).name})"
+        except ValueError:
+            name = ""
+        return f"was killed by signal {-code}{name}"
+    return f"exited with status {code}"
+
+
+def report(statuses, world_size, running_reason, first=()):
+    """Name every rank of {rank: exit status or None (still running)} that failed, the
+    ranks in `first` (those seen failing before the others) first, and every one still
+    running (`running_reason` says why it is stopped); returns the exit status for the
+    first failed rank named (128 + the signal for a killed one, as a shell gives), or None
+    when none failed."""
+    failed = sorted(((rank, code) for rank, code in statuses.items() if code not in (None, 0)),
+                    key=lambda item: (item[0] not in first, item[0]))
     for rank, code in failed:
-        _say(f"rank {rank} of {world_size} exited with status {code}")
+        cause = " first" if first and rank in first and len(failed) > 1 else ""
+        _say(f"rank {rank} of {world_size} {_how_it_ended(code)}{cause}")
     for rank, code in sorted(statuses.items()):
         if code is None:
             _say(f"rank {rank} of {world_size} is still running: stopping it ({running_reason})")
-    return failed[0][1] if failed else None
+    if not failed:
+        return None
+    code = failed[0][1]
+    return 128 - code if code < 0 else code
 
 
 STALLED = ("if the failed ranks timed out in a collective, this rank stalled before "
@@ -109,8 +127,10 @@ def launch(script, args, nproc):
         while True:
             codes = [p.poll() for p in ranks]
             if any(c not in (None, 0) for c in codes):
+                first = {rank for rank, c in enumerate(codes) if c not in (None, 0)}
                 _settle(ranks, GRACE_S)
-                return report(dict(enumerate(p.poll() for p in ranks)), nproc, STALLED)
+                return report(dict(enumerate(p.poll() for p in ranks)), nproc, STALLED,
+                              first)
             if all(c == 0 for c in codes):
                 return 0
             time.sleep(0.05)

@@ -211,6 +211,45 @@ def test_a_failing_rank_stops_the_run(tmp_path):
     assert "rank 1 of 2 exited with status" in result.stderr
 
 
+KILLED_RANK_SCRIPT = """import os, signal, sys
+import numpy as np
+import onnxjob as flow
+import onnxjob.typing as tp
+
+@flow.global_function(type="train")
+def train_job(x: tp.Numpy.Placeholder((8, 4)),
+              y: tp.Numpy.Placeholder((8,), dtype=flow.int32)) -> tp.Numpy:
+    logits = flow.layers.dense(x, 3, name="dense")
+    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                       momentum=0).minimize(loss)
+    return loss
+
+rank = int(os.environ["RANK"])
+rng = np.random.default_rng(0)
+for step in range(4):
+    train_job(rng.random((8, 4), dtype=np.float32), rng.integers(0, 3, 8).astype(np.int32))
+    flow.checkpoint.save(os.path.join(sys.argv[1], f"step{step}"))
+    if rank == 1 and step == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_rank_stops_the_others_and_leaves_whole_checkpoints(tmp_path):
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_RANK_SCRIPT)
+    checkpoints = tmp_path / "ck"
+    result = run(script, 2, checkpoints, timeout=60)
+    assert result.returncode == 128 + 9, result.stderr[-2000:]
+    assert "rank 1 of 2 was killed by signal 9 (SIGKILL) first" in result.stderr
+    assert "LostRankError: rank 0 of 2: another rank's process ended during an all-reduce" \
+        in result.stderr
+    saved = sorted(os.listdir(checkpoints))
+    assert saved[:2] == ["step0", "step1"] and len(saved) <= 3, saved   # no temporary folder
+    for name in saved:
+        assert (checkpoints / name / "snapshot_done").exists(), name
+
+
 def test_a_stalled_rank_is_named(tmp_path):
     script = write_script(tmp_path, "mlp", stall_rank=1)
     result = run(script, 2, tmp_path / "ck", timeout=60, env={"ONNXJOB_DIST_TIMEOUT": "3"})

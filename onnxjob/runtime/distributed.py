@@ -40,6 +40,15 @@ class StalledRankError(RuntimeError):
     """A collective waited longer than ONNXJOB_DIST_TIMEOUT for the other ranks."""
 
 
+class LostRankError(RuntimeError):
+    """Another rank's process ended (crashed, killed) while this one was in a collective."""
+
+
+# what gloo says when the peer's process is gone
+_PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+              "Connection refused")
+
+
 def _timeout_s():
     return settings.get("DIST_TIMEOUT")
 
@@ -51,9 +60,14 @@ def _collective(what):
     try:
         yield
     except RuntimeError as e:
+        rank, size = world()
+        gone = next((phrase for phrase in _PEER_GONE if phrase in str(e)), None)
+        if gone is not None:
+            raise LostRankError(
+                f"rank {rank} of {size}: another rank's process ended during {what} (gloo: "
+                f"{gone}); the launcher names it") from e
         if "Timed out" not in str(e) and "timed out" not in str(e):
             raise
-        rank, size = world()
         raise StalledRankError(
             f"rank {rank} of {size} waited {_timeout_s():g} s (ONNXJOB_DIST_TIMEOUT) in {what} "
             "for the other ranks: one of them stalled or died before reaching it") from e
