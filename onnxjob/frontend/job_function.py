@@ -145,6 +145,18 @@ class JobFunction:
         return placeholder_names, blobs, tree
 
     @property
+    def mirrored_devices(self):
+        """How many device list elements a train step of this job runs on in this process:
+        the device count for a mirrored-view train job (tp.ListNumpy / ListListNumpy
+        placeholders) outside a data-parallel run, else 1 (runtime/mirrored_step.py)."""
+        lists = (tp.ListNumpyDef, tp.ListListNumpyDef)
+        mirrored = any(isinstance(ann, type) and issubclass(ann, lists)
+                       for ann in self.param_annotations)
+        if not (mirrored and self.is_train) or distributed.enabled():
+            return 1
+        return process_config.gpu_device_num
+
+    @property
     def is_train(self):
         if self.job_type is not None:
             return self.job_type == "train"
@@ -200,12 +212,6 @@ class JobFunction:
         if self.is_train and session.data_parallel:
             device_feeds = [{name: distributed.local_rows(value) for name, value in feeds.items()}
                             for feeds in device_feeds]
-        if len(device_feeds) > 1 and self.is_train:
-            raise NotImplementedError(
-                f"{user_location()}: job {self.name!r} got mirrored inputs for "
-                f"{len(device_feeds)} devices; onnxjob runs a train step on one device. Use "
-                "flow.config.gpu_device_num(1) and pass the whole batch (the update is the same: "
-                "OneFlow averages the gradient over all devices' rows).")
         if self not in session.fast_calls:
             session.fast_calls[self] = self._make_fast_call(session)
         call = _BoundRun(session.runtimes[self.name], device_feeds)
@@ -290,7 +296,10 @@ class _BoundRun:
 
     def __call__(self):
         compiled = self.runtime.compiled
-        per_device = [self.runtime.run(feeds) for feeds in self.device_feeds]
+        if compiled.loss_count_output is not None:     # a mirrored train step
+            per_device = self.runtime.run_devices(self.device_feeds)
+        else:
+            per_device = [self.runtime.run(feeds) for feeds in self.device_feeds]
         outs = [list(values) for values in zip(*per_device)]
         n_user = len(compiled.output_names)
         for values, (_, handler, _) in zip(outs[n_user:], compiled.watch_outputs):

@@ -36,6 +36,8 @@ class CompiledGraph:
         self.sources = sources or {}            # graph input -> host node feeding it
         # variable -> output of its gradient (data-parallel train jobs only)
         self.gradient_outputs = gradient_outputs or {}
+        # the loss's element count, an output of a mirrored step (runtime/mirrored_step.py)
+        self.loss_count_output = None
 
     @property
     def variable_names(self):
@@ -93,8 +95,10 @@ def compile_job(job, variable_registry=None, seed=None):
     _check_mixed_precision(job, getattr(variable_registry, "device", None))
     builder = GraphBuilder(job.name, is_train=job.is_train, variable_registry=variable_registry,
                            seed=seed)
-    grads = {}      # the gradients made outputs: only for a data-parallel step
+    grads = {}      # the gradients made outputs: a data-parallel or mirrored step
     data_parallel = job.is_train and getattr(variable_registry, "data_parallel", False)
+    mirrored = not data_parallel and getattr(job, "mirrored_devices", 1) > 1
+    loss_count = None
     if data_parallel:
         builder.data_parallel_ranks = distributed.world()[1]
     with tracing(builder):
@@ -115,8 +119,10 @@ def compile_job(job, variable_registry=None, seed=None):
             if mixed_precision_type(job.config) is not None:
                 all_grads = _float32_gradients(all_grads)
             optimizer.apply(builder, all_grads, job.name)
-            if data_parallel:
+            if data_parallel or mirrored:
                 grads = all_grads
+            if mirrored:    # each device's gradient is combined by its loss's size
+                loss_count = op("Size", builder.losses[0])
         watch_outputs = _watch_outputs(builder)
 
     taken = set()
@@ -130,6 +136,8 @@ def compile_job(job, variable_registry=None, seed=None):
     # a data-parallel step is cut at its gradients (runtime/data_parallel.py)
     gradient_outputs = {var_name: _as_output(builder, grad, f"{var_name}/grad", taken)
                         for var_name, grad in grads.items()}
+    loss_count_output = None if loss_count is None else _as_output(
+        builder, loss_count, "loss_elem_count", taken)
 
     model = ir.Model(builder.graph, ir_version=IR_VERSION, producer_name="onnxjob")
     model, serialized, used_inputs = _run_passes(model, builder, job.config,
@@ -143,9 +151,11 @@ def compile_job(job, variable_registry=None, seed=None):
     if job.config.get("dynamic_batch", False):
         model, serialized = None, _batch_symbolic(job, model, serialized, placeholder_names,
                                                   output_names, sources)
-    return CompiledGraph(model, placeholder_names, variable_inputs, output_names, tree,
-                         state_outputs, watch_named, has_sequences, is_train, sources,
-                         gradient_outputs, serialized)
+    compiled = CompiledGraph(model, placeholder_names, variable_inputs, output_names, tree,
+                             state_outputs, watch_named, has_sequences, is_train, sources,
+                             gradient_outputs, serialized)
+    compiled.loss_count_output = loss_count_output
+    return compiled
 
 
 def _batch_symbolic(job, model, serialized, placeholder_names, output_names, sources):

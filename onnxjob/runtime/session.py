@@ -14,8 +14,9 @@ import threading
 import zlib
 
 import numpy as np
+import onnx
 
-from onnxjob.runtime import backend, cuda_graph, data_parallel, distributed
+from onnxjob.runtime import backend, cuda_graph, data_parallel, distributed, mirrored_step
 from onnxjob.graph.compiler import compile_job
 from onnxjob.graph.tracer import VariableRegistry
 from onnxjob.runtime.executor import Executor
@@ -55,6 +56,15 @@ class JobRuntime:
             # refuses a graph without outputs)
             self.ort_session = None
             self._run = _nothing_to_compute
+            return
+        if compiled.loss_count_output is not None:
+            self.ort_session = None
+            step = mirrored_step.MirroredStep(
+                onnx.load_from_string(self.model_bytes), compiled, self.store,
+                lambda model: backend.create_session(model, self.device, is_train=True),
+                self.device)
+            self._run = self._one_device_of_mirrored
+            self.run_devices = step.run_devices
             return
         if compiled.gradient_outputs:
             if self.device != "cpu":
@@ -157,6 +167,9 @@ class JobRuntime:
         if frozen is not None:
             return frozen(feeds)
         return self._run(feeds)
+
+    def _one_device_of_mirrored(self, feeds):
+        return self.run_devices([feeds])[0]
 
     def close(self):
         if self._pipeline is not None:

@@ -1,0 +1,76 @@
+"""One train step of a mirrored-view job over several devices in one process.
+
+OneFlow's mirrored view (`default_logical_view(flow.scope.mirrored_view())`, tp.ListNumpy
+placeholders, a list element per device) runs the job on each device with that device's
+rows; the model's gradients are summed over the devices and scaled by one over the loss's
+element count summed over the devices (spec §5.6), then one update is applied. Here the
+train graph is cut at its gradients (as for data-parallel ranks, runtime/data_parallel.py):
+part A (forward and backward) runs once per device list element, each with its own
+batch statistics, dropout draws and dynamic row count; part B, the optimizer's update,
+runs once on the combined gradients.
+
+Part A's gradients come divided by their own device's loss element count c_d (the graph
+outputs it too); the combined gradient is sum_d(g_d * c_d) / sum_d(c_d). State that the
+forward pass updates (batch norm's moving statistics) is taken from the first device, the
+replica OneFlow's checkpoints save.
+"""
+import numpy as np
+
+from onnxjob.runtime import backend
+from onnxjob.runtime.data_parallel import _ancestors_reach, _extract
+
+
+class MirroredStep:
+    """`run_devices([feeds per device])` -> [user outputs and watched values per device]."""
+
+    def __init__(self, model, compiled, store, create_session, device):
+        self._store, self._device = store, device
+        self._grads = list(compiled.gradient_outputs.values())
+        self._count = compiled.loss_count_output
+        self._user = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
+        updated = _ancestors_reach(model.graph, set(self._grads),
+                                   set(compiled.state_outputs.values()))
+        self._state_a = [(v, o) for v, o in compiled.state_outputs.items() if o not in updated]
+        self._state_b = [(v, o) for v, o in compiled.state_outputs.items() if o in updated]
+        graph_inputs = [i.name for i in model.graph.input]
+        self._outputs_a = (self._user + self._grads + [self._count] +
+                           [o for _, o in self._state_a])
+        self._a = create_session(_extract(model, graph_inputs,
+                                          self._outputs_a).SerializeToString())
+        self._b = create_session(_extract(model, graph_inputs + self._grads,
+                                          [o for _, o in self._state_b]).SerializeToString())
+        self._variable_of = {i: v for v, i in compiled.variable_inputs.items()}
+        self._inputs_a = [i.name for i in self._a.get_inputs()]
+        self._inputs_b = [i.name for i in self._b.get_inputs()]
+
+    def _feeds(self, names, feeds, extra=None):
+        out = {}
+        for name in names:
+            if extra is not None and name in extra:
+                out[name] = extra[name]
+            elif name in self._variable_of:
+                out[name] = backend.host_array(self._store[self._variable_of[name]])
+            else:
+                out[name] = feeds[name]
+        return out
+
+    def run_devices(self, device_feeds):
+        n_user, n_grads = len(self._user), len(self._grads)
+        per_device, sums, total = [], None, 0.0
+        for feeds in device_feeds:
+            results = self._a.run(self._outputs_a, self._feeds(self._inputs_a, feeds))
+            per_device.append(results)
+            count = float(np.asarray(results[n_user + n_grads]))
+            weighted = [np.asarray(g, np.float64) * count
+                        for g in results[n_user:n_user + n_grads]]
+            sums = weighted if sums is None else [s + w for s, w in zip(sums, weighted)]
+            total += count
+        grads = {name: (s / total).astype(g.dtype) for name, s, g in
+                 zip(self._grads, sums, per_device[0][n_user:n_user + n_grads])}
+        results_b = self._b.run(None, self._feeds(self._inputs_b, device_feeds[0], grads))
+        first_state = per_device[0][n_user + n_grads + 1:]
+        for (variable, _), value in zip(self._state_a, first_state):
+            self._store[variable] = backend.to_device(value, self._device)
+        for (variable, _), value in zip(self._state_b, results_b):
+            self._store[variable] = backend.to_device(value, self._device)
+        return [results[:n_user] for results in per_device]
