@@ -28,6 +28,12 @@ def user_frame():
     return None
 
 
+def called_from_user(depth):
+    """Whether the frame `depth` levels above the caller of this function (1: its caller's
+    caller) is outside onnxjob."""
+    return not _is_internal(sys._getframe(depth + 1).f_code.co_filename)
+
+
 def user_location():
     """'file.py:12' of the user's innermost frame ('<unknown>' if none)."""
     where = user_frame()

@@ -5,6 +5,8 @@ import sys
 import traceback
 import warnings
 
+import numpy as np
+
 from onnxjob.errors import missing_api
 from onnxjob.frontend import ranks, scope
 from onnxjob.frontend.function_desc import FunctionDesc
@@ -37,8 +39,6 @@ _UNSUPPORTED_FLAGS = {
     "enable_float_compute_for_half_gemm": "half MatMul/Gemm run with onnxruntime's own "
                                           "accumulation type",
     "use_xla_jit": "XLA is not used; onnxruntime compiles the graph",
-    "enable_qat": "quantization-aware training is not implemented; the job trains in "
-                  "floating point",
     "enable_keep_header_only": "every output keeps its data",
     "enable_non_distributed_optimizer": "each rank keeps the whole optimizer state",
     "optimizer_placement_optimization_mode": "each rank keeps the whole optimizer state",
@@ -68,6 +68,52 @@ def _half_type_name(value):
         raise ValueError("mixed_precision_data_type takes flow.float16 or flow.bfloat16, "
                          f"got {value!r}")
     return _HALF_TYPE_NAMES[name]
+
+
+class _QatConf:
+    """`function_config.qat.<name>(value)`: OneFlow's QatConfig (job_conf.proto), read by
+    onnxjob/ops/qat.py. Values are checked here, at the user's call."""
+
+    def __init__(self, owner):
+        self._owner = owner
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        assert name in QAT_DEFAULTS, (
+            f"unknown function_config flag qat.{name} (OneFlow's QatConfig has "
+            f"{', '.join(QAT_DEFAULTS)})")
+
+        def setter(value=True):
+            self._owner.flags["qat." + name] = _qat_value(name, value)
+        return setter
+
+
+# OneFlow 0.5's QatConfig fields and defaults; None: no default (the moving-average
+# observers then refuse to be built, as OneFlow's CHECK does)
+QAT_DEFAULTS = {"per_channel_weight_quantization": False, "symmetric": True,
+                "moving_min_max_momentum": 0.95, "moving_min_max_stop_update_after_iters": None,
+                "target_backend": ""}
+QAT_BACKENDS = ("", "tensorrt", "cambricon")
+
+
+def _qat_value(name, value):
+    if name in ("per_channel_weight_quantization", "symmetric"):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"function_config.qat.{name} takes a bool, got {value!r}")
+        return bool(value)
+    if name == "moving_min_max_momentum":
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            raise TypeError(f"function_config.qat.{name} takes a float, got {value!r}")
+        return float(np.float32(value))   # a float field of the proto
+    if name == "moving_min_max_stop_update_after_iters":
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"function_config.qat.{name} takes an int, got {value!r}")
+        return int(value)
+    if value not in QAT_BACKENDS:
+        raise ValueError(f"function_config.qat.target_backend takes one of "
+                         f"{', '.join(map(repr, QAT_BACKENDS))} (OneFlow's), got {value!r}")
+    return value
 
 
 _TRAIN_OLD_API = {"primary_lr", "secondary_lr", "model_update_conf", "loss_scale_factor",
@@ -101,6 +147,11 @@ class FunctionConfig:
     `enable_auto_mixed_precision(True)` computes the job in half precision
     (onnxjob/passes/auto_mixed_precision.py), `mixed_precision_data_type(flow.float16 |
     flow.bfloat16)` picks the half type (float16 by default, as OneFlow).
+    `enable_qat(True)` (or `enable_quantization_aware_training`) traces the job with
+    OneFlow's fake quantization, set up by `qat.symmetric(bool)`,
+    `qat.per_channel_weight_quantization(bool)`, `qat.moving_min_max_momentum(float)`,
+    `qat.moving_min_max_stop_update_after_iters(int)` and `qat.target_backend("" |
+    "tensorrt" | "cambricon")` (onnxjob/ops/qat.py, docs/quantization.md).
     onnxjob adds `passes(list)` (extra graph passes), `disable_passes(bool)`,
     `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)`,
     `enable_cuda_graph(False)` (runtime/cuda_graph.py), OneFlow's
@@ -122,6 +173,7 @@ class FunctionConfig:
         self.train_conf = {}
         self.job_type = None
         self.train = _TrainConf(self)
+        self.qat = _QatConf(self)
 
     def __getattr__(self, name):
         if name.startswith("_"):
@@ -135,7 +187,8 @@ class FunctionConfig:
                                   "cudnn_conv_use_deterministic_algo_only",
                                   "indexed_slices_optimizer_conf", "prefetch",
                                   "dynamic_batch", "use_tensorrt", "all_reduce_fp16",
-                                  "all_reduce_group_min_mbyte", "enable_ssp"}
+                                  "all_reduce_group_min_mbyte", "enable_ssp", "enable_qat",
+                                  "enable_quantization_aware_training"}
         assert name in known, f"unknown function_config flag {name!r}"
 
         def setter(value=True):
@@ -157,6 +210,10 @@ class FunctionConfig:
                 raise ValueError(f"freeze_variables_after takes a count >= 0, got {value!r}")
             if name == "dynamic_batch":
                 value = bool(value)
+            if name in ("enable_qat", "enable_quantization_aware_training"):
+                # OneFlow's two names of one flag
+                self.flags["enable_qat"] = bool(value)
+                return
             self.flags[name] = value
         return setter
 

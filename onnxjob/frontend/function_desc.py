@@ -16,7 +16,7 @@ FLAG_DEFAULTS = {
     "enable_inplace_in_reduce_struct": True, "prune_parallel_cast_ops": True,
     "prune_cast_to_static_shape_ops": True, "enable_auto_mixed_precision": False,
     "concurrency_width": 128, "use_xla_jit": False, "use_tensorrt": False,
-    "allow_cpu_return_op": True,
+    "allow_cpu_return_op": True, "enable_qat": False,
 }
 
 

@@ -11,6 +11,7 @@ from onnxjob.frontend import results
 from onnxjob.frontend.fast_call import NOT_INLINE, make_fast_call
 from onnxjob import typing as tp
 from onnxjob.frontend.config import FunctionConfig, process_config, started_session
+from onnxjob.ops import qat
 from onnxjob.runtime import distributed
 from onnxjob.runtime.session import default_session, default_session_slot
 from onnxjob.train.optimizer import resolve_optimizer
@@ -134,13 +135,16 @@ class JobFunction:
         builder.job_function = self   # flow.current_global_function_desc()
         args = [_placeholders(builder, ann, pname, split)
                 for pname, ann in zip(self.param_names, self.param_annotations)]
+        qat.start(builder, self)   # function_config.enable_qat: fake quantization (ops/qat.py)
         ret = self.func(*args)
         blobs = []
         if self.has_return_annotation:
             tree = results.flatten(ret, self.return_annotation, self.name, blobs)
         else:
             tree = results.flatten_unannotated(ret, blobs)
-        resolve_optimizer(builder, self)
+        optimizer = resolve_optimizer(builder, self)
+        if builder.qat is not None:
+            blobs = builder.qat.close(blobs, optimizer)
         placeholder_names = [n for a in args for n in _flat_placeholder_names(a)]
         return placeholder_names, blobs, tree
 

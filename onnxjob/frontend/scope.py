@@ -86,10 +86,11 @@ def current_scope():
     return scope_of_op()
 
 
-# OneFlow 0.5's scope attributes (REGISTER_SCOPE_CONFIG_DEF) and their defaults. None
-# changes a number onnxjob computes: activation checkpointing and pipeline stage hints
-# trade memory or placement, the QAT switch only acts with function_config.enable_qat and
-# the SSP stages with enable_ssp (frontend/ssp.py).
+# OneFlow 0.5's scope attributes (REGISTER_SCOPE_CONFIG_DEF) and their defaults.
+# Activation checkpointing and pipeline stage hints trade memory or placement, so change
+# no number; the SSP stages act with function_config.enable_ssp (frontend/ssp.py); the QAT
+# switch `quantization_aware_training` leaves the ops built inside unquantized in a job
+# with function_config.enable_qat (ops/qat.py).
 SCOPE_ATTRS = {"checkpointing": False, "pipeline_stage_id_hint": 0,
                "quantization_aware_training": True, "ssp_num_stages": -1, "ssp_stage_id": -1}
 

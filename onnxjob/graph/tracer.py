@@ -113,7 +113,12 @@ class Blob:
         a, b = (other, self) if reverse else (self, other)
         return op(op_type, a, b)
 
-    def __add__(self, o): return self._binary("Add", o)
+    def __add__(self, o):
+        if self.builder.qat is not None and isinstance(o, Blob):
+            # OneFlow's `+` of two Blobs may be an add_n, which QAT quantizes (ops/qat.py)
+            return self.builder.qat.add(self, o, user_call=True)
+        return self._binary("Add", o)
+
     def __radd__(self, o): return self._binary("Add", o, True)
     def __sub__(self, o): return self._binary("Sub", o)
     def __rsub__(self, o): return self._binary("Sub", o, True)
@@ -185,6 +190,9 @@ class GraphBuilder:
         self.grad_seed_scale = 1.0  # the backward's seed over OneFlow's (autodiff._seed_scale)
         self.data_parallel_ranks = 1   # > 1: a data-parallel train step (runtime/distributed.py)
         self.location_override = None
+        # ops/qat.py's QatTracer while a job under function_config.enable_qat is traced:
+        # its `consume` sees the inputs of every node emitted
+        self.qat = None
         self._counter = itertools.count()
         self._const_cache = {}
         self._used_names = set()   # node names
@@ -256,6 +264,8 @@ class GraphBuilder:
     # -- nodes --------------------------------------------------------------------------
     def emit(self, op_type, inputs, attrs=None, num_outputs=1, name=None, location=None):
         attrs = {k: v for k, v in (attrs or {}).items() if v is not None}
+        if self.qat is not None:
+            inputs = self.qat.consume(inputs)
         prim = get_primitive(op_type)
         location = location or self.location_override or short_location()
         for i, x in enumerate(inputs):

@@ -17,6 +17,7 @@ import numpy as np
 from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import Blob, as_blob, current_builder, op
+from onnxjob.ops import qat
 from onnxjob.ops.shapes import reshape, transpose
 
 # NOTE: `upsample` is not listed: OneFlow has no flow.nn.upsample, it is
@@ -111,17 +112,51 @@ def convolution(x, filters, strides, padding, data_format, dilations, groups, bi
                          f"got {x.shape} and {filters.shape}")
     check_float(x, f"a {ndims}-D convolution")
     channels_last = is_channels_last(data_format)
-    x = to_channels_first(x, channels_last)
-    if channels_last:  # OneFlow's channels-last weight is (out, *kernel, in)
-        filters = to_channels_first(filters, True)
-    kernel = list(filters.shape[2:])
+    # OneFlow's channels-last weight is (out, *kernel, in)
+    kernel = list(filters.shape[1:-1] if channels_last else filters.shape[2:])
     strides = spatial_tuple(strides, ndims, "strides")
     dils = spatial_tuple(1 if dilations is None else dilations, ndims, "dilations")
-    pads = resolve_padding(padding, x.shape[2:], kernel, strides, dils, channels_last)
+    in_spatial = x.shape[1:-1] if channels_last else x.shape[2:]
+    pads = resolve_padding(padding, in_spatial, kernel, strides, dils, channels_last)
+    site = None
+    tracer = qat.active() if ndims == 2 else None
+    if tracer is not None and "conv2d" in tracer.s.int8_ops:
+        x, pads = _pad_op_for_qat(x, pads, in_spatial, kernel, strides, dils, channels_last)
+        site = tracer.int8("conv2d", [x, filters, bias], ["in", "weight", "bias"])
+        x, filters, bias = site.inputs
+    x = to_channels_first(x, channels_last)
+    filters = to_channels_first(filters, channels_last)
     inputs = [x, filters] + ([bias] if bias is not None else [])
     y = op("Conv", *inputs, strides=strides, pads=pads, dilations=dils, group=int(groups),
            kernel_shape=kernel, name=name)
-    return from_channels_first(y, channels_last)
+    return qat.done(site, from_channels_first(y, channels_last))
+
+
+def _pad_op_for_qat(x, pads, in_spatial, kernel, strides, dilations, channels_last):
+    """(x, pads) as OneFlow's conv2d sees them: where cuDNN cannot take the pads
+    (calc_conv_padding: unequal ones that change the output size), OneFlow pads with a
+    pad op first, whose output QAT then observes (zeros included)."""
+    nd = len(in_spatial)
+    fits = all(_cudnn_takes(size, pads[i], pads[nd + i], k, s, d, x.is_dynamic)
+               for i, (size, k, s, d) in enumerate(zip(in_spatial, kernel, strides, dilations)))
+    if fits:
+        return x, pads
+    first = 1 if channels_last else 2
+    full = [0] * (2 * len(x.shape))
+    for i in range(nd):
+        full[first + i], full[len(x.shape) + first + i] = pads[i], pads[nd + i]
+    return op("Pad", x, as_blob(np.asarray(full, np.int64), like=x, dtype=np.int64)), [0] * (2 * nd)
+
+
+def _cudnn_takes(size, begin, end, kernel, stride, dilation, dynamic):
+    """OneFlow's check_conv_cudnn_padding_support."""
+    if begin == end:
+        return True
+    if dynamic or begin < end or begin - end > 1:
+        return False
+    span = (kernel - 1) * dilation + 1
+    return ((size + 2 * begin - span + stride) // stride
+            == (size + begin + end - span + stride) // stride)
 
 
 @two_generations(("input", "filters", "strides", "padding", "data_format", "dilations",
@@ -139,14 +174,26 @@ def conv2d(input, filters, strides, padding, bias=None, data_format="NCHW", dila
     if bias is not None and not isinstance(bias, Blob):
         raise TraceError(f"flow.nn.conv2d: the fifth argument is the bias Blob (OneFlow 0.5) "
                          f"or the data_format string (OneFlow <= 0.4), got {bias!r}")
+    if bias is not None and qat.active() is not None:
+        # OneFlow's conv2d op takes the bias as an input, which QAT quantizes as a bias
+        return convolution(input, filters, strides, padding, data_format, dilations, groups,
+                           bias, name, 2)
     y = convolution(input, filters, strides, padding, data_format, dilations, groups, None,
                     name, 2)
-    return y if bias is None else bias_add(y, bias, data_format)
+    return y if bias is None else add_bias(y, bias, data_format)
 
 
 def bias_add(value, bias, data_format=None, name=None):
     """value + bias along the channel axis: axis 1 for channels-first inputs of rank > 2
-    (the default), the last axis for rank 2 or channels-last formats."""
+    (the default), the last axis for rank 2 or channels-last formats. (Under QAT, the
+    bias_add of a convolution chain: ops/qat.py.)"""
+    site = qat.chain("bias_add", value, bias)
+    out = add_bias(value, bias if site is None else site.bias, data_format, name)
+    return qat.done(site, out)
+
+
+def add_bias(value, bias, data_format=None, name=None):
+    """bias_add as a part of other ops (fused forms), which QAT does not see."""
     channels = value.shape[-1] if len(value.shape) <= 2 or is_channels_last(data_format) \
         else value.shape[1]
     if len(value.shape) < 2 or bias.shape != (channels,):
@@ -206,14 +253,16 @@ _POOL_2D_FORMATS = ("NCHW", "NHWC", "NCHW_VECT_C")
 def max_pool2d(input, ksize, strides, padding, data_format="NCHW", ceil_mode=False, name=None):
     """2-D max pooling (padding positions never win the max)."""
     check_format(data_format, _POOL_2D_FORMATS, "flow.nn.max_pool2d")
-    return pooling("MaxPool", input, ksize, strides, padding, data_format, ceil_mode, name, 2)
+    return qat.int8_op("max_pool_2d", lambda x: pooling("MaxPool", x, ksize, strides, padding,
+                                                        data_format, ceil_mode, name, 2), input)
 
 
 def avg_pool2d(input, ksize, strides, padding, data_format="NCHW", ceil_mode=False, name=None):
     """2-D average pooling; padded positions are not counted."""
     check_format(data_format, _POOL_2D_FORMATS, "flow.nn.avg_pool2d")
-    return pooling("AveragePool", input, ksize, strides, padding, data_format, ceil_mode,
-                   name, 2)
+    return qat.int8_op("avg_pool_2d", lambda x: pooling("AveragePool", x, ksize, strides,
+                                                        padding, data_format, ceil_mode, name,
+                                                        2), input)
 
 
 # NOTE: OneFlow 0.5 declares max_pool1d / avg_pool1d (these signatures and defaults,

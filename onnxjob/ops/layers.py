@@ -10,8 +10,9 @@ from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.tracer import as_blob, current_builder, op
-from onnxjob.ops import math
+from onnxjob.ops import math, qat
 from onnxjob.ops.conv import bias_add, convolution, is_channels_last, spatial_tuple
+from onnxjob.ops.linalg import matmul
 from onnxjob.ops.conv import upsample as upsample_2d  # noqa: F401  (OneFlow's name)
 from onnxjob.ops.normalization import layer_norm as functional_layer_norm
 from onnxjob.ops.shapes import reshape
@@ -57,7 +58,15 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
         bias = _named_variable(name, None, "bias", (units,), inputs.np_dtype,
                                bias_initializer or initializers.constant_initializer(0),
                                bias_regularizer, trainable)
-    out = op("Gemm", x, weight, bias, transB=1) if bias is not None else op("Gemm", x, weight, transB=1)
+    if qat.active() is not None:
+        # OneFlow's dense is a matmul, then a bias_add: QAT quantizes the matmul's output
+        with scope.namespace(name):
+            out = matmul(x, weight, transpose_b=True, name="matmul")
+            out = bias_add(out, bias, name="bias_add") if bias is not None else out
+    elif bias is not None:
+        out = op("Gemm", x, weight, bias, transB=1)
+    else:
+        out = op("Gemm", x, weight, transB=1)
     if len(in_shape) > 2:
         out = reshape(out, in_shape[:-1] + (units,))
     return _activate(out, activation, name)
@@ -90,7 +99,8 @@ def _conv_layer(ndims, inputs, filters, kernel_size, strides, padding, data_form
         bias = _named_variable(name, bias_name, "bias", (filters,), inputs.np_dtype,
                                bias_initializer or initializers.constant_initializer(0),
                                bias_regularizer, trainable)
-        out = bias_add(out, bias, data_format)
+        with scope.namespace(name):   # OneFlow's op name, which QAT's observers take
+            out = bias_add(out, bias, data_format, name="bias_add")
     return _activate(out, activation, name)
 
 
@@ -169,10 +179,14 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
         gamma_initializer, beta_regularizer, gamma_regularizer, moving_mean_initializer,
         moving_variance_initializer,
         (gamma_name, beta_name, moving_mean_name, moving_variance_name))
+    site = qat.chain("normalization", inputs)   # part of a convolution chain under QAT
     if training:
-        return _batch_norm_train(builder, inputs, axis, momentum, epsilon, gamma, beta,
-                                 moving_mean, moving_var)
-    return _batch_norm_inference(inputs, axis, epsilon, gamma, beta, moving_mean, moving_var)
+        out = _batch_norm_train(builder, inputs, axis, momentum, epsilon, gamma, beta,
+                                moving_mean, moving_var)
+    else:
+        out = _batch_norm_inference(inputs, axis, epsilon, gamma, beta, moving_mean,
+                                    moving_var)
+    return qat.done(site, out)
 
 
 def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_mean,
@@ -230,14 +244,15 @@ def batch_normalization_add_relu(inputs, addend=None, axis=-1, momentum=0.99, ep
                                  training=True, name="BatchNorm", gamma_name=None,
                                  beta_name=None, moving_mean_name=None,
                                  moving_variance_name=None):
-    """relu(batch_normalization(inputs) + addend): OneFlow's fused form, same variables."""
+    """relu(batch_normalization(inputs) + addend): OneFlow's fused form, same variables
+    (its CPU and predict form: batch normalization, add_n and relu ops, as QAT sees them)."""
     out = batch_normalization(inputs, axis, momentum, epsilon, center, scale, beta_initializer,
                               gamma_initializer, beta_regularizer, gamma_regularizer,
                               moving_mean_initializer, moving_variance_initializer, trainable,
                               training, name, gamma_name, beta_name, moving_mean_name,
                               moving_variance_name)
     if addend is not None:
-        out = out + addend
+        out = math.add(out, addend)
     return math.relu(out)
 
 

@@ -8,6 +8,7 @@ import numpy as np
 from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import as_blob, int64_constant, op
+from onnxjob.ops import qat
 from onnxjob.ops.shapes import reshape
 from onnxjob.ops.slicing import concat
 
@@ -22,12 +23,18 @@ def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, name=None):
         if len(x.shape) < 2:
             raise TraceError(f"matmul: {what} must have rank >= 2 (a matrix or a batch of "
                              f"them), got shape {x.shape}")
-    if transpose_a:
-        a = _swap_last(a)
-    if transpose_b:
-        b = _swap_last(b)
-    out = op("MatMul", a, b, name=name)
-    return out if alpha == 1.0 else out * alpha
+
+    def compute(a, b):
+        if transpose_a:
+            a = _swap_last(a)
+        if transpose_b:
+            b = _swap_last(b)
+        out = op("MatMul", a, b, name=name)
+        return out if alpha == 1.0 else out * alpha
+    # OneFlow's op types (quantization-aware training quantizes the first two)
+    kind = "broadcast_matmul" if len(a.shape) != len(b.shape) else \
+        "matmul" if len(a.shape) == 2 else "batch_matmul"
+    return qat.int8_op(kind, compute, a, b)
 
 
 def _swap_last(x):

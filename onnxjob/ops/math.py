@@ -16,6 +16,7 @@ from onnxjob.graph.primitives.elementwise import FLOATS, cast
 from onnxjob.graph.primitives.shape_ops import dim_of, shape_of, zeros_of
 from onnxjob.graph.registry import broadcast_shape
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
+from onnxjob.ops import qat
 
 _INTS = (np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int64))
 _ARITHMETIC = FLOATS + _INTS
@@ -111,6 +112,9 @@ def add(x, y, name=None):
     """x + y with broadcasting (either may be a Python scalar)."""
     a, b = _pair(x, y)
     _check_dtype(a, "flow.math.add", _ARITHMETIC)
+    tracer = qat.active()
+    if tracer is not None and isinstance(x, Blob) and isinstance(y, Blob):
+        return tracer.add(a, b, name=name)   # an add_n for equal shapes, as OneFlow's
     return op("Add", a, b, name=name)
 
 
@@ -229,10 +233,13 @@ def add_n(inputs, name=None):
                              f"{inputs[0].shape} {inputs[0].np_dtype} and {x.shape} {x.np_dtype}")
     if len(inputs) == 1:
         return inputs[0]
-    out = inputs[0]
-    for x in inputs[1:-1]:
-        out = op("Add", out, x)
-    return op("Add", out, inputs[-1], name=name)
+
+    def total(*inputs):
+        out = inputs[0]
+        for x in inputs[1:-1]:
+            out = op("Add", out, x)
+        return op("Add", out, inputs[-1], name=name)
+    return qat.int8_op("add_n", total, *inputs)
 
 
 def clip_by_value(values, min_value=None, max_value=None, name=None):
@@ -298,7 +305,13 @@ sqrt = _unary("Sqrt", "flow.math.sqrt", "The square root.")
 tan = _unary("Tan", "flow.math.tan", "tan(x).")
 tanh = _unary("Tanh", "flow.math.tanh", "The hyperbolic tangent.")
 tanh_v2 = _unary("Tanh", "flow.math.tanh_v2", "The hyperbolic tangent (deprecated name).")
-relu = _unary("Relu", "flow.math.relu", "max(x, 0) (ints too).", _ARITHMETIC)
+_relu = _unary("Relu", "flow.math.relu", "max(x, 0) (ints too).", _ARITHMETIC)
+
+
+def relu(x, name=None):
+    """max(x, 0) (ints too). (Under QAT, the relu of a convolution chain: ops/qat.py.)"""
+    site = qat.chain("relu", x)
+    return qat.done(site, _relu(x, name=name))
 
 
 def square(x, name=None):

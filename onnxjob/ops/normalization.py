@@ -12,7 +12,7 @@ from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.ops import math
-from onnxjob.ops.conv import bias_add
+from onnxjob.ops.conv import add_bias
 from onnxjob.ops.dropout import dropout
 
 __all__ = ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
@@ -208,7 +208,7 @@ def _check_bias_format(data_format):
 def fused_bias_add_gelu(value, bias, data_format=None, name=None):
     """gelu(bias_add(value, bias)), bias along axis 1 (or the last axis for "N...C")."""
     _check_floating(value, "flow.nn.fused_bias_add_gelu", half=True)
-    out = bias_add(value, bias, _check_bias_format(data_format))
+    out = add_bias(value, bias, _check_bias_format(data_format))
     return math.gelu(out) if name is None else op("Identity", math.gelu(out), name=name)
 
 
@@ -218,5 +218,5 @@ def fused_bias_add_dropout(value, bias, data_format=None, rate=0.0, noise_shape=
     _check_floating(value, "flow.nn.fused_bias_add_dropout", half=True)
     if rate is None or not 0.0 <= rate < 1.0:
         raise TraceError(f"fused_bias_add_dropout: rate must be in [0, 1), got {rate!r}")
-    out = bias_add(value, bias, _check_bias_format(data_format))
+    out = add_bias(value, bias, _check_bias_format(data_format))
     return dropout(out, rate, noise_shape=noise_shape, seed=seed, name=name)

@@ -8,7 +8,8 @@ fake_quantization rounds half to even and clamps to the b-bit range, then scales
 its gradient passes the output's gradient to the input unchanged (straight through), as
 OneFlow's. The moving-average observer keeps moving_max / moving_min variables (under
 its name) that a train job updates (the first value taken as is, then
-m * momentum + new * (1 - momentum)) and a predict job reads.
+m * momentum + new * (1 - momentum)) and a predict job reads. `_moving_min_max` is that
+kernel over given state, which quantization-aware training (ops/qat.py) uses too.
 """
 import numpy as np
 
@@ -108,15 +109,27 @@ def moving_average_min_max_observer(input, quantization_bit=8, quantization_sche
             for n in ("moving_max", "moving_min"))
         step = get_variable("current_train_step", (1,), dtype=_flow_dtype(np.int64),
                             trainable=False, initializer=initializers.zeros_initializer())
+    # OneFlow's Python op: a step variable nothing increments and stop_update_after_iters=1
+    return _moving_min_max(input, moving_max, moving_min, step, 1, training, quantization_bit,
+                          quantization_scheme, quantization_formula, momentum)
+
+
+def _moving_min_max(input, moving_max, moving_min, step, stop_update_after_iters, training,
+                   bit, scheme, formula, momentum):
+    """OneFlow's moving_average_min_max_observer kernel over the given state: in a train
+    job, while step <= stop_update_after_iters, moving_max / moving_min (variables) take
+    the batch's max and min (the first time as they are, then m * momentum + new * (1 -
+    momentum), in float32) and are assigned their new values; (scale, zero_point) follow
+    from the values after the update."""
     if training:
         flat = op("Reshape", input, int64_constant(input, [1, -1]))
         high = op("ReduceMax", flat, axes=[1], keepdims=0)
         low = op("ReduceMin", flat, axes=[1], keepdims=0)
-        if quantization_scheme == "symmetric" or quantization_formula == "cambricon":
+        if scheme == "symmetric" or formula == "cambricon":
             high = low = op("Max", op("Abs", high), op("Abs", low))
         keep = _c(np.float32(momentum), high)
         take = _c(np.float32(1) - np.float32(momentum), high)
-        update = op("LessOrEqual", step, int64_constant(step, [1]))   # stop_update_after_iters
+        update = op("LessOrEqual", step, int64_constant(step, [stop_update_after_iters]))
 
         def averaged(moving, new):
             mixed = op("Add", op("Mul", moving, keep), op("Mul", new, take))
@@ -127,10 +140,9 @@ def moving_average_min_max_observer(input, quantization_bit=8, quantization_sche
         assign(moving_max, new_max)
         assign(moving_min, new_min)
         moving_max, moving_min = new_max, new_min
-    scale = _scale(moving_max, moving_min, quantization_bit, quantization_scheme,
-                   quantization_formula)
+    scale = _scale(moving_max, moving_min, bit, scheme, formula)
     zero_point = _zeros(scale)
-    if quantization_scheme == "affine" and quantization_formula == "google":
+    if scheme == "affine" and formula == "google":
         zero_point = op("Neg", _round_half_away(op("Div", moving_min, scale)))  # std::round
     return scale, zero_point
 

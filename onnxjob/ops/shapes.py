@@ -11,6 +11,7 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import resolve_reshape
 from onnxjob.graph.tracer import int64_constant, op
+from onnxjob.ops import qat
 from onnxjob.ops._array_common import check_axis, to_flow_dtype
 
 __all__ = ["broadcast_like", "dynamic_reshape", "elem_cnt", "expand", "expand_dims", "flatten",
@@ -23,6 +24,13 @@ def reshape(x, shape, name=None):
         shape = resolve_reshape(x.shape, list(shape))
     except ValueError as e:
         raise TraceError(f"reshape: {e}") from None
+    site = qat.transparent(x)   # QAT's scales pass through reshapes (ops/qat.py)
+    return qat.done(site, _reshape(x, shape, name))
+
+
+def _reshape(x, shape, name=None):
+    """A reshape to a resolved shape that is part of another OneFlow op (QAT's
+    transparent reshapes are OneFlow's reshape op only)."""
     if tuple(shape) == x.shape:
         return op("Identity", x, name=name)
     return op("Reshape", x, int64_constant(x, shape), name=name)
@@ -30,12 +38,16 @@ def reshape(x, shape, name=None):
 
 def dynamic_reshape(x, shape, name=None):
     """OneFlow's reshape of a dynamic blob; shapes are static here, so a reshape."""
-    return reshape(x, shape, name=name)
+    try:
+        shape = resolve_reshape(x.shape, list(shape))
+    except ValueError as e:
+        raise TraceError(f"reshape: {e}") from None
+    return _reshape(x, shape, name=name)
 
 
 def reshape_like(x, like, name=None):
     """`x` reshaped to the shape of `like`."""
-    return reshape(x, like.shape, name=name)
+    return dynamic_reshape(x, like.shape, name=name)
 
 
 def flatten(input, start_dim=0, end_dim=-1, name=None):
@@ -46,7 +58,7 @@ def flatten(input, start_dim=0, end_dim=-1, name=None):
         raise TraceError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     shape = input.shape[:start] + (int(np.prod(input.shape[start:end + 1])),) + \
         input.shape[end + 1:]
-    return reshape(input, shape, name=name)
+    return _reshape(input, shape, name=name)
 
 
 def squeeze(input, axis=None, name=None):
