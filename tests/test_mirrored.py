@@ -2,7 +2,6 @@
 each device list element runs the forward and backward on its own rows, one update applies
 the gradients summed over the devices and scaled by the total loss size (spec §5.6)."""
 import warnings
-from typing import Tuple
 
 import numpy as np
 import pytest
