@@ -1,13 +1,19 @@
-"""Data-parallel scaling on the CPU: 2 ranks x 1 thread against 1 process x 2 threads.
+"""Data-parallel scaling, and the gradient all-reduce's time per step.
 
     python bench/bench_data_parallel.py [--model lenet|resnet50] [--steps N]
+                                        [--device cpu|cuda] [--nproc N]
 
 The doc LeNet train step on a global batch of 100, or OneFlow-Benchmark's ResNet50 on a
 global batch of 8 (224x224; its batch norms synchronized across ranks, and again with
-ONNXJOB_SYNC_BATCH_NORM=0), each rank computing half of it (runtime/distributed.py), through
-`python -m onnxjob run --nproc 2`, against the same script in one process with two intra-op
-threads. Each run times its steps after the warm-up steps (median); the ratio is two ranks /
-one process (< 1: the ranks are faster).
+ONNXJOB_SYNC_BATCH_NORM=0), each rank computing its share of it (runtime/distributed.py),
+through `python -m onnxjob run --nproc N` (2 by default), against the same script in one
+process. On the CPU (the default): N ranks x 1 thread against 1 process x 2 threads. With
+`--device cuda`: N ranks with a GPU each (LOCAL_RANK's; ranks share the GPUs where there
+are fewer than N, over gloo's CUDA tensors instead of NCCL) against one process on one GPU;
+the gradients stay on the GPUs (runtime/value_paths.py). Each run times its steps after
+the warm-up steps (median); the ratio is ranks / one process (< 1: the ranks are faster).
+The ranks' run also reports the gradient all-reduce per step (allreduce_timing.py): its
+size, its time alone, and the time the step still waited for it after the backward.
 """
 import argparse
 import json
@@ -38,6 +44,10 @@ STEPS = {"lenet": 30, "resnet50": 5}
 SCRIPT = """
 import json, os, statistics, sys, time
 sys.path.insert(0, {tests!r})
+sys.path.insert(0, {bench!r})
+import allreduce_timing
+from onnxjob.runtime import distributed
+allreduce_timing.install()
 {job}
 STEPS = {steps}
 times = []
@@ -45,41 +55,68 @@ for step in range(WARM_UP + STEPS):
     start = time.perf_counter()
     train_job(x, y)
     times.append(time.perf_counter() - start)
+    allreduce_timing.step_done()
+report = {{"step_s": statistics.median(times[WARM_UP:])}}
+if distributed.enabled():
+    report["allreduce"] = allreduce_timing.report(WARM_UP)
 if os.environ.get("RANK", "0") == "0":
-    print(json.dumps(statistics.median(times[WARM_UP:])))
+    print(json.dumps(report))
 """
 
 
-def timed(script, nproc, threads, **extra_env):
+def timed(script, nproc, device, threads=None, **extra_env):
+    """The rank-0 report of `script` run as `nproc` ranks on `device`."""
     command = [sys.executable, "-m", "onnxjob", "run"] + \
         (["--nproc", str(nproc)] if nproc > 1 else []) + [script]
-    env = {**os.environ, "ONNXJOB_NUM_THREADS": str(threads), "ONNXJOB_DEVICE": "cpu",
-           "OMP_NUM_THREADS": str(threads), **extra_env}
-    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    env = {**os.environ, "ONNXJOB_DEVICE": device, **extra_env}
+    if threads is not None:
+        env.update(ONNXJOB_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    out = subprocess.run(command, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def allreduce_line(report):
+    a = report["allreduce"]
+    return (f"      all-reduce per step: {a['bytes'] / 2 ** 20:.2f} MiB in {a['buckets']} "
+            f"bucket(s) over {a['backend']}: {a['alone_s'] * 1e3:.2f} ms alone, "
+            f"{a['exposed_s'] * 1e3:.2f} ms waited for after the backward")
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=sorted(JOBS), default="lenet")
     p.add_argument("--steps", type=int)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--nproc", type=int, default=2)
     args = p.parse_args()
+    if args.nproc < 2:
+        p.error("--nproc must be at least 2 (the ranks are compared with one process)")
     steps = args.steps or STEPS[args.model]
+    cpu = args.device == "cpu"
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, f"{args.model}_dp.py")
         with open(script, "w") as f:
-            f.write(textwrap.dedent(SCRIPT).format(tests=os.path.join(HERE, "..", "tests"),
-                                                   job=JOBS[args.model], steps=steps))
-        one = timed(script, 1, 2)
-        two = timed(script, 2, 1)
-        unsynced = timed(script, 2, 1, ONNXJOB_SYNC_BATCH_NORM="0") \
-            if args.model == "resnet50" else None
-    print(f"{args.model} train step, median of {steps} steps")
-    print(f"  1 process x 2 threads  {one * 1e3:8.1f} ms")
-    print(f"  2 ranks   x 1 thread   {two * 1e3:8.1f} ms   ratio {two / one:.2f}")
+            f.write(textwrap.dedent(SCRIPT).format(
+                tests=os.path.join(HERE, "..", "tests"), bench=HERE, job=JOBS[args.model],
+                steps=steps))
+        one = timed(script, 1, args.device, 2 if cpu else None)
+        many = timed(script, args.nproc, args.device, 1 if cpu else None)
+        unsynced = timed(script, args.nproc, args.device, 1 if cpu else None,
+                         ONNXJOB_SYNC_BATCH_NORM="0") if args.model == "resnet50" else None
+    one_label = "1 process x 2 threads" if cpu else "1 process, 1 GPU"
+    many_label = f"{args.nproc} ranks x 1 thread" if cpu else f"{args.nproc} ranks on CUDA"
+    print(f"{args.model} train step on {args.device}, median of {steps} steps")
+    print(f"  {one_label:24s} {one['step_s'] * 1e3:8.1f} ms")
+    print(f"  {many_label:24s} {many['step_s'] * 1e3:8.1f} ms   ratio "
+          f"{many['step_s'] / one['step_s']:.2f}")
+    print(allreduce_line(many))
     if unsynced is not None:
-        print(f"  2 ranks, batch norm per rank (ONNXJOB_SYNC_BATCH_NORM=0) "
-              f"{unsynced * 1e3:8.1f} ms   ratio {unsynced / one:.2f}")
+        print(f"  {args.nproc} ranks, batch norm per rank (ONNXJOB_SYNC_BATCH_NORM=0) "
+              f"{unsynced['step_s'] * 1e3:8.1f} ms   ratio "
+              f"{unsynced['step_s'] / one['step_s']:.2f}")
+        print(allreduce_line(unsynced))
 
 
 if __name__ == "__main__":

@@ -288,16 +288,119 @@ def test_a_launched_rank_starts_no_ranks(monkeypatch):
 
 
 def test_gpu_device_num_warns_once_that_it_runs_one_device():
+    """Here, as it is (no GPU in the test machines): one device, said once with why."""
     import onnxjob as flow
     from onnxjob.frontend import ranks
     ranks._warned.clear()
     with pytest.warns(UserWarning, match=r"gpu_device_num\(8\): onnxjob runs this process's "
-                                         r"jobs on one device"):
+                                         r"jobs on one device.*; here .+\. "
+                                         r"flow\.config\.cpu_device_num\(8\)"):
         flow.config.gpu_device_num(8)
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         flow.config.gpu_device_num(8)
+    assert not ranks._started and not ranks._gpu_ranks
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    """Fake what gpu_device_num sees: fake(cuda_ep, count) (count None: torch's own
+    answer); the ranks it would start are recorded in the returned list."""
+    from onnxjob.frontend import ranks
+    from onnxjob.runtime import backend, cuda_libraries
+    monkeypatch.setattr(ranks, "_warned", set())
+    monkeypatch.setattr(ranks, "_gpu_ranks", [])
+    monkeypatch.setattr(ranks, "_test_runner", lambda: None)
+    for variable in ("RANK", "WORLD_SIZE", "NODE_RANK", "ONNXJOB_DEVICE"):
+        monkeypatch.delenv(variable, raising=False)
+    started = []
+    monkeypatch.setattr(ranks, "_start", lambda what, local, *a, **k: started.append(
+        (what, local, k.get("device"))))
+
+    def fake(cuda_ep, count=None):
+        monkeypatch.setattr(backend, "cuda_usable", lambda: cuda_ep)
+        monkeypatch.setattr(cuda_libraries, "provider_load_error", lambda: (
+            None if cuda_ep else "the installed onnxruntime is a CPU-only build (pip ...)"))
+        if count is not None:
+            monkeypatch.setattr(ranks, "visible_gpus", lambda: (count, None))
+    return fake, started
+
+
+@pytest.mark.parametrize("cuda_ep,count,listed,why", [
+    (False, 4, None, r"onnxruntime cannot use the GPU: the installed onnxruntime is a "
+                     r"CPU-only build"),
+    (True, 2, "0,1", r"only 2 GPU\(s\) are visible \(CUDA_VISIBLE_DEVICES=0,1\)"),
+    (True, 0, None, r"only 0 GPU\(s\) are visible\. "),
+])
+def test_gpu_device_num_says_why_it_runs_one_device(monkeypatch, gpus, cuda_ep, count,
+                                                     listed, why):
+    fake, started = gpus
+    fake(cuda_ep, count)
+    if listed is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+    import onnxjob as flow
+    with pytest.warns(UserWarning, match=rf"gpu_device_num\(4\): .* one device .*here {why}"):
+        flow.config.gpu_device_num(4)
+    assert not started
+
+
+def test_gpu_device_num_needs_a_cuda_torch(gpus):
+    """The CUDA EP alone is not enough: the ranks all-reduce torch's CUDA tensors."""
+    fake, started = gpus
+    fake(True)
+    from onnxjob.frontend import ranks
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    assert ranks.gpu_ranks_obstacle(2) == f"this torch has no CUDA (torch {torch.__version__})"
+
+
+def test_gpu_device_num_with_enough_gpus_starts_a_rank_per_gpu(gpus):
+    fake, started = gpus
+    fake(True, 4)
+    import warnings
+    import onnxjob as flow
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flow.config.gpu_device_num(4)
+        flow.config.gpu_device_num(1)       # one device: nothing to start
+    assert started == [("flow.config.gpu_device_num(4)", 4, "cuda")]
+
+
+def test_gpu_ranks_of_several_machines_start_with_the_session(monkeypatch, gpus):
+    """gpu_device_num(2) before the machine list: 2 ranks a machine, a GPU each, started
+    when the session starts (as cpu_device_num's)."""
+    fake, started = gpus
+    fake(True, 2)
+    from onnxjob.frontend import ranks
+    monkeypatch.setattr(ranks, "_node_rank", lambda machines: 1)
+    ranks.on_gpu_device_num(2)
+    assert started == [("flow.config.gpu_device_num(2)", 2, "cuda")]
+    started.clear()
+    ranks._gpu_ranks[:] = [2]
+    monkeypatch.setenv("NODE_RANK", "1")
+    ranks.on_gpu_device_num(2, ["10.0.0.1", "10.0.0.2"], None)    # no port yet: waits
+    assert not started
+    ranks.before_session_start(1, ["10.0.0.1", "10.0.0.2"], 29500)
+    assert started == [("flow.env.machine(['10.0.0.1', '10.0.0.2'])", 2, "cuda")]
+
+
+def test_a_started_gpu_rank_runs_on_the_gpu(monkeypatch):
+    """_start with device "cuda": each rank's environment asks for the GPU (a rank that
+    cannot use one fails instead of training on the CPU); LOCAL_RANK picks it."""
+    from onnxjob import launch, spawned_ranks
+    from onnxjob.frontend import ranks
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items()
+                                        if k not in ("RANK", "WORLD_SIZE", "ONNXJOB_DEVICE")})
+    monkeypatch.setattr(ranks, "_started", [])
+    monkeypatch.setattr(ranks, "rerun_command", lambda what, n: ["python", "train.py"])
+    monkeypatch.setattr(spawned_ranks, "SpawnedRanks", lambda *a: None)
+    envs = []
+    monkeypatch.setattr(launch, "start_rank", lambda command, env, **k: envs.append(env))
+    ranks._start("flow.config.gpu_device_num(3)", 3, device="cuda")
+    assert [(e["LOCAL_RANK"], e["ONNXJOB_DEVICE"]) for e in envs] == [("1", "cuda"),
+                                                                        ("2", "cuda")]
+    assert os.environ["RANK"] == "0" and os.environ["ONNXJOB_DEVICE"] == "cuda"
 
 
 @pytest.mark.parametrize("argv,main_file,expected", [

@@ -318,11 +318,13 @@ class _ConfigModule:
 
     @staticmethod
     def _gpu(n):
-        """One device per process; n > 1 warns once (frontend/ranks.py)."""
+        """n > 1 in a plain `python script.py`: n data-parallel ranks with a GPU each
+        where onnxruntime's CUDA EP and n GPUs are usable, else one device for this
+        process, said once with why (frontend/ranks.py)."""
         assert isinstance(n, int), "gpu_device_num takes an int"
         process_config.gpu_device_num = n
         process_config.gpu_device_num_set = True
-        ranks.on_gpu_device_num(n)
+        ranks.on_gpu_device_num(n, process_config.machines, process_config.ctrl_port)
 
     @staticmethod
     def _cpu(n):

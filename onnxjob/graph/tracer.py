@@ -188,7 +188,9 @@ class GraphBuilder:
         self.gradients = {}        # id(Blob) -> its gradient Blob (filled by autodiff)
         self.loss_elem_count = 1   # autodiff's 1/N scale, undone for watch_diff
         self.grad_seed_scale = 1.0  # the backward's seed over OneFlow's (autodiff._seed_scale)
-        self.data_parallel_ranks = 1   # > 1: a data-parallel train step (runtime/distributed.py)
+        # the world size of a data-parallel train step (runtime/distributed.py; 1 only where
+        # a test runs one rank through it); None: not one
+        self.data_parallel_ranks = None
         self.location_override = None
         # ops/qat.py's QatTracer while a job under function_config.enable_qat is traced:
         # its `consume` sees the inputs of every node emitted

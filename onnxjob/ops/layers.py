@@ -197,9 +197,9 @@ def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_m
     # a data-parallel step normalizes with the whole batch's statistics (sync batch norm),
     # unless ONNXJOB_SYNC_BATCH_NORM=0 asks for each rank's own (DDP without SyncBatchNorm)
     ranks = builder.data_parallel_ranks
-    local = ranks > 1 and not settings.get("SYNC_BATCH_NORM")
+    local = ranks is not None and not settings.get("SYNC_BATCH_NORM")
     y, mean, var = op("onnxjob.BatchNormTrain", x, gamma, beta, axis=axis,
-                      epsilon=float(epsilon), ranks=ranks if ranks > 1 else None,
+                      epsilon=float(epsilon), ranks=ranks,
                       local_statistics=1 if local else None, num_outputs=3)
     # elements per channel behind the statistics (the graph is traced at the whole batch)
     count = int(np.prod(x.shape)) // c // (ranks if local else 1)

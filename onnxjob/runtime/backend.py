@@ -106,6 +106,22 @@ def choose_device(requested=None):
     return "cpu"
 
 
+# this process's GPU: 0, or a data-parallel rank's own (runtime/distributed.py use_device)
+_cuda_device = [0]
+
+
+def use_cuda_device(device_id):
+    """Run this process's CUDA sessions, and keep its variables, on GPU `device_id` (a
+    data-parallel rank's, LOCAL_RANK's: runtime/distributed.py)."""
+    _cuda_device[0] = int(device_id)
+
+
+def cuda_device_id():
+    """The GPU this process's CUDA sessions and variables are on (0 unless a
+    data-parallel rank was bound to another)."""
+    return _cuda_device[0]
+
+
 def cuda_provider_options(config, tf32=None):
     """CUDA EP options from a job's function_config and the process's TF32 choice.
 
@@ -115,6 +131,8 @@ def cuda_provider_options(config, tf32=None):
     onnxruntime's default: on) lets convolutions and matmuls round inputs to TF32.
     """
     options = {}
+    if cuda_device_id():
+        options["device_id"] = str(cuda_device_id())
     if tf32 is None:
         tf32 = settings.get("CUDA_TF32")
     if tf32 is not None:
@@ -422,7 +440,8 @@ def to_device(array, device, fresh=False):
     `fresh`: `array` was just made and nothing else holds it, so on the CPU it is kept
     as it is when C-contiguous (initial values: no second pass over their memory)."""
     if device == "cuda":
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), "cuda", 0)
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), "cuda",
+                                                cuda_device_id())
     if fresh and isinstance(array, np.ndarray) and array.flags.c_contiguous:
         return array    # NOTE: not np.ascontiguousarray, which makes a 0-d array 1-d
     return np.array(array, order="C", copy=True)
@@ -430,7 +449,9 @@ def to_device(array, device, fresh=False):
 
 def from_host(array, device):
     """Stored form of an array onnxruntime just returned (owned already: no copy on CPU)."""
-    return array if device != "cuda" else ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0)
+    if device != "cuda":
+        return array
+    return ort.OrtValue.ortvalue_from_numpy(array, "cuda", cuda_device_id())
 
 
 def host_array(stored):

@@ -128,8 +128,8 @@ class CudaGraphRunner:
         set_a, set_b = {}, {}
         for variable, _ in self._variable_inputs:
             value = backend.host_array(self._store[variable])
-            set_a[variable] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value),
-                                                               "cuda", 0)
+            set_a[variable] = ort.OrtValue.ortvalue_from_numpy(
+                np.ascontiguousarray(value), "cuda", backend.cuda_device_id())
             self._seen_version[variable] = self._store.versions[variable]
             set_b[variable] = (_device_buffer(value.shape, value.dtype)
                                if variable in self._state else set_a[variable])
@@ -177,4 +177,5 @@ def _static_spec(node_arg):
 
 
 def _device_buffer(shape, dtype):
-    return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, "cuda", 0)
+    return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, "cuda",
+                                                     backend.cuda_device_id())

@@ -5,12 +5,16 @@ gradients into two parts. Part A (forward and backward) is split into this rank'
 the ranks (runtime/distributed.py) in buckets started as soon as the stage that makes them
 has run, so that they travel while later stages compute (as DDP's buckets;
 function_config.all_reduce_group_min_mbyte sizes them, all_reduce_fp16 sends float32
-gradients as float16); part B, the optimizer's update, runs on the sums."""
+gradients as float16); part B, the optimizer's update, runs on the sums.
+
+On the CPU the values the collectives read are NumPy arrays; on CUDA they stay on the GPU
+from part A's outputs to part B's inputs, torch tensors over onnxruntime's buffers
+(runtime/value_paths.py)."""
 import onnx
 import onnx.utils
 
 from onnxjob.graph.split_batch import MEAN, SUM, WHOLE, Split, split_batch
-from onnxjob.runtime import backend, distributed
+from onnxjob.runtime import backend, distributed, value_paths
 from onnxjob.runtime.staged import StagedSession
 
 
@@ -44,9 +48,11 @@ class DataParallelStep:
     """Runs a train job compiled with its gradients as extra outputs
     (`compiled.gradient_outputs`): part A, forward + backward on this rank's rows (staged
     at collectives); the gradients summed over the ranks; session B, the optimizer's
-    update. Variables stay NumPy arrays in the session's store, as on one CPU."""
+    update. Variables stay in the session's store as on one device: NumPy arrays on the
+    CPU, OrtValues on the rank's GPU."""
 
-    def __init__(self, model_bytes, compiled, store, create_session, job_name, config):
+    def __init__(self, model_bytes, compiled, store, create_session, job_name, config,
+                 device="cpu"):
         model = onnx.load_from_string(model_bytes)
         self._store = store
         self._grads = list(compiled.gradient_outputs.values())
@@ -71,7 +77,9 @@ class DataParallelStep:
         self._batch = _batch(part_a, compiled.placeholder_names, ranks)
         self._bucket_bytes = float(config.get("all_reduce_group_min_mbyte", 16)) * 2 ** 20
         self._half = bool(config.get("all_reduce_fp16", False))
-        self._a = StagedSession(part_a, create_session)
+        self._path = value_paths.for_device(device, backend.cuda_device_id())
+        self.run = self._run_device if self._path.device_resident else self._run_host
+        self._a = StagedSession(part_a, create_session, self._path)
         self._b = create_session(_extract(model, graph_inputs + self._grads,
                                           [o for _, o in self._state_b]).SerializeToString())
         self._variable_of = {i: v for v, i in compiled.variable_inputs.items()}
@@ -79,21 +87,29 @@ class DataParallelStep:
         assert order == self._user + self._grads + [o for _, o in self._state_a], order
         self._inputs_a = self._a.input_names
         self._inputs_b = [i.name for i in self._b.get_inputs()]
+        self._outputs_b = [o.name for o in self._b.get_outputs()]
 
-    def _feeds(self, names, feeds, extra=None):
+    def _feeds(self, names, feeds, extra=None, stored=backend.host_array):
+        """{input name: value}: `extra`'s, a variable's (`stored(its stored value)`) or the
+        feed's."""
         out = {}
         for name in names:
             if extra is not None and name in extra:
                 out[name] = extra[name]
             elif name in self._variable_of:
-                out[name] = backend.host_array(self._store[self._variable_of[name]])
+                out[name] = stored(self._store[self._variable_of[name]])
             else:
                 out[name] = feeds[name]
         return out
 
-    def run(self, feeds):
+    def _reducer(self):
+        return _BucketedReducer(self._reduced_kinds, self._bucket_bytes, self._half,
+                                self._path.total_async)
+
+    def _run_host(self, feeds):
+        """A step on the CPU: NumPy arrays in and out of the collectives."""
         n_user = len(self._user)
-        reducer = _BucketedReducer(self._reduced_kinds, self._bucket_bytes, self._half)
+        reducer = self._reducer()
         results_a = self._a.run(self._feeds(self._inputs_a, feeds), reducer.add)
         reduced = reducer.finish()
         grads = {name: reduced[name] for name in self._grads}
@@ -103,6 +119,25 @@ class DataParallelStep:
         for (variable, _), value in zip(self._state_b, results_b):
             self._store[variable] = value
         return [self._whole(v, kind) for v, kind in zip(results_a[:n_user], self._kinds)]
+
+    def _run_device(self, feeds):
+        """A step whose gradients stay on the device: part A's outputs are torch tensors
+        over onnxruntime's buffers, reduced there, and part B reads the sums by DLPack."""
+        path, n_user = self._path, len(self._user)
+        reducer = self._reducer()
+        results_a = self._a.run(self._feeds(self._inputs_a, feeds, stored=_as_stored),
+                                reducer.add)
+        reduced = reducer.finish()
+        grads = {name: reduced[name] for name in self._grads}
+        inputs_b = {name: path.feed(value) for name, value in
+                    self._feeds(self._inputs_b, feeds, grads, stored=_as_stored).items()}
+        new = dict(zip(self._outputs_b, path.run(self._b, self._outputs_b, inputs_b)))
+        self._store.replace_all(
+            [v for v, _ in self._state_a] + [v for v, _ in self._state_b],
+            [path.stored(reduced[o]) for _, o in self._state_a] +
+            [path.stored(new[o]) for _, o in self._state_b])
+        return [self._whole(path.host(v), kind)
+                for v, kind in zip(results_a[:n_user], self._kinds)]
 
     def _whole(self, value, kind):
         """A step output as the whole batch's (as one process on the whole batch returns it)."""
@@ -118,8 +153,9 @@ class _BucketedReducer:
     starts its all-reduce once it holds `bucket_bytes` (every rank makes the same values
     in the same order, so the ranks' buckets match)."""
 
-    def __init__(self, kinds, bucket_bytes, half):
+    def __init__(self, kinds, bucket_bytes, half, total_async=distributed.total_async):
         self._kinds, self._bucket_bytes, self._half = kinds, bucket_bytes, half
+        self._total_async = total_async     # on NumPy arrays or on torch tensors
         self._pending = {SUM: [], MEAN: []}     # kind -> [(name, array)]
         self._started = []                      # [(names, wait)]
         self._out = {}
@@ -139,17 +175,23 @@ class _BucketedReducer:
     def _start(self, kind):
         names, values = zip(*self._pending[kind])
         self._pending[kind] = []
-        self._started.append((names, distributed.total_async(
+        self._started.append((names, self._total_async(
             list(values), mean=kind == MEAN, half=self._half)))
 
     def finish(self):
-        """{name: reduced array} for every value added."""
+        """{name: reduced array (or tensor)} for every value added."""
         for kind in (SUM, MEAN):
             if self._pending[kind]:
                 self._start(kind)
         for names, wait in self._started:
             self._out.update(zip(names, wait()))
         return self._out
+
+
+def _as_stored(value):
+    """A variable's stored value as a device step feeds it: a GPU OrtValue or a CPU array,
+    as it is (runtime/value_paths.py DevicePath.feed)."""
+    return value
 
 
 def _batch(model, placeholder_names, ranks):

@@ -23,17 +23,35 @@ Batch norm normalizes with the whole batch's statistics (synchronized batch norm
 PyTorch's SyncBatchNorm; graph/primitives/batch_norm.py), so a model with batch norm
 trains as one process on the whole batch would; ONNXJOB_SYNC_BATCH_NORM=0 normalizes each
 rank's share with its own statistics instead (fewer collectives; DDP without
-SyncBatchNorm). Gloo runs on the CPU; the CUDA path is not built yet.
+SyncBatchNorm).
+
+The process group: gloo on the CPU; on CUDA (the session's device, `use_device`) each rank
+is bound to its GPU (LOCAL_RANK modulo the GPUs it sees, for torch and for onnxruntime's
+CUDA EP) and the group is NCCL, or gloo with CUDA tensors where NCCL cannot run (ranks
+sharing a GPU, a torch without NCCL). The NumPy collectives below copy through that
+device; the step's gradients and synchronized statistics on CUDA stay on the GPU
+(runtime/tensor_collectives.py, runtime/value_paths.py).
 """
 import contextlib
 import datetime
 import functools
 import os
+import sys
 
 import numpy as np
 
 from onnxjob import settings
 from onnxjob.errors import TraceError
+from onnxjob.runtime import backend
+
+# internal, for tests (no public setting): a world of one rank also runs the data-parallel
+# step (split graph, gradient buckets, all-reduce), to compare it with a plain session
+# (tests/test_dlpack_path.py; tests/test_distributed_cuda.py: NCCL at world size 1)
+STEP_AT_WORLD_SIZE_1 = False
+
+# the session's device ("cpu" or "cuda", use_device) and, once the group is made, its
+# backend and the device the NumPy collectives' tensors go through
+_group = {"device": "cpu", "backend": None, "tensors_on": "cpu"}
 
 
 class StalledRankError(RuntimeError):
@@ -79,20 +97,80 @@ def world():
 
 
 def enabled():
-    return world()[1] > 1
+    return world()[1] > 1 or STEP_AT_WORLD_SIZE_1
 
 
-@functools.lru_cache(maxsize=None)
-def _torch_distributed():
+def _import_torch():
     try:
         import torch
         import torch.distributed as dist
     except ImportError:
         raise ImportError("data-parallel training (WORLD_SIZE > 1) runs on torch.distributed: "
                           "pip install 'onnxjob[distributed]'") from None
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=_timeout_s()))
     return torch, dist
+
+
+def local_rank():
+    """This rank's index on its machine (LOCAL_RANK; RANK where a launcher set none)."""
+    return int(os.environ.get("LOCAL_RANK", world()[0]))
+
+
+def use_device(device):
+    """The session starts with its jobs on `device` ("cpu" or "cuda"), before any
+    collective. On CUDA this rank is bound to its GPU: LOCAL_RANK modulo the GPUs it sees
+    (more ranks than GPUs share them), for torch and for onnxruntime's sessions and
+    variables (backend.use_cuda_device)."""
+    _group["device"] = device
+    if device != "cuda":
+        return
+    torch, _ = _import_torch()
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "data-parallel training on the GPU (onnxruntime runs the jobs on CUDA) hands the "
+            "gradients to torch.distributed on the GPU, but this torch has no CUDA "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False): install a CUDA "
+            "build of torch, or set ONNXJOB_DEVICE=cpu to train on CPU ranks")
+    gpu = local_rank() % torch.cuda.device_count()
+    torch.cuda.set_device(gpu)
+    backend.use_cuda_device(gpu)
+
+
+def _backend_name(torch, dist):
+    """(torch.distributed backend, why it is not NCCL or None) for this rank's device."""
+    if _group["device"] != "cuda":
+        return "gloo", None
+    if not dist.is_nccl_available():
+        return "gloo", "this torch has no NCCL"
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", world()[1]))
+    gpus = torch.cuda.device_count()
+    if local_size > gpus:
+        # NCCL refuses two ranks of one group on one GPU ("Duplicate GPU detected")
+        return "gloo", f"{local_size} ranks on this machine share its {gpus} GPU(s)"
+    return "nccl", None
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_distributed():
+    torch, dist = _import_torch()
+    if not dist.is_initialized():
+        name, why_not_nccl = _backend_name(torch, dist)
+        if why_not_nccl is not None and world()[0] == 0:
+            print(f"onnxjob: the ranks all-reduce on the GPU with gloo's CUDA tensors, not "
+                  f"NCCL: {why_not_nccl}", file=sys.stderr)
+        dist.init_process_group(name, timeout=datetime.timedelta(seconds=_timeout_s()))
+    name = dist.get_backend()
+    _group["backend"] = name
+    # NCCL takes CUDA tensors only; gloo takes CPU tensors (and CUDA ones)
+    _group["tensors_on"] = (torch.device("cuda", torch.cuda.current_device())
+                            if name == "nccl" else torch.device("cpu"))
+    return torch, dist
+
+
+def _tensor(array):
+    """A torch tensor of `array` on the device the NumPy collectives go through (the
+    array's own memory on the CPU)."""
+    torch, _ = _torch_distributed()
+    return torch.from_numpy(array).to(_group["tensors_on"])
 
 
 def shutdown():
@@ -105,6 +183,7 @@ def shutdown():
     if dist.is_initialized():
         dist.destroy_process_group()
     _torch_distributed.cache_clear()
+    _group.update(backend=None, tensors_on="cpu")
 
 
 def broadcast_from_rank0(arrays):
@@ -112,10 +191,10 @@ def broadcast_from_rank0(arrays):
     torch, dist = _torch_distributed()
     out = {}
     for name, array in arrays.items():
-        tensor = torch.from_numpy(np.ascontiguousarray(array).copy())
+        tensor = _tensor(np.ascontiguousarray(array).copy())
         with _collective("the broadcast of the initial variables"):
             dist.broadcast(tensor, src=0)
-        out[name] = tensor.numpy()
+        out[name] = tensor.cpu().numpy()
     return out
 
 
@@ -151,7 +230,7 @@ def total_async(arrays, mean=False, half=False):
     size = world()[1]
     started = []
     for dtype, (where, flat) in _by_dtype(arrays).items():
-        bucket = torch.from_numpy(flat)
+        bucket = _tensor(flat)
         if half and dtype == np.float32:
             bucket = bucket.half()
         with _collective("an all-reduce"):
@@ -162,7 +241,7 @@ def total_async(arrays, mean=False, half=False):
         for dtype, where, bucket, work in started:
             with _collective("an all-reduce"):
                 work.wait()
-            summed = bucket.numpy().astype(dtype, copy=False)
+            summed = bucket.cpu().numpy().astype(dtype, copy=False)
             if mean:
                 summed = (summed / dtype.type(size)).astype(dtype, copy=False)
             _unflatten(summed, arrays, where, out)
@@ -181,12 +260,12 @@ def all_gather(arrays):
     size = world()[1]
     out = [None] * len(arrays)
     for _, (where, flat) in _by_dtype(arrays).items():
-        parts = [torch.empty(flat.shape, dtype=torch.from_numpy(flat).dtype)
-                 for _ in range(size)]
+        mine = _tensor(flat)
+        parts = [torch.empty_like(mine) for _ in range(size)]
         with _collective("an all-gather"):
-            dist.all_gather(parts, torch.from_numpy(flat))
+            dist.all_gather(parts, mine)
         gathered = torch.stack(parts)
-        _unflatten(gathered.numpy(), arrays, where, out, lead=(size,))
+        _unflatten(gathered.cpu().numpy(), arrays, where, out, lead=(size,))
     return out
 
 

@@ -67,14 +67,14 @@ class JobRuntime:
             self.run_devices = step.run_devices
             return
         if compiled.gradient_outputs:
-            if self.device != "cpu":
-                raise NotImplementedError("data-parallel training runs on the CPU (gloo) so "
-                                          "far; set ONNXJOB_DEVICE=cpu")
+            # a data-parallel step (runtime/data_parallel.py); on CUDA its gradients stay
+            # on this rank's GPU (runtime/value_paths.py)
+            options = self._cuda_options() if self.device == "cuda" else None
             self.ort_session = None
             self._run = data_parallel.DataParallelStep(
                 self.model_bytes, compiled, self.store,
-                lambda model: backend.create_session(model, "cpu", is_train=True),
-                job.name, job.config).run
+                lambda model: backend.create_session(model, self.device, True, options),
+                job.name, job.config, self.device).run
             return
         self._graph = None
         self._uncaptured = None     # a plain session for feeds the captured graphs do not fit
@@ -184,7 +184,7 @@ class JobRuntime:
         for name in self._user_outputs:
             binding.bind_output(name, "cpu")
         for _, out_name in self._state_items:
-            binding.bind_output(out_name, self.device)
+            binding.bind_output(out_name, self.device, backend.cuda_device_id())
         self.ort_session.run_with_iobinding(binding)
         outs = binding.get_outputs()
         n = self._n_user
@@ -300,6 +300,9 @@ class Session(VariableRegistry):
             self.device = backend.choose_device(requested)
             self.tf32 = tf32
             self.data_parallel = distributed.enabled()
+            if self.data_parallel:
+                # binds a rank on CUDA to its GPU before any variable is placed there
+                distributed.use_device(self.device)
             compiled = []
             for job in self.jobs.values():
                 job_seed = None if seed is None else (seed ^ zlib.crc32(job.name.encode()))

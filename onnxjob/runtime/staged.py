@@ -8,16 +8,13 @@ reads their results. A ResNet50 step with synchronized batch norm has one stage 
 batch-norm depth forward and backward (about a hundred); a graph without collectives is
 one stage.
 """
-import numpy as np
-import onnxruntime as ort
 from onnx import helper
 
 from onnxjob.graph.primitives.collectives import DOMAIN
-from onnxjob.runtime import distributed
+from onnxjob.runtime.value_paths import HostPath
 
-# each collective: its result for the inputs of all such nodes of one stage, in order
-_COLLECTIVES = {"AllGather": distributed.all_gather, "AllReduceMean": distributed.average,
-                "AllReduceSum": distributed.total}
+# the collective ops, in the order a stage performs them
+_KINDS = ("AllGather", "AllReduceMean", "AllReduceSum")
 
 
 class _Stage:
@@ -41,9 +38,12 @@ def _collective_type(node, value_type):
 
 class StagedSession:
     """Runs `model` (an onnx ModelProto) as its stages; `create_session(model_bytes)` makes
-    each stage's onnxruntime session."""
+    each stage's onnxruntime session. `path` (runtime/value_paths.py) says how values
+    reach the collectives: NumPy arrays (HostPath) or torch tensors over onnxruntime's
+    device buffers (DevicePath)."""
 
-    def __init__(self, model, create_session):
+    def __init__(self, model, create_session, path=HostPath):
+        self._path = path
         graph = model.graph
         self.input_names = [i.name for i in graph.input]
         self.output_names = [o.name for o in graph.output]
@@ -84,29 +84,29 @@ class StagedSession:
         self._stages = stages
 
     def run(self, feeds, on_outputs=None):
-        """The graph's outputs (in order) for `feeds` {input name: array}. After each stage,
-        `on_outputs({name: array})` gets the graph outputs that stage made (so that their
-        all-reduce overlaps the stages after it: runtime/data_parallel.py)."""
+        """The graph's outputs (in order) for `feeds` {input name: value}, as the path
+        exports them (arrays or tensors). After each stage, `on_outputs({name: value})`
+        gets the graph outputs that stage made (so that their all-reduce overlaps the
+        stages after it: runtime/data_parallel.py)."""
+        path = self._path
         # between stages values stay onnxruntime's (OrtValues): no copy of the activations
-        # the backward stages read; only the collectives' small inputs become arrays
-        values = {name: _ort_value(array) for name, array in feeds.items()}
+        # the backward stages read; only the collectives' inputs are exported
+        values = {name: path.feed(value) for name, value in feeds.items()}
         outputs = {}
         for stage in self._stages:
             if stage.session is not None:
-                results = stage.session.run_with_ort_values(
-                    stage.outputs, {n: values[n] for n in stage.inputs})
+                results = path.run(stage.session, stage.outputs,
+                                   {n: values[n] for n in stage.inputs})
                 values.update(zip(stage.outputs, results))
-            for kind, perform in _COLLECTIVES.items():
+            for kind in _KINDS:
                 nodes = [n for n in stage.collectives if n.op_type == kind]
                 if nodes:
-                    results = perform([values[n.input[0]].numpy() for n in nodes])
-                    values.update((n.output[0], _ort_value(r)) for n, r in zip(nodes, results))
-            made = {n: values[n].numpy() for n in stage.ready}
+                    results = path.collectives[kind]([path.export(values[n.input[0]])
+                                                      for n in nodes])
+                    values.update((n.output[0], path.ort_value(r))
+                                  for n, r in zip(nodes, results))
+            made = {n: path.export(values[n]) for n in stage.ready}
             outputs.update(made)
             if made and on_outputs is not None:
                 on_outputs(made)
         return [outputs[name] for name in self.output_names]
-
-
-def _ort_value(array):
-    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))

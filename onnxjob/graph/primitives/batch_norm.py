@@ -66,21 +66,22 @@ def _whole_batch_statistics(mean, var, ranks):
 
 def _rank_local(value, ranks):
     """`value` as this rank computes it from its own rows, on purpose (a data-parallel
-    graph's statistics before they are combined, or with local_statistics)."""
-    return op(f"{DOMAIN}.RankLocal", value) if ranks > 1 else value
+    graph's statistics before they are combined, or with local_statistics). `ranks`:
+    the world size of a data-parallel step, None outside one."""
+    return op(f"{DOMAIN}.RankLocal", value) if ranks is not None else value
 
 
 def _expand(inputs, attrs, num_outputs):
     x, gamma, beta = inputs
     axes, bshape, _ = _layout(x, attrs["axis"])
-    ranks = attrs.get("ranks", 1)
+    ranks = attrs.get("ranks")
     mean = _rank_local(op("ReduceMean", x, axes=axes, keepdims=1), ranks)
     centered = op("Sub", x, mean)
     var = _rank_local(op("ReduceMean", op("Mul", centered, centered), axes=axes, keepdims=1),
                       ranks)
     c = x.shape[attrs["axis"]]
     mean, var = reshape_to(mean, (c,)), reshape_to(var, (c,))
-    if ranks > 1 and not attrs.get("local_statistics", 0):
+    if ranks is not None and not attrs.get("local_statistics", 0):
         mean, var = _whole_batch_statistics(mean, var, ranks)
         centered = op("Sub", x, reshape_to(mean, bshape))
     if attrs["axis"] == 1:
@@ -107,17 +108,17 @@ def _grad(n, g, need):
     dx = None
     if need[0]:
         sum_dy, sum_dy_centered = d_beta, d_gamma
-        ranks = n.attrs.get("ranks", 1)
-        if ranks > 1 and n.attrs.get("local_statistics", 0):    # this rank's own sums
+        ranks = n.attrs.get("ranks")
+        if ranks is not None and n.attrs.get("local_statistics", 0):    # this rank's own sums
             sum_dy, sum_dy_centered = _rank_local(d_beta, ranks), _rank_local(d_gamma, ranks)
-        elif ranks > 1:     # the whole batch's sums / W (see the docstring)
+        elif ranks is not None:     # the whole batch's sums / W (see the docstring)
             c = d_beta.shape[0]
             sums = op(f"{DOMAIN}.AllReduceMean", op(
                 "Concat", reshape_to(d_beta, (1, c)), reshape_to(d_gamma, (1, c)), axis=0))
             sum_dy, sum_dy_centered = _row(sums, 0), _row(sums, 1)
         # a data-parallel graph is traced at the whole batch and split W ways
         # (graph/split_batch.py): each rank holds count / W elements per channel
-        inv_n = as_blob(n.attrs.get("ranks", 1) / count, like=dy)
+        inv_n = as_blob((ranks or 1) / count, like=dy)
         a = op("Mul", gamma, inv_std)
         b = op("Neg", op("Mul", op("Mul", a, inv_std), op("Mul", sum_dy_centered, inv_n)))
         c = op("Neg", op("Mul", a, op("Mul", sum_dy, inv_n)))

@@ -187,9 +187,9 @@ def _normalization(x, a):
                                     x)}
     # a data-parallel step normalizes as flow.layers.batch_normalization does
     ranks = builder.data_parallel_ranks
-    local = ranks > 1 and not settings.get("SYNC_BATCH_NORM")
+    local = ranks is not None and not settings.get("SYNC_BATCH_NORM")
     y, mean, var = op("onnxjob.BatchNormTrain", v, gamma, beta, axis=axis, epsilon=float(eps),
-                      ranks=ranks if ranks > 1 else None,
+                      ranks=ranks,
                       local_statistics=1 if local else None, num_outputs=3)
     if moving[0] is not None or moving[1] is not None:
         if any(m is None or _variable_name(builder, m) is None for m in moving):
