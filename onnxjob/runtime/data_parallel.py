@@ -34,6 +34,30 @@ def _ancestors_reach(graph, sources, targets):
     return {t for t in targets if reaches(t)}
 
 
+def state_by_part(model, compiled):
+    """([(variable, output)] of the state part A (forward + backward) updates, e.g. batch
+    norm's moving statistics; those the update, part B, makes from the gradients)."""
+    updated = _ancestors_reach(model.graph, set(compiled.gradient_outputs.values()),
+                               set(compiled.state_outputs.values()))
+    items = list(compiled.state_outputs.items())
+    return [(v, o) for v, o in items if o not in updated], [(v, o) for v, o in items
+                                                            if o in updated]
+
+
+def part_feeds(names, feeds, store, variable_of, extra=None, stored=backend.host_array):
+    """{input name: value} of a part's inputs `names`: `extra`'s, a variable's
+    (`stored(store[variable_of[name]])`) or the feed's."""
+    out = {}
+    for name in names:
+        if extra is not None and name in extra:
+            out[name] = extra[name]
+        elif name in variable_of:
+            out[name] = stored(store[variable_of[name]])
+        else:
+            out[name] = feeds[name]
+    return out
+
+
 def _extract(model, inputs, outputs):
     """The part of `model` computing `outputs` from `inputs`, keeping only used inputs."""
     part = onnx.utils.Extractor(model).extract_model(list(inputs), list(outputs))
@@ -57,10 +81,7 @@ class DataParallelStep:
         self._store = store
         self._grads = list(compiled.gradient_outputs.values())
         self._user = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
-        updated = _ancestors_reach(model.graph, set(self._grads),
-                                   set(compiled.state_outputs.values()))
-        self._state_a = [(v, o) for v, o in compiled.state_outputs.items() if o not in updated]
-        self._state_b = [(v, o) for v, o in compiled.state_outputs.items() if o in updated]
+        self._state_a, self._state_b = state_by_part(model, compiled)
         graph_inputs = [i.name for i in model.graph.input]
         part_a = _extract(model, graph_inputs, self._user + self._grads +
                           [o for _, o in self._state_a])
@@ -90,17 +111,7 @@ class DataParallelStep:
         self._outputs_b = [o.name for o in self._b.get_outputs()]
 
     def _feeds(self, names, feeds, extra=None, stored=backend.host_array):
-        """{input name: value}: `extra`'s, a variable's (`stored(its stored value)`) or the
-        feed's."""
-        out = {}
-        for name in names:
-            if extra is not None and name in extra:
-                out[name] = extra[name]
-            elif name in self._variable_of:
-                out[name] = stored(self._store[self._variable_of[name]])
-            else:
-                out[name] = feeds[name]
-        return out
+        return part_feeds(names, feeds, self._store, self._variable_of, extra, stored)
 
     def _reducer(self):
         return _BucketedReducer(self._reduced_kinds, self._bucket_bytes, self._half,

@@ -17,7 +17,7 @@ replica OneFlow's checkpoints save.
 import numpy as np
 
 from onnxjob.runtime import backend
-from onnxjob.runtime.data_parallel import _ancestors_reach, _extract
+from onnxjob.runtime.data_parallel import _extract, part_feeds, state_by_part
 
 
 class MirroredStep:
@@ -28,10 +28,7 @@ class MirroredStep:
         self._grads = list(compiled.gradient_outputs.values())
         self._count = compiled.loss_count_output
         self._user = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
-        updated = _ancestors_reach(model.graph, set(self._grads),
-                                   set(compiled.state_outputs.values()))
-        self._state_a = [(v, o) for v, o in compiled.state_outputs.items() if o not in updated]
-        self._state_b = [(v, o) for v, o in compiled.state_outputs.items() if o in updated]
+        self._state_a, self._state_b = state_by_part(model, compiled)
         graph_inputs = [i.name for i in model.graph.input]
         self._outputs_a = (self._user + self._grads + [self._count] +
                            [o for _, o in self._state_a])
@@ -44,15 +41,7 @@ class MirroredStep:
         self._inputs_b = [i.name for i in self._b.get_inputs()]
 
     def _feeds(self, names, feeds, extra=None):
-        out = {}
-        for name in names:
-            if extra is not None and name in extra:
-                out[name] = extra[name]
-            elif name in self._variable_of:
-                out[name] = backend.host_array(self._store[self._variable_of[name]])
-            else:
-                out[name] = feeds[name]
-        return out
+        return part_feeds(names, feeds, self._store, self._variable_of, extra)
 
     def run_devices(self, device_feeds):
         n_user, n_grads = len(self._user), len(self._grads)
