@@ -308,18 +308,64 @@ def test_a_graph_that_cannot_be_split_names_the_users_line(rank_0_of_2):
         job(np.zeros((8, 2), np.float32))
 
 
-def test_a_mirrored_view_train_job_is_refused_by_name(rank_0_of_2):
-    import onnxjob.typing as tp
-    from onnxjob.graph.split_batch import SplitError
-    config = flow.function_config()
-    config.default_logical_view(flow.scope.mirrored_view())
+MIRRORED_SCRIPT = """import json, os, sys
+import numpy as np
+import onnxjob as flow
+import onnxjob.typing as tp
 
-    @flow.global_function(type="train", function_config=config)
-    def job(x: tp.ListNumpy.Placeholder((8, 2))) -> tp.ListNumpy:
-        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
-        loss = flow.math.reduce_mean(flow.matmul(x, w))
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
-        return loss
+mode = sys.argv[1]          # "list": every rank passes both devices' rows; "own": its own
+if mode == "list":
+    flow.config.gpu_device_num(2)
+flow.config.seed(3)
+config = flow.function_config()
+config.default_logical_view(flow.scope.mirrored_view())
 
-    with pytest.raises(SplitError, match=r"test_distributed\.py:\d+: .*\['x'\] are mirrored"):
-        job([np.zeros((8, 2), np.float32)])
+@flow.global_function(type="train", function_config=config)
+def train_job(x: tp.ListNumpy.Placeholder((6, 4)),
+              y: tp.ListNumpy.Placeholder((6,), dtype=flow.int32)) -> tp.ListNumpy:
+    init = flow.random_normal_initializer(stddev=0.3)
+    h = flow.layers.dense(x, 5, activation=flow.nn.relu, kernel_initializer=init, name="h")
+    logits = flow.layers.dense(h, 3, kernel_initializer=init, name="out")
+    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
+                       momentum=0.9).minimize(loss)
+    return loss
+
+rank = int(os.environ.get("RANK", "0"))
+losses = []
+for step in range(3):
+    rng = np.random.default_rng(step)
+    x = rng.standard_normal((10, 4)).astype(np.float32)
+    y = rng.integers(0, 3, 10).astype(np.int32)
+    parts = ([x[:6], x[6:]], [y[:6], y[6:]])            # 6 rows on device 0, 4 on device 1
+    if mode == "own":
+        parts = ([parts[0][rank]], [parts[1][rank]])
+    losses.append([v.tolist() for v in train_job(*parts)])
+if rank == 0:
+    np.savez(sys.argv[2], **{k: v.numpy() for k, v in flow.get_all_variables().items()})
+    print(json.dumps(losses))
+"""
+
+
+@pytest.mark.parametrize("mode", ["list", "own"])
+def test_a_mirrored_train_job_over_two_ranks_trains_as_two_devices_in_one_process(
+        tmp_path, mode):
+    """Each rank runs its device's rows (OneFlow's list of both devices, rank r taking
+    element r; or one element, its own data): the update and the losses are those of one
+    process running both list elements (runtime/mirrored_step.py)."""
+    script = tmp_path / "mirrored.py"
+    script.write_text(MIRRORED_SCRIPT)
+    one = run(script, 1, "list", tmp_path / "one.npz")
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = run(script, 2, mode, tmp_path / "two.npz")
+    assert two.returncode == 0, two.stderr[-3000:]
+    one_losses, two_losses = json.loads(one.stdout), json.loads(two.stdout)
+    for step, (a, b) in enumerate(zip(one_losses, two_losses)):
+        expected = a if mode == "list" else a[:1]     # "own": rank 0 returns its element
+        assert len(b) == len(expected), (step, b)
+        for x, y in zip(expected, b):
+            np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-6)
+    single, ranked = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
+    for name in single.files:
+        np.testing.assert_allclose(ranked[name], single[name], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)

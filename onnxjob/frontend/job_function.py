@@ -131,7 +131,7 @@ class JobFunction:
         """
         # a data-parallel train step is traced at the whole (logical) batch, as on one
         # device, and split for the ranks afterwards (graph/split_batch.py)
-        split = self.is_train and distributed.enabled()
+        split = self.is_train and distributed.enabled() and not self.mirrored_step
         builder.job_function = self   # flow.current_global_function_desc()
         args = [_placeholders(builder, ann, pname, split)
                 for pname, ann in zip(self.param_names, self.param_annotations)]
@@ -149,16 +149,15 @@ class JobFunction:
         return placeholder_names, blobs, tree
 
     @property
-    def mirrored_devices(self):
-        """How many device list elements a train step of this job runs on in this process:
-        the device count for a mirrored-view train job (tp.ListNumpy / ListListNumpy
-        placeholders) outside a data-parallel run, else 1 (runtime/mirrored_step.py)."""
+    def mirrored_step(self):
+        """Whether a train step of this job runs per device list element
+        (runtime/mirrored_step.py): a mirrored-view train job (tp.ListNumpy /
+        ListListNumpy placeholders) over several devices or data-parallel ranks."""
         lists = (tp.ListNumpyDef, tp.ListListNumpyDef)
         mirrored = any(isinstance(ann, type) and issubclass(ann, lists)
                        for ann in self.param_annotations)
-        if not (mirrored and self.is_train) or distributed.enabled():
-            return 1
-        return process_config.gpu_device_num
+        return mirrored and self.is_train and (
+            process_config.gpu_device_num > 1 or distributed.enabled())
 
     @property
     def is_train(self):
@@ -213,7 +212,7 @@ class JobFunction:
             device_feeds = self._fewer_rows_feeds(args)
         if device_feeds is None:
             device_feeds = self._checked_feeds(args)
-        if self.is_train and session.data_parallel:
+        if self.is_train and session.data_parallel and not self.mirrored_step:
             device_feeds = [{name: distributed.local_rows(value) for name, value in feeds.items()}
                             for feeds in device_feeds]
         if self not in session.fast_calls:

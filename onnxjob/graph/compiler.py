@@ -96,8 +96,9 @@ def compile_job(job, variable_registry=None, seed=None):
     builder = GraphBuilder(job.name, is_train=job.is_train, variable_registry=variable_registry,
                            seed=seed)
     grads = {}      # the gradients made outputs: a data-parallel or mirrored step
-    data_parallel = job.is_train and getattr(variable_registry, "data_parallel", False)
-    mirrored = not data_parallel and getattr(job, "mirrored_devices", 1) > 1
+    mirrored = getattr(job, "mirrored_step", False)
+    data_parallel = job.is_train and getattr(variable_registry, "data_parallel", False) \
+        and not mirrored
     loss_count = None
     if data_parallel:
         builder.data_parallel_ranks = distributed.world()[1]

@@ -269,6 +269,15 @@ def all_gather(arrays):
     return out
 
 
+def all_gather_objects(value):
+    """[rank 0's value, rank 1's, ...] of a picklable `value` (arrays of any shape)."""
+    _, dist = _torch_distributed()
+    out = [None] * world()[1]
+    with _collective("an all-gather"):
+        dist.all_gather_object(out, value)
+    return out
+
+
 def gather_split(array, axis, inner, batch):
     """The whole value of a step output split over the ranks along `axis`
     (graph/split_batch.py's Split: the axis holds outer x batch x inner elements of which

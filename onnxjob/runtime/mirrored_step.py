@@ -13,10 +13,16 @@ Part A's gradients come divided by their own device's loss element count c_d (th
 outputs it too); the combined gradient is sum_d(g_d * c_d) / sum_d(c_d). State that the
 forward pass updates (batch norm's moving statistics) is taken from the first device, the
 replica OneFlow's checkpoints save.
+
+Across data-parallel ranks (runtime/distributed.py) each rank runs its own list elements:
+given one element per rank (the list OneFlow's master process passes), rank r runs element
+r; given one element, a rank runs it as its own device's (each rank feeding its own data,
+as with DDP). The weighted sums and counts are added over the ranks, the first element's
+state comes from rank 0, and with one element per rank every rank returns all of them.
 """
 import numpy as np
 
-from onnxjob.runtime import backend
+from onnxjob.runtime import backend, distributed
 from onnxjob.runtime.data_parallel import _extract, part_feeds, state_by_part
 
 
@@ -44,9 +50,18 @@ class MirroredStep:
         return part_feeds(names, feeds, self._store, self._variable_of, extra)
 
     def run_devices(self, device_feeds):
+        rank, ranks = distributed.world() if distributed.enabled() else (0, 1)
+        if ranks > 1 and len(device_feeds) == ranks:
+            mine = [device_feeds[rank]]
+        elif ranks > 1 and len(device_feeds) != 1:
+            raise ValueError(
+                f"a mirrored train step on {ranks} ranks takes a list of {ranks} elements (one "
+                f"per rank) or of one (this rank's own), got {len(device_feeds)}")
+        else:
+            mine = device_feeds
         n_user, n_grads = len(self._user), len(self._grads)
         per_device, sums, total = [], None, 0.0
-        for feeds in device_feeds:
+        for feeds in mine:
             results = self._a.run(self._outputs_a, self._feeds(self._inputs_a, feeds))
             per_device.append(results)
             count = float(np.asarray(results[n_user + n_grads]))
@@ -54,12 +69,21 @@ class MirroredStep:
                         for g in results[n_user:n_user + n_grads]]
             sums = weighted if sums is None else [s + w for s, w in zip(sums, weighted)]
             total += count
+        first_state = per_device[0][n_user + n_grads + 1:]
+        if ranks > 1:
+            summed = distributed.total(sums + [np.array([total])])
+            sums, total = summed[:-1], float(summed[-1][0])
+            state = distributed.broadcast_from_rank0(dict(enumerate(first_state)))
+            first_state = [state[i] for i in range(len(first_state))]
         grads = {name: (s / total).astype(g.dtype) for name, s, g in
                  zip(self._grads, sums, per_device[0][n_user:n_user + n_grads])}
-        results_b = self._b.run(None, self._feeds(self._inputs_b, device_feeds[0], grads))
-        first_state = per_device[0][n_user + n_grads + 1:]
+        results_b = self._b.run(None, self._feeds(self._inputs_b, mine[0], grads))
         for (variable, _), value in zip(self._state_a, first_state):
             self._store[variable] = backend.to_device(value, self._device)
         for (variable, _), value in zip(self._state_b, results_b):
             self._store[variable] = backend.to_device(value, self._device)
-        return [results[:n_user] for results in per_device]
+        outputs = [results[:n_user] for results in per_device]
+        if ranks > 1 and len(device_feeds) == ranks:
+            outputs = [out for gathered in distributed.all_gather_objects(outputs)
+                       for out in gathered]
+        return outputs
