@@ -6,6 +6,7 @@ On CUDA the same code runs with GPU buffers and NCCL (tests/test_distributed_cud
 import gc
 import json
 import re
+import textwrap
 
 import numpy as np
 import onnxruntime as ort
@@ -22,6 +23,7 @@ if not torch.distributed.is_available():
 
 from onnxjob.launch import free_port  # noqa: E402
 from onnxjob.runtime import distributed, value_paths  # noqa: E402
+from test_distributed import NETS as DISTRIBUTED_NETS  # noqa: E402
 from test_distributed import loaded, run, write_script  # noqa: E402
 
 
@@ -79,11 +81,7 @@ def test_the_path_follows_the_device_and_the_switch(monkeypatch):
 # -- training: in this process at world size 1, and 2 ranks ------------------------------
 
 NETS = {
-    "mlp": """
-    flat = flow.reshape(images, [images.shape[0], -1])
-    hidden = flow.layers.dense(flat, 32, activation=flow.nn.relu, kernel_initializer=init,
-                               name="hidden")
-    logits = flow.layers.dense(hidden, 10, kernel_initializer=init, name="output")""",
+    "mlp": textwrap.indent(textwrap.dedent(DISTRIBUTED_NETS["mlp"]), "    "),
     # synchronized batch norm: its statistics go through the staged collectives
     "conv_bn": """
     conv = flow.layers.conv2d(images, 8, 3, padding="SAME", kernel_initializer=init,

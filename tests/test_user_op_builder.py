@@ -17,21 +17,12 @@ from onnxjob.errors import MissingGradientError, TraceError, UnsupportedAPIError
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from onnxjob.ops import user_ops
+from user_op_helpers import build
 
 THIS_FILE = os.path.basename(__file__)
 RNG = np.random.default_rng(0)
 
 
-def build(type_name, inputs, outputs, name="op", **attrs):
-    """One builder op: inputs {arg: [Blob]}, outputs [(arg, num)]; its RemoteBlobList."""
-    b = flow.user_op_builder(name).Op(type_name)
-    for arg, blobs in inputs.items():
-        b = b.Input(arg, blobs)
-    for arg, num in outputs:
-        b = b.Output(arg, num)
-    for key, value in attrs.items():
-        b = b.Attr(key, value)
-    return list(b.Build().InferAndTryRun().RemoteBlobList())
 
 
 def run_graph(fn, arrays):

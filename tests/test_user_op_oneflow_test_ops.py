@@ -10,19 +10,11 @@ import onnxjob.typing as tp
 from onnxjob.errors import TraceError
 from onnxjob.ops import user_ops
 from onnxjob.ops.user_ops.oneflow_test_ops import mt19937_uniform
+from user_op_helpers import build
 
 RNG = np.random.default_rng(1)
 
 
-def build(type_name, inputs=None, outputs=(("out", 1),), name="op", **attrs):
-    b = flow.user_op_builder(name).Op(type_name)
-    for arg, blobs in (inputs or {}).items():
-        b = b.Input(arg, blobs)
-    for arg, num in outputs:
-        b = b.Output(arg, num)
-    for key, value in attrs.items():
-        b = b.Attr(key, value)
-    return list(b.Build().InferAndTryRun().RemoteBlobList())
 
 
 def test_the_section_holds_these_op_types():
