@@ -215,6 +215,15 @@ def _skip_masks(ext):
     return op("Concat", edge, differ, axis=1), op("Concat", differ, edge, axis=1)
 
 
+def _end_positions(target_lengths):
+    """(tl, 2 tl, max(2 tl - 1, 0)), (N, 1) int64: a sample's target length and the
+    places in l' of its final blank and of its last label."""
+    tl = _column(target_lengths)
+    two_tl = op("Mul", tl, int64_constant(tl, 2))
+    last = op("Max", op("Sub", two_tl, int64_constant(tl, 1)), int64_constant(tl, 0))
+    return tl, two_tl, last
+
+
 def _ctc_expand(inputs, attrs, num_outputs):
     """Outputs (loss (N,), alpha (N, T, L)): alpha_t(s) = log P(l'[:s+1] at step t)."""
     log_probs, targets, input_lengths, target_lengths = inputs
@@ -233,9 +242,7 @@ def _ctc_expand(inputs, attrs, num_outputs):
         running = op("Less", int64_constant(in_len, t), in_len)
         alpha = op("Where", running, step, alpha)  # past its length a sample keeps alpha
         alphas.append(alpha)
-    tl = _column(target_lengths)
-    two_tl = op("Mul", tl, int64_constant(tl, 2))
-    last = op("Max", op("Sub", two_tl, int64_constant(tl, 1)), int64_constant(tl, 0))
+    tl, two_tl, last = _end_positions(target_lengths)
     ends = op("GatherElements", alpha, op("Concat", two_tl, last, axis=1), axis=1)
     end_blank, end_label = _unstack(reshape_to(ends, (n, 2, 1)), 1)
     end_label = op("Where", op("Greater", tl, int64_constant(tl, 0)), end_label, neg)
@@ -275,11 +282,8 @@ def _drop_final_blank_when_last_label_is_blank(posterior, ext, input_lengths,
     last label is the blank itself (a target OneFlow accepts), the final blank's share is
     dropped. Kept here so that gradients equal OneFlow's for such targets too."""
     batch, t_len, length = posterior.shape
-    tl = _column(target_lengths)
-    two_tl = op("Mul", tl, int64_constant(tl, 2))
-    last_label = op("GatherElements", ext,
-                    op("Max", op("Sub", two_tl, int64_constant(tl, 1)), int64_constant(tl, 0)),
-                    axis=1)
+    tl, two_tl, last = _end_positions(target_lengths)
+    last_label = op("GatherElements", ext, last, axis=1)
     clash = op("And", op("Greater", tl, int64_constant(tl, 0)),
                op("Equal", last_label, int64_constant(tl, blank)))            # (N, 1)
     last_step = op("Equal", int64_constant(ext, np.arange(t_len)[None, :, None]),

@@ -265,18 +265,6 @@ register("NonZero", _non_zero_infer, None, differentiable=False,
          data_dependent=lambda inputs: True)
 
 
-def _unique_infer(inputs, attrs, num_outputs):
-    """ONNX Unique of a 1-D input (no axis): y, indices and counts hold one entry per
-    distinct value (at most len(x)); inverse_indices one per input entry."""
-    x = inputs[0]
-    n = int(np.prod(x.shape))
-    index = np.dtype(np.int64)
-    return [((n,), x.np_dtype), ((n,), index), ((n,), index), ((n,), index)][:num_outputs]
-
-
-register("Unique", _unique_infer, None, differentiable=False,
-         data_dependent=lambda inputs: True)
-
 
 def _pad_infer(inputs, attrs, num_outputs):
     x = inputs[0]
