@@ -169,7 +169,7 @@ def _cast_argument(arr, ph, where):
     if arr.dtype == want:
         return np.array(arr, order="C", copy=True)
     if np.can_cast(arr.dtype, want, casting="same_kind") and arr.dtype.kind == want.kind:
-        return np.ascontiguousarray(arr.astype(want))
+        return np.asarray(arr.astype(want), order="C")
     raise JobArgumentError(
         f"{where}: expected dtype {want} (placeholder dtype flow.{ph.dtype.__name__}), "
         f"got an array of dtype {arr.dtype}; onnxjob converts only within a kind "

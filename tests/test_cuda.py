@@ -152,3 +152,23 @@ def test_driver_library_found_as_find_library_finds_it(monkeypatch, tmp_path):
     (tmp_path / "libcuda.so.1").write_bytes(b"")
     monkeypatch.setenv("LD_LIBRARY_PATH", f"/nonexistent:{tmp_path}")
     assert cuda_libraries._driver_library_installed()
+
+
+@needs_cuda
+@pytest.mark.parametrize("tf32", [True, False])
+def test_tensor_float_32_switch_rounds_matmuls_only_when_on(tf32):
+    """flow.config.enable_tensor_float_32_compute(False) gives float32 matmuls on the GPU
+    (the suite runs that way: conftest.py); on, the inputs are rounded to TF32."""
+    flow.config.enable_tensor_float_32_compute(tf32)
+    config = flow.function_config()
+    config.execution_provider("cuda")
+    a = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((512, 256)).astype(np.float32)
+
+    @flow.global_function(type="predict", function_config=config)
+    def product(x: tp.Numpy.Placeholder(a.shape), y: tp.Numpy.Placeholder(b.shape)) -> tp.Numpy:
+        return flow.matmul(x, y)
+
+    error = np.abs(product(a, b) - a.astype(np.float64) @ b.astype(np.float64)).max()
+    # float32 accumulation of 512 products: ~1e-5; TF32's 10-bit mantissa: ~1e-2
+    assert (error > 1e-3) if tf32 else (error < 1e-4), error

@@ -117,7 +117,7 @@ def test_device_values_cross_to_torch_on_the_gpu_without_a_copy():
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     session = backend.create_session(model.SerializeToString(), "cuda", False)
     path = value_paths.DevicePath("cuda", 0)
     out, = path.run(session, ["y"], {"x": path.feed(np.array([-1, 2, -3, 4], np.float32))})

@@ -31,7 +31,7 @@ def _identity_session(n):
     graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 

@@ -285,7 +285,7 @@ def test_run_function_matches_session_run_and_still_checks_inputs():
         [helper.make_node("Add", ["a", "b"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
         "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "ab"],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("y", "z")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     session = ort.InferenceSession(model.SerializeToString(), providers=[backend.CPU])
     run = backend.run_function(session, ["z", "y"])
     feeds = {"a": np.array([1, -3], np.float32), "b": np.array([1, 1], np.float32)}

@@ -1,6 +1,7 @@
 """Each pass, three ways: the structure before, the `modified` flag and the structure
 after, and equal numbers from onnxruntime before and after on random inputs."""
 import collections
+import types
 
 import numpy as np
 import pytest
@@ -311,7 +312,23 @@ def test_keep_on_cuda_max_unpool_becomes_scatter_elements():
         return op("MaxUnpool", g, idx, x.builder.constant(np.array(x.shape, np.int64)),
                   kernel_shape=[2, 2], strides=[2, 2])
     check(KeepOnCuda(), unpool, [(2, 3, 6, 6), (2, 3, 3, 3)], {"MaxUnpool": 1},
-          {"MaxUnpool": 0, "ScatterElements": 1})
+          {"MaxUnpool": 0, "ScatterElements": 1, "ConstantOfShape": 0})
+
+
+def test_keep_on_cuda_overlapping_max_pool_gradient_makes_its_zeros_each_run():
+    """The overlapping pool's gradient scatters into zeros made by a MaxUnpool of a few
+    zeros (primitives/pooling.py); on CUDA they come from the pooled input, not from a
+    ConstantOfShape that onnxruntime would fold into an initializer of the input's size."""
+    from onnxjob.graph.primitives.pooling import _max_pool_grad
+
+    def grad(x, g):
+        y, idx = op("MaxPool", x, num_outputs=2, kernel_shape=[3, 3], strides=[2, 2],
+                    pads=[1, 1, 1, 1])
+        pool = types.SimpleNamespace(inputs=[x], outputs=[y, idx], attrs={
+            a: v.value for a, v in y.value.producer().attributes.items()})
+        return _max_pool_grad(pool, [g], [True])[0]
+    check(KeepOnCuda(), grad, [(2, 3, 8, 8), (2, 3, 4, 4)], {"MaxUnpool": 1},
+          {"MaxUnpool": 0, "ConstantOfShape": 0, "Less": 1})
 
 
 def test_keep_on_cuda_asymmetric_conv_transpose_becomes_symmetric_and_sliced():
@@ -346,6 +363,13 @@ def test_keep_on_cuda_scatter_nd_of_other_types(dtype, reduction):
     assert KeepOnCuda()(model).modified == (reduction == "none")
     assert op_counts(model).get("ScatterND", 0) == 0
     np.testing.assert_array_equal(run(model, inputs), expected)
+
+
+def test_keep_on_cuda_wide_concat_becomes_concats_of_at_most_32():
+    check(KeepOnCuda(), lambda x: op("Concat", *[op("Neg", x) for _ in range(70)], axis=1),
+          [(2, 3)], {"Concat": 1}, {"Concat": 4})
+    check(KeepOnCuda(), lambda x: op("Concat", *[op("Neg", x) for _ in range(33)], axis=-1),
+          [(2, 3)], {"Concat": 1}, {"Concat": 2})
 
 
 def test_keep_on_cuda_runs_only_for_cuda_jobs():

@@ -13,6 +13,13 @@ from onnxjob.runtime.session import default_session
 from models import define_jobs, lenet, lenet_training, random_batch
 
 
+@pytest.fixture(autouse=True)
+def on_the_cpu(monkeypatch):
+    """The cache keeps CPU sessions' optimized models (backend.create_session): on a GPU
+    machine these jobs are run on the CPU."""
+    monkeypatch.setenv("ONNXJOB_DEVICE", "cpu")
+
+
 def test_a_second_start_loads_the_optimized_model_and_trains_the_same(tmp_path, monkeypatch):
     monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
     loaded_from = []

@@ -33,3 +33,46 @@ def test_a_reshape_that_spreads_the_rows_is_refused():
 def test_a_row_cut_in_two_is_still_one_block():
     # (8, 6) -> (16, 3): each row becomes 2 output rows, a rank's rows one block of them
     assert reshaped_split((8, 6), Split(0), (16, 3), 8) == Split(0, inner=2)
+
+
+def test_scatter_elements_with_whole_updates_takes_the_ranks_rows_of_them():
+    """The CUDA form of a max pool's gradient (passes/keep_on_cuda.py) scatters a whole
+    constant, shaped like the logical batch's indices, at MaxPool's flat indices along
+    axis 0: each rank scatters its rows of it at its own indices."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxjob.graph.split_batch import split_batch
+    batch, ranks = 4, 2
+    updates = np.arange(1, batch * 2 + 1, dtype=np.float32)
+    nodes = [helper.make_node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[2], strides=[2]),
+             helper.make_node("Reshape", ["idx", "flat"], ["flat_idx"]),
+             helper.make_node("ScatterElements", ["zeros", "flat_idx", "updates"], ["s"], axis=0),
+             helper.make_node("Reshape", ["s", "shape"], ["out"])]
+    constants = [numpy_helper.from_array(np.zeros(batch * 4, np.float32), "zeros"),
+                 numpy_helper.from_array(updates, "updates"),
+                 numpy_helper.from_array(np.array([-1], np.int64), "flat"),
+                 numpy_helper.from_array(np.array([batch, 1, 4], np.int64), "shape")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [batch, 1, 4])], constants,
+        value_info=[helper.make_tensor_value_info("flat_idx", TensorProto.INT64, [batch * 2]),
+                    helper.make_tensor_value_info("idx", TensorProto.INT64, [batch, 1, 2]),
+                    helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 1, 2]),
+                    helper.make_tensor_value_info("s", TensorProto.FLOAT, [batch * 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = np.random.default_rng(0).standard_normal((batch, 1, 4)).astype(np.float32)
+
+    def run(proto, feed):
+        session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": feed})[0]
+
+    whole = run(model, x)
+    rows = batch // ranks
+    for rank in range(ranks):
+        part = onnx.load_from_string(model.SerializeToString())
+        kinds = split_batch(part, ["x"], rank, ranks, "job")
+        assert kinds["out"] == Split(0)
+        np.testing.assert_array_equal(run(part, x[rank * rows:(rank + 1) * rows]),
+                                      whole[rank * rows:(rank + 1) * rows])

@@ -116,7 +116,7 @@ class JobFunction:
             for arg, ann, (name, _, dtype) in zip(args, self.param_annotations,
                                                    self._numpy_params):
                 if arg.dtype == dtype and not self._returns_before_run:
-                    feeds[name] = np.ascontiguousarray(arg)
+                    feeds[name] = np.asarray(arg, order="C")
                 else:
                     feeds[name] = tp._cast_argument(arg, ann, f"argument {name!r}")
         except tp.JobArgumentError as e:
@@ -280,7 +280,7 @@ def _exact_numpy_feeds(params, args, copy):
     for arg, (name, shape, dtype) in zip(args, params):
         if type(arg) is not np.ndarray or arg.shape != shape or arg.dtype != dtype:
             return None  # the full checks (and their error messages) take over
-        feeds[name] = arg.copy() if copy else np.ascontiguousarray(arg)
+        feeds[name] = arg.copy() if copy else np.asarray(arg, order="C")
     return [feeds]
 
 

@@ -482,9 +482,12 @@ def elements_along_axis(rw, node):
             inner = rw.shapes[data][axis] // rw.batch
             node.input[0] = rw.rows(rw.whole(data), axis, inner)
             kind = Split(axis, inner)
+        rows_of_indices = rw.kinds[node.input[1]]
         for i in range(2, len(node.input)):
-            node.input[i] = rw.whole(node.input[i]) if not isinstance(
-                rw.kinds[node.input[i]], Split) else node.input[i]
+            # ScatterElements' updates have the indices' shape: a whole one (a constant
+            # of zeros, say) gives the rank's rows the indices address
+            if not isinstance(rw.kinds[node.input[i]], Split):
+                node.input[i] = rw.rows(rw.whole(node.input[i]), axis, rows_of_indices.inner)
         return rw.finish(node, [kind])
     elementwise(rw, node)
 

@@ -189,7 +189,7 @@ def _write(path, session, var_dict):
     tmp = tempfile.mkdtemp(prefix=".onnxjob-save-", dir=parent)
     try:
         for name, value in var_dict.items():
-            array = np.ascontiguousarray(value.numpy() if hasattr(value, "numpy") else value)
+            array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, order="C")
             d = _safe_child(tmp, name)
             os.makedirs(d)
             array.astype(array.dtype.newbyteorder("<")).tofile(os.path.join(d, "out"))

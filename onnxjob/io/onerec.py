@@ -202,7 +202,7 @@ class _Writer:
         return table
 
     def vector(self, array):
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")
         self._align(max(array.dtype.itemsize, 4), 4)
         pos = len(self.buf)
         self.buf += struct.pack("<I", array.size) + array.tobytes()

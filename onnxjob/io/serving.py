@@ -165,7 +165,7 @@ class InferenceSession:
         if missing or unknown:
             raise ValueError(f"job {job_name}: missing inputs {missing}, unknown inputs "
                              f"{unknown} (it takes {sorted(job['inputs'])})")
-        feeds = {job["inputs"][n]: np.ascontiguousarray(v) for n, v in kwargs.items()}
+        feeds = {job["inputs"][n]: np.asarray(v, order="C") for n, v in kwargs.items()}
         names = [onnx_name for _, onnx_name in job["outputs"]]
         return job["session"].run(names, feeds)
 

@@ -389,21 +389,23 @@ def _ordinal_encode(table, size, x):
     keys = op("Concat", const([0]), known_keys,
               op("Cast", reshape_to(x, (m,)), to=i64), axis=0)
     key_ids = op("Concat", const([0]), known_ids, axis=0)
-    # ONNX TopK is stable (equal values keep their order): each run of equal sorted keys
-    # starts at its first position in `keys`, a known one before any in the batch
+    # runs of equal sorted keys; NOTE: the ONNX spec makes TopK stable, but the CUDA EP's
+    # is not, so a run's first place in `keys` is the smallest position in it, found by
+    # a segmented prefix minimum over the sorted order
     sorted_keys, order = op("TopK", keys, const([n]), axis=0, largest=0, sorted=1,
                             num_outputs=2)
-    starts = op("Concat", x.builder.constant(np.ones(1, bool)),
-                op("Not", op("Equal", part(sorted_keys, 1, n), part(sorted_keys, 0, n - 1))),
-                axis=0)
+    differs = op("Not", op("Equal", part(sorted_keys, 1, n), part(sorted_keys, 0, n - 1)))
+    true = x.builder.constant(np.ones(1, bool))
+    starts = op("Concat", true, differs, axis=0)
+    ends = op("Concat", differs, true, axis=0)
     run = op("Sub", op("CumSum", op("Cast", starts, to=i64), const(0)), const([1]))
-    run_first = scatter(x.builder.constant(np.zeros(n, np.int64)),
-                        starts, run, order)
+    run_first = scatter(x.builder.constant(np.zeros(n, np.int64)), ends, run,
+                        _segmented_prefix_min(order, run, n, const))
     first = op("Gather", run_first, run, axis=0)   # per sorted entry: its run's first place
     is_new = op("GreaterOrEqual", first, const([1 + capacity]))
     # new values are numbered by the place of their first appearance in the batch
     new_here = op("And", starts, is_new)
-    flags = scatter(x.builder.constant(np.zeros(n, np.int64)), new_here, order,
+    flags = scatter(x.builder.constant(np.zeros(n, np.int64)), new_here, first,
                     op("Cast", new_here, to=i64))
     rank = op("CumSum", flags, const(0))   # at a new value's first place: 1, 2, ...
     old_id = op("Gather", key_ids, op("Min", first, const([capacity])), axis=0)
@@ -422,6 +424,20 @@ def _ordinal_encode(table, size, x):
     new_table = op("Cast", op("Concat", table_keys, table_ids, axis=0), to=dtype)
     new_size = op("Cast", op("Add", count, part(rank, n - 1, n)), to=dtype)
     return new_table, new_size, ids
+
+
+def _segmented_prefix_min(values, run, n, const):
+    """Per entry i, the minimum of `values` over the entries of its run (equal `run`
+    ids, contiguous) up to i: ceil(log2 n) doubling steps (Hillis-Steele)."""
+    step = 1
+    while step < n:
+        before = op("Concat", const(np.full(step, np.iinfo(np.int64).max)),
+                    op("Slice", values, const([0]), const([n - step]), const([0])), axis=0)
+        before_run = op("Concat", const(np.full(step, -1)),
+                        op("Slice", run, const([0]), const([n - step]), const([0])), axis=0)
+        values = op("Where", op("Equal", before_run, run), op("Min", values, before), values)
+        step *= 2
+    return values
 
 
 def categorical_ordinal_encoder(input_tensor, capacity, hash_precomputed=True,

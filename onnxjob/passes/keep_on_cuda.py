@@ -7,12 +7,18 @@ on ResNet50 (batch 64) three CPU ConvTransposes made the train step 8x slower.
 Rewrite cases (exact: the same values, other kernels):
 - MaxUnpool (the gradient of a non-overlapping MaxPool; no CUDA kernel)
       -> Reshape(ScatterElements(zeros(N), flat indices, flat gradient, axis=0), shape)
+  where the zeros are Cast(Less(x, x)) of the MaxPool's input x when the indices come
+  from one (false everywhere, NaN and inf included: made by each run, where onnxruntime
+  would fold a ConstantOfShape into an initializer of x's size kept for the session)
 - ConvTranspose with pads that differ at the two ends of an axis (the input gradient of
   a strided convolution; the CUDA kernel takes symmetric pads only)
       -> Slice(ConvTranspose with the smaller pad at both ends)
 - ScatterND on data that is not float32/float16 (the CUDA kernel is registered for every
   type but fails at run time for int8, int32, int64 and float64)
       -> ScatterElements over the data seen as (rows addressed by the indices, rest)
+- Concat of more than 32 inputs (the CUDA kernel refuses them while a CUDA graph is
+  captured; a 7x7 convolution's weight-gradient columns concatenate 49)
+      -> Concat of Concats of at most 32 inputs each
 """
 import numpy as np
 import onnx_ir as ir
@@ -31,14 +37,32 @@ def _max_unpool(graph, node):
     e = NodeEmitter(graph, node, "cuda")
     dtype = grad.type.dtype
     total = int(np.prod(shape))
-    zeros = e.node("ConstantOfShape", [e.const(np.array([total], np.int64))], (total,), dtype,
-                   value=ir.tensor(np.zeros(1, dtype.numpy())))
-    flat_size = int(np.prod(static_shape(grad)))
     flat = e.const(np.array([-1], np.int64))
+    pooled = _pooled_input(indices, shape)
+    if pooled is None:
+        zeros = e.node("ConstantOfShape", [e.const(np.array([total], np.int64))], (total,),
+                       dtype, value=ir.tensor(np.zeros(1, dtype.numpy())))
+    else:
+        false = e.node("Less", [pooled, pooled], shape, ir.DataType.BOOL)
+        zeros = e.node("Reshape", [e.node("Cast", [false], shape, dtype, to=dtype), flat],
+                       (total,), dtype)
+    flat_size = int(np.prod(static_shape(grad)))
     flat_idx = e.node("Reshape", [indices, flat], (flat_size,), ir.DataType.INT64)
     flat_grad = e.node("Reshape", [grad, flat], (flat_size,), dtype)
     scattered = e.node("ScatterElements", [zeros, flat_idx, flat_grad], (total,), dtype, axis=0)
     return e.node("Reshape", [scattered, e.const(np.array(shape, np.int64))], shape, dtype)
+
+
+def _pooled_input(indices, shape):
+    """The input of the MaxPool whose Indices (or a Slice of them) `indices` are, when it
+    has the unpooled `shape`; else None."""
+    source = indices.producer()
+    while source is not None and source.op_type == "Slice":
+        source = source.inputs[0].producer()
+    if source is None or source.op_type != "MaxPool" or \
+            static_shape(source.inputs[0]) != tuple(shape):
+        return None
+    return source.inputs[0]
 
 
 def _asymmetric_conv_transpose(graph, node):
@@ -97,8 +121,34 @@ def _scatter_nd(graph, node):
     return e.node("Reshape", [scattered, e.const(np.array(d_shape, np.int64))], d_shape, dtype)
 
 
+CONCAT_INPUTS_IN_CUDA_GRAPHS = 32
+
+
+def _wide_concat(graph, node):
+    inputs = list(node.inputs)
+    if len(inputs) <= CONCAT_INPUTS_IN_CUDA_GRAPHS:
+        return None
+    shapes = [static_shape(v) for v in inputs]
+    out = node.outputs[0]
+    if None in shapes or out.type is None:
+        return None
+    axis = attr(node, "axis") % len(shapes[0])
+    e = NodeEmitter(graph, node, "cuda")
+    groups = []
+    for start in range(0, len(inputs), CONCAT_INPUTS_IN_CUDA_GRAPHS):
+        group, group_shapes = (inputs[start:start + CONCAT_INPUTS_IN_CUDA_GRAPHS],
+                               shapes[start:start + CONCAT_INPUTS_IN_CUDA_GRAPHS])
+        shape = list(group_shapes[0])
+        shape[axis] = sum(s[axis] for s in group_shapes)
+        groups.append(group[0] if len(group) == 1 else
+                      e.node("Concat", group, shape, out.type.dtype, axis=axis))
+    shape = list(shapes[0])
+    shape[axis] = sum(s[axis] for s in shapes)
+    return e.node("Concat", groups, shape, out.type.dtype, axis=axis)
+
+
 _REWRITES = {"MaxUnpool": _max_unpool, "ConvTranspose": _asymmetric_conv_transpose,
-             "ScatterND": _scatter_nd}
+             "ScatterND": _scatter_nd, "Concat": _wide_concat}
 
 
 class KeepOnCuda(InPlacePass):

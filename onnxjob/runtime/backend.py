@@ -440,7 +440,7 @@ def to_device(array, device, fresh=False):
     `fresh`: `array` was just made and nothing else holds it, so on the CPU it is kept
     as it is when C-contiguous (initial values: no second pass over their memory)."""
     if device == "cuda":
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), "cuda",
+        return ort.OrtValue.ortvalue_from_numpy(np.asarray(array, order="C"), "cuda",
                                                 cuda_device_id())
     if fresh and isinstance(array, np.ndarray) and array.flags.c_contiguous:
         return array    # NOTE: not np.ascontiguousarray, which makes a 0-d array 1-d

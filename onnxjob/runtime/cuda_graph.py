@@ -105,7 +105,7 @@ class CudaGraphRunner:
             self._bind(feeds)
         p = self._parity
         for name, value in feeds.items():
-            self._feed_buffers[name].update_inplace(np.ascontiguousarray(value))
+            self._feed_buffers[name].update_inplace(np.asarray(value, order="C"))
         self._refresh_variables(self._sets[p])
         try:
             self._session.run_with_iobinding(self._bindings[p], self._run_options[p])
@@ -129,7 +129,7 @@ class CudaGraphRunner:
         for variable, _ in self._variable_inputs:
             value = backend.host_array(self._store[variable])
             set_a[variable] = ort.OrtValue.ortvalue_from_numpy(
-                np.ascontiguousarray(value), "cuda", backend.cuda_device_id())
+                np.asarray(value, order="C"), "cuda", backend.cuda_device_id())
             self._seen_version[variable] = self._store.versions[variable]
             set_b[variable] = (_device_buffer(value.shape, value.dtype)
                                if variable in self._state else set_a[variable])
@@ -157,7 +157,7 @@ class CudaGraphRunner:
                 value = store[variable]
                 if value is not buffers[variable]:
                     buffers[variable].update_inplace(
-                        np.ascontiguousarray(backend.host_array(value)))
+                        np.asarray(backend.host_array(value), order="C"))
                 seen[variable] = version
 
 

@@ -191,7 +191,7 @@ def broadcast_from_rank0(arrays):
     torch, dist = _torch_distributed()
     out = {}
     for name, array in arrays.items():
-        tensor = _tensor(np.ascontiguousarray(array).copy())
+        tensor = _tensor(np.asarray(array, order="C").copy())
         with _collective("the broadcast of the initial variables"):
             dist.broadcast(tensor, src=0)
         out[name] = tensor.cpu().numpy()
@@ -282,7 +282,7 @@ def gather_split(array, axis, inner, batch):
     """The whole value of a step output split over the ranks along `axis`
     (graph/split_batch.py's Split: the axis holds outer x batch x inner elements of which
     this rank has outer x batch/W x inner), from every rank's part."""
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array, order="C")
     gathered = all_gather([array])[0]                   # (W,) + local shape
     size = gathered.shape[0]
     outer = array.shape[axis] * size // (batch * inner)

@@ -58,7 +58,7 @@ class HostPipeline:
                 values[node] = node.compute(*(value_of(i) for i in node.inputs))
             return values[node]
 
-        return {name: np.ascontiguousarray(value_of(node)) for name, node in self.feeds.items()}
+        return {name: np.asarray(value_of(node), order="C") for name, node in self.feeds.items()}
 
     def __bool__(self):
         return bool(self.feeds)

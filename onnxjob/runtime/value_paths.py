@@ -51,7 +51,7 @@ class HostPath:
     @staticmethod
     def feed(array):
         """An OrtValue of `array` to run a stage on."""
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))
+        return ort.OrtValue.ortvalue_from_numpy(np.asarray(array, order="C"))
 
     @staticmethod
     def run(session, output_names, inputs):
