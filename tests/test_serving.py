@@ -153,6 +153,7 @@ def _capture_sessions(monkeypatch, started):
 
     monkeypatch.setattr(backend.ort, "get_available_providers", lambda: [TRT, CUDA, CPU])
     monkeypatch.setattr(backend.ort, "InferenceSession", fake)
+    monkeypatch.setattr(backend, "tensorrt_start_failure", lambda: None)
     return calls
 
 
@@ -210,6 +211,30 @@ def test_tensorrt_failing_to_start_falls_back_to_cuda_in_one_line(monkeypatch, c
                                          [(CUDA, {}), CPU]]
     lines = _tensorrt_lines(capsys.readouterr().err)
     assert len(lines) == 1 and "could not build the engine" in lines[0] and CUDA in lines[0]
+
+
+def test_tensorrt_that_cannot_start_here_leaves_the_job_to_cuda_with_graphs(
+        monkeypatch, capsys, no_tf32_choice):
+    """onnxruntime-gpu lists TensorRT without its libraries: asked once, the job is then
+    planned for the CUDA EP (CUDA graphs too) and one line says why."""
+    model = _model_bytes()
+    calls = _capture_sessions(monkeypatch, lambda providers: [CUDA, CPU])
+    monkeypatch.setattr(backend, "tensorrt_start_failure",
+                        lambda: "Please install TensorRT libraries")
+    options = backend.cuda_provider_options(_config(), tf32=None)
+    session = backend.create_session(model, "cuda", is_train=False, cuda_options=options,
+                                     cuda_graph=True)
+    assert session.get_providers() == [CUDA, CPU]
+    assert [p for p, _ in calls] == [[(CUDA, {"enable_cuda_graph": "1"}), CPU]]
+    lines = _tensorrt_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and "Please install TensorRT" in lines[0] and CUDA in lines[0], lines
+
+
+def test_tensorrt_start_probe_says_why_where_there_is_no_tensorrt():
+    if TRT in ort.get_available_providers():
+        pytest.skip("this onnxruntime lists TensorRT: whether it starts is what the probe finds")
+    backend.tensorrt_start_failure.cache_clear()
+    assert backend.tensorrt_start_failure() == "onnxruntime could not load it (TensorRT's libraries?)"
 
 
 def test_tensorrt_silently_dropped_is_said_and_cpu_fallback_refused(monkeypatch, capsys, no_tf32_choice):

@@ -3,6 +3,7 @@ import functools
 import os
 import re
 import sys
+import warnings
 
 import numpy as np
 
@@ -55,22 +56,45 @@ def cuda_usable():
         return False
     cuda_libraries.preload()
     try:
-        from onnx import helper, TensorProto
-        g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 4
-        # the failed library load is logged by the default logger, not the session's
-        ort.set_default_logger_severity(4)
-        try:
-            sess = ort.InferenceSession(model.SerializeToString(), opts, providers=[CUDA, CPU])
-        finally:
-            ort.set_default_logger_severity(2)
-        return CUDA in sess.get_providers()
+        return CUDA in _quiet_probe_session([CUDA, CPU]).get_providers()
     except Exception:
         return False
+
+
+def _quiet_probe_session(providers, **kwargs):
+    """A session of a one-node model on `providers`, with onnxruntime's logging off."""
+    from onnx import helper, TensorProto
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 4
+    # a failed library load is logged by the default logger, not the session's
+    ort.set_default_logger_severity(4)
+    try:
+        with warnings.catch_warnings():     # "Specified provider ... is not available"
+            warnings.simplefilter("ignore")
+            return ort.InferenceSession(model.SerializeToString(), opts, providers=providers,
+                                        **kwargs)
+    finally:
+        ort.set_default_logger_severity(2)
+
+
+@functools.lru_cache(maxsize=None)
+def tensorrt_start_failure():
+    """None when onnxruntime's TensorRT EP starts a session here, else why not.
+    NOTE: onnxruntime-gpu lists TensorrtExecutionProvider whether or not TensorRT's own
+    libraries are installed; asked once per process, so that a job whose TensorRT cannot
+    start is planned for the CUDA EP (CUDA graphs included) from the start."""
+    try:
+        session = _quiet_probe_session([TENSORRT, CUDA, CPU], enable_fallback=0)
+    except (ValueError, RuntimeError) as e:     # onnxruntime's own error types
+        text = str(e).strip()
+        return (text.splitlines()[0] if text else type(e).__name__)[:200]
+    if TENSORRT not in session.get_providers():
+        return "onnxruntime could not load it (TensorRT's libraries?)"
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -190,6 +214,10 @@ def _tensorrt_providers(tensorrt, device, is_train):
         say_tensorrt(f"TensorRT needs the GPU and this session runs on the CPU "
                      f"(no usable CUDA, or execution_provider('cpu') / ONNXJOB_DEVICE=cpu); "
                      f"the job runs on {CPU}")
+        return None
+    failure = tensorrt_start_failure()
+    if failure is not None:
+        say_tensorrt(f"{TENSORRT} failed to start ({failure}); the job runs on {CUDA}")
         return None
     if tensorrt.get("trt_engine_cache_path"):
         os.makedirs(tensorrt["trt_engine_cache_path"], exist_ok=True)
