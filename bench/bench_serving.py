@@ -10,9 +10,10 @@ Both sides return the logits as a NumPy array each call. The job side is the use
 stayed the same for a few calls, runtime/frozen.py; the job is warmed past that point).
 The raw side is `InferenceSession.run_with_iobinding` on the exported file, its input
 bound once and its output bound to the CPU (`--device cuda`: input and output OrtValues
-on the GPU bound once, the run captured as a CUDA graph, the output copied to the host
-each call). Each side's calls are timed one by one, in blocks of at least --block-ms, one
-block per side per round, the side that goes first alternating round by round
+on the GPU bound once, the run captured as a CUDA graph, the input copied to the GPU and
+the output to the host each call: a request arrives in host memory). Each side's calls
+are timed one by one, in blocks of at least --block-ms, one block per side per round, the
+side that goes first alternating round by round
 (common.alternating_latencies), for at least --rounds rounds and --calls calls per side.
 p50 and p99 over all calls, the job's overhead over the raw side, and the range of the
 per-round p50 overheads are printed.
@@ -95,6 +96,8 @@ def raw_runner(path, x, device, threads):
         binding.bind_ortvalue_output(output.name, y_dev)
 
         def run():
+            # a server's request arrives in host memory: copied in each call, as the job does
+            x_dev.update_inplace(x)
             session.run_with_iobinding(binding)
             return y_dev.numpy()
         run.keep = (x_dev, y_dev)
