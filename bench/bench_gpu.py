@@ -8,11 +8,11 @@ ignored folder `shared/` of the checkout, with the onnxruntime-gpu wheel pieces 
 
     ONNXJOB_DEVICE=cuda bash shared/tools/ort-gpu-run.sh python3 bench/bench_gpu.py --json $OUT/gpu.json
 
-(`bash ../shared/tools/ort-gpu-run.sh ...` where ../shared sits beside the repository, as on
+(`bench/gpu/checks.sh gpu-tests` runs these rows with its own setup. `bash ../shared/tools/ort-gpu-run.sh ...` where ../shared sits beside the repository, as on
 the development machine; OneFlow-Benchmark is looked up at ../shared/clients/oneflow-benchmark
 and then at shared/clients/oneflow-benchmark inside the checkout.) `--rows` picks rows
 (default all, see ROWS), `--amp` only the mixed-precision ones; `--cuda-graph off` drops the
-CUDA-graph repeats of the fp32 rows when the 600 s of a device call are short. Each row is
+CUDA-graph repeats of the LeNet and ResNet50 rows when the 600 s of a device call are short. Each row is
 printed as soon as it is measured, so a run cut short still shows what it finished. The suite
 check on the same machine: `ONNXJOB_DEVICE=cuda bash shared/tools/ort-gpu-run.sh python3 -m
 pytest -q tests` (tests/upstream.py looks only at ../shared: `ln -sfn "$PWD/shared" ../shared`
@@ -265,14 +265,14 @@ def loss_scale_of(flow):
     return scale(flow)
 
 
-def bench_resnet_amp(flow, torch, args):
+def bench_resnet_amp(flow, torch, args, cuda_graph=False):
     """ResNet50 train step, onnxjob AMP + dynamic loss scale vs autocast + GradScaler:
     (row, first-call seconds, notes)."""
     from bench_resnet import torch_side
     from common import first_call, interleaved, resnet_batch
     flow.clear_default_session()
     batch = args.batch
-    config = job_config(flow, False, args.algo_search, args.device)
+    config = job_config(flow, cuda_graph, args.algo_search, args.device)
     train_job = resnet_train_job(flow, config, batch, amp=True, loss_scale=args.loss_scale)
     x, y = resnet_batch(batch)
     first = first_call(train_job, x, y)
@@ -283,7 +283,8 @@ def bench_resnet_amp(flow, torch, args):
                         args.rounds, max(1, args.calls // 2), warmup=3)
     notes = {"onnxjob loss scale": loss_scale_of(flow),
              "torch loss scale": float(torch_train.scaler.get_scale())}
-    return (f"ResNet50 b{batch} train AMP", train["onnxjob"], train["torch"]), first, notes
+    graphs = " (CUDA graphs)" if cuda_graph else ""
+    return (f"ResNet50 b{batch} train AMP{graphs}", train["onnxjob"], train["torch"]), first, notes
 
 
 def bert_settings(args):
@@ -522,11 +523,12 @@ def main():
             serving += s
             done(r + s)
             firsts.append((f"ResNet50 b{args.batch} first train call{graphs}", first))
-    if "resnet50-amp" in args.rows:
-        row, first, note = bench_resnet_amp(flow, torch, args)
+    for cuda_graph in graph_settings if "resnet50-amp" in args.rows else []:
+        row, first, note = bench_resnet_amp(flow, torch, args, cuda_graph)
         rows.append(row)
         done([row])
-        firsts.append((f"ResNet50 b{args.batch} AMP first train call", first))
+        graphs = " (graphs)" if cuda_graph else ""
+        firsts.append((f"ResNet50 b{args.batch} AMP first train call{graphs}", first))
         notes[row[0]] = note
     if "bert-amp" in args.rows:
         row, first, note = bench_bert_amp(flow, torch, args)

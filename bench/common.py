@@ -93,18 +93,24 @@ def bench_net(name):
     return (lenet, {"train": False}) if name == "lenet" else (mlp, {})
 
 
-def _define_model_jobs(name, batch):
+def _define_model_jobs(name, batch, amp=False):
     """(train job, predict job, feeds of one train step) of `name` in the default session:
-    a doc model ("lenet", "mlp") or "resnet50" (OneFlow-Benchmark's, `batch` images)."""
+    a doc model ("lenet", "mlp") or "resnet50" (OneFlow-Benchmark's, `batch` images;
+    `amp`: under enable_auto_mixed_precision)."""
     import numpy as np
     if name == "resnet50":
+        import onnxjob as flow
         from zoo import define_jobs as define_zoo_jobs, model_args, model_builder
+        config = flow.function_config()
+        config.enable_auto_mixed_precision(amp)
         train_job, predict_job = define_zoo_jobs(model_builder("resnet50"), model_args(), 224,
-                                                 0.01, batch)
+                                                 0.01, batch, config)
         rng = np.random.default_rng(0)
         feeds = {"images": rng.random((batch, 3, 224, 224), dtype=np.float32),
                  "labels": rng.integers(0, 1000, batch).astype(np.int32)}
     else:
+        if amp:
+            raise ValueError("amp is defined for resnet50 only")
         from models import define_jobs, random_batch
         net, kwargs = bench_net(name)
         train_job, predict_job = define_jobs(net, kwargs)
@@ -113,12 +119,13 @@ def _define_model_jobs(name, batch):
     return train_job, predict_job, feeds
 
 
-def compiled_train_job(name, batch=8):
+def compiled_train_job(name, batch=8, amp=False):
     """Define `name`'s jobs in the (fresh) default session and run one train step; returns
     the train job's JobRuntime and a complete feed dict (the batch and every variable).
-    `name`: a doc model ("lenet", "mlp") or "resnet50" (OneFlow-Benchmark's, `batch`)."""
+    `name`: a doc model ("lenet", "mlp") or "resnet50" (OneFlow-Benchmark's, `batch`;
+    `amp`: mixed precision)."""
     from onnxjob.runtime.session import default_session
-    train_job, _, feeds = _define_model_jobs(name, batch)
+    train_job, _, feeds = _define_model_jobs(name, batch, amp)
     train_job(*feeds.values())
     session = default_session()
     runtime = session.runtimes["train_job"]

@@ -8,7 +8,11 @@ session a served predict job runs, runtime/frozen.py). Convolution nodes also sh
 rate in GFLOP/s (2 flops per multiply-add), to set against the cores' peak.
 
 On CUDA the profiler times each node's launch, not its kernel: run it with
-CUDA_LAUNCH_BLOCKING=1 so that a node's time includes its kernels.
+CUDA_LAUNCH_BLOCKING=1 so that a node's time includes its kernels. `--amp` compiles
+resnet50 under enable_auto_mixed_precision. The nodes each execution provider ran are
+counted, and on CUDA the op types onnxruntime placed on the CPU are listed (each such
+node copies its inputs and outputs between the devices and keeps the step out of CUDA
+graphs).
 """
 import argparse
 import collections
@@ -47,11 +51,12 @@ def main():
     p.add_argument("--warmup", type=int, default=2,
                    help="first runs left out (allocations, cuDNN's algorithm search)")
     p.add_argument("--job", choices=["train", "predict"], default="train")
+    p.add_argument("--amp", action="store_true", help="resnet50 under mixed precision")
     args = p.parse_args()
     os.environ["ONNXJOB_DEVICE"] = args.device
     from common import compiled_train_job, frozen_predict_job
     if args.job == "train":
-        rt, feeds = compiled_train_job(args.model, args.batch)
+        rt, feeds = compiled_train_job(args.model, args.batch, args.amp)
         model_bytes, is_train = rt.model_bytes, True
     else:
         model_bytes, feeds = frozen_predict_job(args.model, args.batch)
@@ -72,6 +77,7 @@ def main():
         events = json.load(f)
     per_op = collections.Counter()
     per_node = collections.Counter()
+    placed = collections.defaultdict(set)     # provider -> {(op type, node name)}
     shapes, outputs = {}, {}
     runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
     counted_from = runs[args.warmup] if args.warmup else 0
@@ -80,9 +86,15 @@ def main():
                 e["ts"] >= counted_from:
             per_op[e["args"]["op_name"]] += e["dur"]
             key = (e["args"]["op_name"], e["name"][:-12])
+            placed[e["args"].get("provider", "?")].add(key)
             per_node[key] += e["dur"]
             shapes[key] = [list(d.values())[0] for d in e["args"].get("input_type_shape", [])]
             outputs[key] = [list(d.values())[0] for d in e["args"].get("output_type_shape", [])]
+    for provider, nodes in sorted(placed.items()):
+        print(f"{provider}: {len(nodes)} nodes")
+        if args.device == "cuda" and provider != "CUDAExecutionProvider":
+            kinds = collections.Counter(op for op, _ in nodes)
+            print("  " + ", ".join(f"{op} x{n}" for op, n in kinds.most_common()))
     total = sum(per_op.values())
     print(f"{args.model} {args.job} step: {total / args.steps / 1000:.2f} ms of kernel time "
           "per step")

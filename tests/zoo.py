@@ -42,11 +42,12 @@ def smoothed_labels(labels, logits, classes=1000, eta=0.1):
                         on_value=1 - eta + eta / classes, off_value=eta / classes)
 
 
-def define_jobs(build, args, size, lr, batch):
-    """A train job (upstream loss, SGD momentum 0.875) and a predict job of `build`."""
+def define_jobs(build, args, size, lr, batch, config=None):
+    """A train job (upstream loss, SGD momentum 0.875) and a predict job of `build`, both
+    with the function_config `config` (default: none)."""
     images_def = tp.Numpy.Placeholder((batch, 3, size, size), dtype=flow.float)
 
-    @flow.global_function(type="train")
+    @flow.global_function(type="train", function_config=config)
     def train_job(images: images_def,
                   labels: tp.Numpy.Placeholder((batch,), dtype=flow.int32)) -> tp.Numpy:
         logits = build(images, args)
@@ -56,7 +57,7 @@ def define_jobs(build, args, size, lr, batch):
                            momentum=0.875).minimize(loss)
         return loss
 
-    @flow.global_function(type="predict")
+    @flow.global_function(type="predict", function_config=config)
     def predict_job(images: images_def) -> tp.Numpy:
         return build(images, args)
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# There (the GPU machine, through the device tool), after the pieces of
+# pack_onnxruntime_gpu.sh were copied to /tmp/gw, one call per piece:
+#   run(carry=[".gpuwhl/dpart.aa"], command="mkdir -p /tmp/gw && cp .gpuwhl/dpart.aa/* /tmp/gw/")
+#   ... dpart.ab, dpart.ac, then with the last piece:
+#   run(carry=[".gpuwhl/dpart.ad", "shared"], command="cp .gpuwhl/dpart.ad/* /tmp/gw/ && bash bench/gpu/checks.sh gpu-tests")
+# (back to back: the machine is given back 30 s after a call). `shared/` is a copy of
+# ../shared/clients inside the checkout (ignored), for OneFlow-Benchmark's models.
+# Installs onnxruntime-gpu ahead of the image's CPU build once, proves that a session runs
+# on the CUDA EP, then runs STAGE; each stage fits one 600 s call and tees its logs to $OUT.
+#   gpu-tests  the GPU-only tests, then bench_gpu.py's LeNet / ResNet50 / ResNet50-AMP rows
+#   suite      the whole suite on CUDA (pytest-xdist; -v so a cut run still names failures)
+#   profile    where the AMP and fp32 ResNet50 steps spend their time and which nodes
+#              onnxruntime put on the CPU (profile_step.py), weight-gradient formulations
+#   serving    bench_serving.py on CUDA, two data-parallel ranks sharing the GPU
+#   bert       bench_gpu.py's BERT AMP row and both peak-memory rows
+#   "CMD"      anything else is run as a command with the same setup
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+if [ ! -d /tmp/site/onnxruntime ]; then
+  mkdir -p /tmp/site && cat /tmp/gw/part.* | xz -d -T0 | tar -x -C /tmp/site || exit 3
+fi
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+[ -d shared ] && ln -sfn "$PWD/shared" ../shared
+python3 - <<'PY' || exit 4
+import onnxruntime as ort
+from onnxjob.runtime import backend
+assert backend.cuda_usable(), ort.get_available_providers()
+import torch
+print("onnxruntime", ort.__version__, "CUDA EP usable; torch", torch.__version__,
+      torch.cuda.get_device_name(0))
+PY
+start=$(date +%s)
+left() { echo $(( $1 - ($(date +%s) - start) )); }
+case "$1" in
+  gpu-tests)
+    timeout "$(left 150)" python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py \
+      tests/test_distributed_cuda.py tests/test_dlpack_path.py 2>&1 | tee "$out/gpu_tests.log"
+    timeout "$(left 570)" python3 bench/bench_gpu.py --rows lenet,resnet50,resnet50-amp \
+      --json "$out/gpu.json" 2>&1 | tee "$out/gpu.log" ;;
+  suite)
+    ONNXJOB_DEVICE=cuda timeout "$(left 570)" python3 -m pytest -p no:cacheprovider \
+      -p no:benchmark -n 12 -v --tb=short tests > "$out/suite.log" 2>&1
+    grep -E "FAILED|ERROR|passed|failed" "$out/suite.log" | tail -60 ;;
+  profile)
+    for amp in --amp ""; do
+      CUDA_LAUNCH_BLOCKING=1 timeout "$(left 400)" python3 bench/profile_step.py resnet50 \
+        --device cuda --batch 64 --steps 3 --top 15 $amp 2>&1 | tee -a "$out/profile.log"
+    done
+    timeout "$(left 570)" python3 bench/bench_variants.py --model resnet50 default= \
+      im2col=ONNXJOB_CONV_WGRAD=im2col 2>&1 | tee "$out/variants.log" ;;
+  serving)
+    timeout "$(left 300)" python3 bench/bench_serving.py --device cuda --models lenet,resnet50 \
+      --calls 500 --resnet-calls 300 2>&1 | tee "$out/serving.log"
+    timeout "$(left 570)" python3 bench/bench_data_parallel.py --device cuda --model resnet50 \
+      --nproc 2 --steps 6 2>&1 | tee "$out/data_parallel.log" ;;
+  bert)
+    timeout "$(left 570)" python3 bench/bench_gpu.py --rows bert-amp,resnet50-amp-memory,bert-amp-memory \
+      --json "$out/gpu_bert.json" 2>&1 | tee "$out/gpu_bert.log" ;;
+  *) eval "$1" ;;
+esac
