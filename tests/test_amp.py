@@ -20,7 +20,7 @@ import onnxjob.typing as tp
 from models import BATCH, lenet, mlp
 from onnxjob.errors import TraceError
 from onnxjob.graph.compiler import IR_VERSION
-from onnxjob.graph.tracer import GraphBuilder, op, tracing
+from onnxjob.graph.tracer import GraphBuilder, as_blob, op, tracing
 from onnxjob.passes import AutoMixedPrecision, op_counts
 from onnxjob.runtime import backend
 from onnxjob.runtime.session import default_session
@@ -84,6 +84,54 @@ def test_matmul_bias_relu_in_half_softmax_in_float32():
     out = model.graph.outputs[0]
     assert out.name == "y" and out.type.dtype == ir.DataType.FLOAT
     np.testing.assert_allclose(_run(model, feeds), expected, rtol=2e-2, atol=2e-3)
+
+
+def _conv_batch_norm_relu(scale):
+    """Conv, batch statistics, the inference-mode BatchNormalization of the CUDA path
+    (graph/primitives/batch_norm.py) and a ReLU; `scale` multiplies the activations."""
+    def fn(x, w, gamma, beta):
+        y = op("Mul", op("Conv", x, w, pads=[1, 1, 1, 1]), as_blob(np.float32(scale), like=x))
+        mean = op("ReduceMean", y, axes=[0, 2, 3], keepdims=0)
+        centered = op("Sub", y, op("Reshape", mean, x.builder.constant(
+            np.array([1, 8, 1, 1], np.int64))))
+        var = op("ReduceMean", op("Mul", centered, centered), axes=[0, 2, 3], keepdims=0)
+        return op("Relu", op("BatchNormalization", y, gamma, beta, mean, var, epsilon=1e-3))
+    return _graph(fn, [(2, 3, 6, 6)], [(8, 3, 3, 3), (8,), (8,)])
+
+
+@pytest.mark.parametrize("scale", [1.0, 3000.0], ids=["unit", "variance-over-65504"])
+def test_batch_norm_of_half_activations_runs_in_half(scale):
+    """Rule 3: the normalization follows its data (half), its statistics fold into a
+    per-channel x * a + b in float32 first, so a variance past float16's range is fine."""
+    model = _conv_batch_norm_relu(scale)
+    feeds = _feeds(model)
+    feeds["x0"] += 3.0      # a mean several deviations away from 0
+    expected = _run(model, feeds)
+    assert AutoMixedPrecision()(model).modified
+    by_op = _by_op(model)
+    assert by_op["Conv"] == by_op["BatchNormalization"] == by_op["Relu"] == {ir.DataType.FLOAT16}
+    assert by_op["ReduceMean"] == {ir.DataType.FLOAT}          # the statistics
+    bn = next(n for n in model.graph if n.op_type == "BatchNormalization")
+    assert all(v.const_value is not None for v in bn.inputs[3:])   # mean 0, variance 1 - eps
+    got = _run(model, feeds)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, expected, rtol=2e-2, atol=2e-2)
+
+
+def test_batch_norm_with_constant_statistics_casts_them():
+    """The backward's a * dy + c form (mean 0, variance 1 - eps): cast, not folded."""
+    eps = np.float32(1e-5)
+    model = _graph(lambda x, a, c: op("BatchNormalization", op("Relu", op("MatMul", x, x)),
+                                      a, c, as_blob(np.zeros(4, np.float32), like=x),
+                                      as_blob(np.ones(4, np.float32) - eps, like=x),
+                                      epsilon=float(eps)),
+                   [(4, 4)], [(4,), (4,)])
+    feeds = _feeds(model)
+    expected = _run(model, feeds)
+    assert AutoMixedPrecision()(model).modified
+    assert _by_op(model)["BatchNormalization"] == {ir.DataType.FLOAT16}
+    assert "Sqrt" not in op_counts(model)
+    np.testing.assert_allclose(_run(model, feeds), expected, rtol=2e-2, atol=2e-2)
 
 
 def test_a_weight_read_twice_is_cast_once():
@@ -192,7 +240,7 @@ def _assert_amp_graph(by_op, model, types):
     for op_type in compute:
         assert by_op[op_type] == {F16}, (op_type, by_op[op_type])
     for op_type in ("Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "ReduceSum",
-                    "ReduceMean", "Exp", "Log", "BatchNormalization"):
+                    "ReduceMean", "Exp", "Log"):
         assert by_op.get(op_type, {F32}) <= {F32, onnx.TensorProto.INT64}, \
             (op_type, by_op[op_type])
     for out in model.graph.output:   # results, watches and every updated variable
@@ -218,20 +266,24 @@ def test_doc_models_train_graph_under_amp(net):
     _assert_amp_graph(*_job_graph("predict_job"))
 
 
-def test_resnet50_train_graph_under_amp():
+def _resnet50_amp_train_job(batch):
     from zoo import model_args, model_builder, smoothed_labels
     build, args = model_builder("resnet50"), model_args(False)
 
     @flow.global_function(type="train", function_config=_amp_config())
-    def train_job(images: tp.Numpy.Placeholder((2, 3, 224, 224), dtype=flow.float),
-                  labels: tp.Numpy.Placeholder((2,), dtype=flow.int32)) -> tp.Numpy:
+    def train_job(images: tp.Numpy.Placeholder((batch, 3, 224, 224), dtype=flow.float),
+                  labels: tp.Numpy.Placeholder((batch,), dtype=flow.int32)) -> tp.Numpy:
         logits = build(images, args)
         loss = flow.nn.softmax_cross_entropy_with_logits(smoothed_labels(labels, logits), logits)
         loss = flow.math.reduce_mean(loss)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.01]),
                            momentum=0.875).minimize(loss)
         return loss
+    return train_job
 
+
+def test_resnet50_train_graph_under_amp():
+    train_job = _resnet50_amp_train_job(2)
     rng = np.random.default_rng(0)
     loss = train_job(rng.random((2, 3, 224, 224), dtype=np.float32),
                      rng.integers(0, 1000, 2).astype(np.int32))
@@ -240,6 +292,26 @@ def test_resnet50_train_graph_under_amp():
     _assert_amp_graph(by_op, model, types)
     assert sum(1 for n in model.graph.node if n.op_type == "Conv"
                and types[n.output[0]] == F16) >= 53   # every forward convolution
+
+
+def test_resnet50_amp_graph_for_cuda_keeps_activations_half():
+    """The graph compiled for the CUDA EP (compiled here without running it): the
+    normalizations (forward, and the backward's a * dy + c and b * (x - mean)) and the
+    ReLUs run in half, so activations do not go to float32 and back between two
+    convolutions; only the batch statistics read float32 copies."""
+    from onnxjob.graph.compiler import compile_job
+    _resnet50_amp_train_job(2)
+    session = default_session()
+    session.device = "cuda"
+    graph = compile_job(session.jobs["train_job"], session, 0).model.graph
+    half = collections.Counter(n.op_type for n in graph
+                               if n.outputs[0].type.dtype == ir.DataType.FLOAT16)
+    assert half["Relu"] == 49 and half["BatchNormalization"] >= 53 + 2 * 52, half
+    to_half = [n for n in graph if n.op_type == "Cast" and n.inputs[0].producer() is not None
+               and n.outputs[0].type.dtype == ir.DataType.FLOAT16     # not the weights
+               and np.prod(list(n.inputs[0].shape)) >= 2 * 64 * 7 * 7]   # activations
+    # 250 with the normalizations in float32 (88 now): every activation came back to half
+    assert len(to_half) < 100, len(to_half)
 
 
 def _mnist_batches(path, steps):

@@ -16,7 +16,7 @@ a = gamma / std:
        = a * dy + b * (x - mean) + c
 with per-channel b = -a * d_gamma / (N std) and c = -a * d_beta / N; with the channels on
 axis 1, a * dy + c is one BatchNormalization node (ResNet50's train step: 1-2% faster than
-Mul + Add, bench_variants.py).
+Mul + Add, bench_variants.py) and b * (x - mean) another.
 NOTE: x - mean is recomputed rather than expanded into sum(dy * x) - mean * sum(dy), which
 cancels badly where a channel's variance is small against its mean (ResNeXt's train test
 diverged with it).
@@ -122,16 +122,19 @@ def _grad(n, g, need):
         a = op("Mul", gamma, inv_std)
         b = op("Neg", op("Mul", op("Mul", a, inv_std), op("Mul", sum_dy_centered, inv_n)))
         c = op("Neg", op("Mul", a, op("Mul", sum_dy, inv_n)))
-        spread = _scale(centered, b, bshape)
         if n.attrs["axis"] == 1:
-            # a * dy + c as one inference BatchNormalization (mean 0, var + eps exactly 1):
-            # one pass over dy where Mul and Add take two. NOTE: eps is not 0 because
-            # cuDNN raises a smaller epsilon to 1e-5.
+            # a * dy + c and b * (x - mean) as inference BatchNormalizations (var + eps
+            # exactly 1): one pass over dy and one over x where Sub, Mul and Add take more,
+            # and under mixed precision both follow their half data (passes/
+            # auto_mixed_precision.py rule 3). NOTE: eps is not 0 because cuDNN raises a
+            # smaller epsilon to 1e-5.
             channels, eps = x.shape[1], 1e-5
             zeros = as_blob(np.zeros(channels, dy.np_dtype), like=dy)
             unit = as_blob(np.ones(channels, dy.np_dtype) - dy.np_dtype.type(eps), like=dy)
+            spread = op("BatchNormalization", x, b, zeros, mean, unit, epsilon=eps)
             dx = op("Add", op("BatchNormalization", dy, a, c, zeros, unit, epsilon=eps), spread)
         else:
+            spread = _scale(centered, b, bshape)
             dx = op("Add", op("Add", _scale(dy, a, bshape), spread), reshape_to(c, bshape))
     return [dx, d_gamma if need[1] else None, d_beta if need[2] else None]
 
