@@ -21,7 +21,7 @@ user ops; here they are mapped onto the ONNX ops onnxjob emits:
      bias add after a half Conv or MatMul stays half, with the bias cast once.
   3. An inference-mode BatchNormalization (the normalization step of onnxjob's batch
      norm, forward and backward: graph/primitives/batch_norm.py) follows its data input
-     alone, as OneFlow's normalization does: with a half x it runs in half (cuDNN computes
+     alone, as OneFlow's normalization does: with a float16 x it runs in float16 (cuDNN computes
      it in float32 inside) and its per-channel inputs are cast to half. A computed
      variance is first folded in float32 into y = x * a + b (a = scale / sqrt(var +
      eps), b = bias - mean * a, then mean 0 and variance 1 - 1e-5 with epsilon 1e-5):
@@ -196,6 +196,8 @@ class AutoMixedPrecision(InPlacePass):
         """Rule 3: an inference-mode BatchNormalization of a half x, every other input a
         float32 per-channel vector (constant ones within float16's range)."""
         training = node.attributes.get("training_mode")
+        if self.half != ir.DataType.FLOAT16:
+            return False    # onnxruntime's CUDA EP has no bfloat16 BatchNormalization
         if node.domain not in ("", "ai.onnx") or len(node.inputs) != 5 or \
                 len(node.outputs) != 1 or (training is not None and training.value):
             return False
