@@ -369,3 +369,46 @@ def test_a_mirrored_train_job_over_two_ranks_trains_as_two_devices_in_one_proces
     for name in single.files:
         np.testing.assert_allclose(ranked[name], single[name], rtol=1e-5, atol=1e-6,
                                    err_msg=name)
+
+
+def test_the_cuda_form_of_a_conv_net_splits_over_the_ranks(rank_0_of_2, monkeypatch):
+    """The graph a conv net's data-parallel step gets on the CUDA EP (compiled here: the
+    max-pool gradient of KeepOnCuda scatters whole zeros at split indices) split for
+    rank 0 of 2 runs on its rows (each rank's own batch statistics: no collective), and
+    its gradients come out partial sums."""
+    import onnx
+    import onnxruntime as ort
+    monkeypatch.setenv("ONNXJOB_SYNC_BATCH_NORM", "0")
+    import onnxjob.typing as tp
+    from onnxjob.graph.compiler import compile_job
+    from onnxjob.graph.split_batch import Split, split_batch
+    from onnxjob.runtime import data_parallel
+    from onnxjob.runtime.session import default_session
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 3, 8, 8))) -> tp.Numpy:
+        w = flow.get_variable("w", (4, 3, 3, 3), initializer=flow.random_normal_initializer())
+        y = flow.layers.batch_normalization(flow.nn.conv2d(x, w, 1, "SAME"), axis=1)
+        pooled = flow.nn.max_pool2d(flow.nn.relu(y), 3, 2, "SAME")   # overlapping windows
+        loss = flow.math.reduce_mean(pooled)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    session = default_session()
+    session.device, session.data_parallel = "cuda", True
+    compiled = compile_job(session.jobs["job"], session, 0)
+    model = onnx.load_from_string(compiled.serialized())
+    assert not any(n.op_type == "MaxUnpool" for n in model.graph.node)   # the CUDA form
+    state_a, _ = data_parallel.state_by_part(model, compiled)
+    grads = list(compiled.gradient_outputs.values())
+    part_a = data_parallel._extract(model, [i.name for i in model.graph.input],
+                                    list(compiled.output_names) + grads + [o for _, o in state_a])
+    kinds = split_batch(part_a, compiled.placeholder_names, 0, 2, "job")
+    assert grads and not any(isinstance(kinds[g], Split) for g in grads), kinds
+    assert {n.domain for n in part_a.graph.node} <= {""}
+    rng = np.random.default_rng(0)
+    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+             .astype(onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
+             for i in part_a.graph.input}
+    session = ort.InferenceSession(part_a.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert all(np.isfinite(g).all() for g in session.run(grads, feeds))
