@@ -314,6 +314,66 @@ def test_resnet50_amp_graph_for_cuda_keeps_activations_half():
     assert len(to_half) < 100, len(to_half)
 
 
+def _cuda_form_step(amp, x, labels, values):
+    """(loss, {variable: gradient-updated value}) of one train step of a conv / batch-norm /
+    max-pool net compiled for the CUDA EP (here, without a GPU) and run on the CPU EP."""
+    from onnxjob.graph.compiler import compile_job
+    flow.clear_default_session()
+    config = _amp_config() if amp else flow.function_config()
+
+    @flow.global_function(type="train", function_config=config)
+    def job(images: tp.Numpy.Placeholder(x.shape), y: tp.Numpy.Placeholder(
+            labels.shape, dtype=flow.int32)) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.3)
+        h = flow.layers.conv2d(images, 8, 3, padding="SAME", kernel_initializer=init, name="c1")
+        h = flow.nn.relu(flow.layers.batch_normalization(h, axis=1, name="bn1"))
+        h = flow.nn.max_pool2d(h, 3, 2, "SAME")
+        h = flow.layers.conv2d(h, 8, 3, padding="SAME", kernel_initializer=init, name="c2")
+        h = flow.nn.relu(flow.layers.batch_normalization(h, axis=1, name="bn2"))
+        logits = flow.layers.dense(flow.reshape(h, (x.shape[0], -1)), 5,
+                                   kernel_initializer=init, name="out")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    session = default_session()
+    session.device = "cuda"
+    compiled = compile_job(session.jobs["job"], session, 0)
+    feeds = dict(zip(compiled.placeholder_names, (x, labels)))
+    inputs = {v.name: v for v in compiled.model.graph.inputs}
+    for variable, name in compiled.variable_inputs.items():
+        shape, dtype = inputs[name].shape.numpy(), inputs[name].type.dtype.numpy()
+        if variable not in values:
+            drawn = np.random.default_rng(len(values)).standard_normal(shape) * 0.3
+            values[variable] = (drawn if dtype.kind == "f" else np.zeros(shape)).astype(dtype)
+        feeds[name] = values[variable]
+    half_norms = [n for n in compiled.model.graph if n.op_type == "BatchNormalization"
+                  and n.outputs[0].type.dtype == ir.DataType.FLOAT16]
+    # 2 forward, 2 x 2 backward but for bn1 * dy: the max-pool gradient (a scatter-add) is
+    # float32, as a reduction
+    assert len(half_norms) == (5 if amp else 0)
+    sess = ort.InferenceSession(compiled.serialized(), providers=["CPUExecutionProvider"])
+    names = [compiled.output_names[0]] + [compiled.state_outputs[v] for v in
+                                          ("c1-weight", "c2-weight", "out-weight")]
+    loss, *weights = sess.run(names, feeds)
+    return loss, weights
+
+
+def test_cuda_form_amp_step_agrees_with_float32():
+    """The AMP graph compiled for CUDA (half batch norms, folded statistics, KeepOnCuda's
+    rewrites), run in onnxruntime's true float16 kernels where the CPU has them and its
+    casts elsewhere, takes the same step as the float32 graph to half precision."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((4, 3, 12, 12)) + 2.0).astype(np.float32)
+    labels = rng.integers(0, 5, 4).astype(np.int32)
+    values = {}
+    loss32, weights32 = _cuda_form_step(False, x, labels, values)
+    loss16, weights16 = _cuda_form_step(True, x, labels, values)
+    np.testing.assert_allclose(loss16, loss32, rtol=2e-2, atol=2e-2)
+    for w16, w32 in zip(weights16, weights32):
+        np.testing.assert_allclose(w16, w32, rtol=2e-2, atol=1e-2)
+
+
 def _mnist_batches(path, steps):
     data = np.load(path)
     x = (data["x_train"][:BATCH * steps].astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
