@@ -21,14 +21,14 @@ user ops; here they are mapped onto the ONNX ops onnxjob emits:
      bias add after a half Conv or MatMul stays half, with the bias cast once.
   3. An inference-mode BatchNormalization (the normalization step of onnxjob's batch
      norm, forward and backward: graph/primitives/batch_norm.py) follows its data input
-     alone, as OneFlow's normalization does: with a float16 x it runs in float16 (cuDNN computes
-     it in float32 inside) and its per-channel inputs are cast to half. A computed
-     variance is first folded in float32 into y = x * a + b (a = scale / sqrt(var +
-     eps), b = bias - mean * a, then mean 0 and variance 1 - 1e-5 with epsilon 1e-5):
-     a variance above float16's 65504 would be infinite, a and b stay in range; a
-     computed mean alone is cast (|mean| <= max |x|). So the
-     activations between two convolutions stay half (ResNet50's AMP step cast ~5 GB a
-     step at batch 8 between float16 and float32 with the normalization in float32).
+     alone, as OneFlow's normalization does: with a float16 x it runs in float16 (cuDNN
+     computes it in float32 inside) and its per-channel inputs are cast to half. A
+     computed variance is first folded in float32 into y = x * a + b (a = scale /
+     sqrt(var + eps), b = bias - mean * a, then mean 0 and variance 1 - 1e-5 with epsilon
+     1e-5): a variance above float16's 65504 would be infinite, a and b stay in range; a
+     computed mean alone is cast (|mean| <= max |x|). So the activations between two
+     convolutions stay half (ResNet50's AMP step cast ~5 GB a step at batch 8 between
+     float16 and float32 with the normalization in float32).
   4. every other op stays float32: softmax, log-softmax and the losses, reductions
      (ReduceSum/ReduceMean: batch-norm statistics, bias gradients; scatters with
      reduction="add", which the CPU EP also cannot run in float16), Exp/Log/Pow/Sqrt,
