@@ -220,3 +220,31 @@ def test_enable_ssp_needs_the_stages_in_the_variables_scope():
     job = _ssp_job(lambda w: flow.math.reduce_sum(w), config_scope=False)
     with pytest.raises(TraceError, match="ssp_num_stages"):
         job()
+
+
+def test_a_blobs_parallel_conf_is_the_placement_it_was_made_under():
+    """OneFlow's Blob.parallel_conf: the innermost placement scope, else the job's
+    default_placement_scope, else the device the session runs on."""
+    seen = {}
+    config = flow.function_config()
+    config.default_placement_scope(flow.scope.placement("cpu", "0:0"))
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((2, 5))) -> tp.Numpy:
+        y = flow.math.relu(x)
+        with flow.scope.placement("gpu", "0:0-1"):
+            z = y + 1
+        seen["y"] = (y.parallel_conf.device_tag(), y.parallel_conf.device_name())
+        seen["z"] = (z.parallel_conf.device_tag(), z.parallel_conf.device_name())
+        return z
+
+    @flow.global_function()
+    def plain(x: tp.Numpy.Placeholder((2, 5))) -> tp.Numpy:
+        seen["plain"] = x.parallel_conf.device_tag()
+        return x
+
+    job(np.ones((2, 5), np.float32))
+    plain(np.ones((2, 5), np.float32))
+    assert seen["y"] == ("cpu", ["0:0"]) and seen["z"] == ("gpu", ["0:0-1"])
+    from onnxjob.runtime.session import default_session
+    assert seen["plain"] == ("gpu" if default_session().device == "cuda" else "cpu")

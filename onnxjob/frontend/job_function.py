@@ -7,7 +7,7 @@ import weakref
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.frontend import results
+from onnxjob.frontend import results, scope
 from onnxjob.frontend.fast_call import NOT_INLINE, make_fast_call
 from onnxjob import typing as tp
 from onnxjob.frontend.config import FunctionConfig, process_config, started_session
@@ -133,6 +133,8 @@ class JobFunction:
         # device, and split for the ranks afterwards (graph/split_batch.py)
         split = self.is_train and distributed.enabled() and not self.mirrored_step
         builder.job_function = self   # flow.current_global_function_desc()
+        builder.placement_in_effect = scope.placement_tracker(
+            self.config, getattr(builder.variable_registry, "device", None))
         args = [_placeholders(builder, ann, pname, split)
                 for pname, ann in zip(self.param_names, self.param_annotations)]
         qat.start(builder, self)   # function_config.enable_qat: fake quantization (ops/qat.py)

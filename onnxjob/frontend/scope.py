@@ -35,6 +35,43 @@ def current_placement():
     return stack[-1] if stack else None
 
 
+class ParallelConf:
+    """`Blob.parallel_conf`: the device tag ("cpu" or "gpu", OneFlow's names) and the
+    "machine:devices" strings of the placement a blob was made under."""
+
+    def __init__(self, device_tag, machine_device_ids):
+        self._tag = "gpu" if device_tag == "cuda" else device_tag
+        ids = machine_device_ids if machine_device_ids is not None else "0:0"
+        self._names = [ids] if isinstance(ids, str) else list(ids)
+
+    def device_tag(self):
+        return self._tag
+
+    def device_name(self):
+        return list(self._names)
+
+    def __repr__(self):
+        return f"ParallelConf(device_tag={self._tag!r}, device_name={self._names})"
+
+
+def placement_tracker(config, device):
+    """() -> the ParallelConf of the placement in effect: the innermost
+    flow.scope.placement, else the job's default_placement_scope, else the device the
+    session runs on (as OneFlow's default: GPU 0 where there is one). One object per
+    placement, shared by the blobs made under it."""
+    made = {}
+
+    def in_effect():
+        scope = current_placement() or config.get("default_placement_scope")
+        key = (scope.device_tag, str(scope.machine_device_ids)) if scope is not None \
+            else ("gpu" if device == "cuda" else "cpu", "0:0")
+        if key not in made:
+            made[key] = ParallelConf(key[0], scope.machine_device_ids if scope is not None
+                                     else "0:0")
+        return made[key]
+    return in_effect
+
+
 class _View:
     def __init__(self, name):
         self.name = name

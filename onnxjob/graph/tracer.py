@@ -47,7 +47,7 @@ class Blob:
     """
 
     __slots__ = ("value", "shape", "np_dtype", "is_dynamic", "is_tensor_list", "producer",
-                 "builder", "host_node", "given_op_name", "__weakref__")
+                 "builder", "host_node", "given_op_name", "placement", "__weakref__")
 
     def __init__(self, builder, value, shape, np_dtype, producer=None, is_dynamic=False,
                  is_tensor_list=False):
@@ -60,8 +60,19 @@ class Blob:
         self.is_tensor_list = is_tensor_list
         self.host_node = None  # for graph inputs fed by the host pipeline (add_source)
         self.given_op_name = None  # the op's name flow.user_op_builder gave (op_name)
+        # the placement scope it was made under (frontend/scope.py), for parallel_conf
+        self.placement = builder.placement_in_effect() if builder.placement_in_effect else None
 
     # -- OneFlow blob surface -------------------------------------------------------
+    @property
+    def parallel_conf(self):
+        """OneFlow's placement of the blob (`.device_tag()`, `.device_name()`): the
+        placement scope it was made under. Advisory: onnxjob runs a job on one device."""
+        if self.placement is None:
+            raise AttributeError("this blob was not made in a job function: it has no "
+                                 "placement (parallel_conf)")
+        return self.placement
+
     @property
     def dtype(self):
         return dtypes.from_numpy(self.np_dtype)
@@ -192,6 +203,9 @@ class GraphBuilder:
         # a test runs one rank through it); None: not one
         self.data_parallel_ranks = None
         self.location_override = None
+        # () -> the placement new Blobs record (Blob.parallel_conf), set while a job
+        # function is traced (frontend/job_function.py); None elsewhere
+        self.placement_in_effect = None
         # ops/qat.py's QatTracer while a job under function_config.enable_qat is traced:
         # its `consume` sees the inputs of every node emitted
         self.qat = None
