@@ -59,16 +59,13 @@ def placement_tracker(config, device):
     flow.scope.placement, else the job's default_placement_scope, else the device the
     session runs on (as OneFlow's default: GPU 0 where there is one). One object per
     placement, shared by the blobs made under it."""
-    made = {}
+    made = {None: ParallelConf("gpu" if device == "cuda" else "cpu", "0:0")}
 
     def in_effect():
         scope = current_placement() or config.get("default_placement_scope")
-        key = (scope.device_tag, str(scope.machine_device_ids)) if scope is not None \
-            else ("gpu" if device == "cuda" else "cpu", "0:0")
-        if key not in made:
-            made[key] = ParallelConf(key[0], scope.machine_device_ids if scope is not None
-                                     else "0:0")
-        return made[key]
+        if scope not in made:
+            made[scope] = ParallelConf(scope.device_tag, scope.machine_device_ids)
+        return made[scope]
     return in_effect
 
 

@@ -400,7 +400,7 @@ def _ordinal_encode(table, size, x):
     ends = op("Concat", differs, true, axis=0)
     run = op("Sub", op("CumSum", op("Cast", starts, to=i64), const(0)), const([1]))
     run_first = scatter(x.builder.constant(np.zeros(n, np.int64)), ends, run,
-                        _segmented_prefix_min(order, run, n, const))
+                        _segmented_prefix_min(order, run, n, const, part))
     first = op("Gather", run_first, run, axis=0)   # per sorted entry: its run's first place
     is_new = op("GreaterOrEqual", first, const([1 + capacity]))
     # new values are numbered by the place of their first appearance in the batch
@@ -426,15 +426,15 @@ def _ordinal_encode(table, size, x):
     return new_table, new_size, ids
 
 
-def _segmented_prefix_min(values, run, n, const):
+def _segmented_prefix_min(values, run, n, const, part):
     """Per entry i, the minimum of `values` over the entries of its run (equal `run`
-    ids, contiguous) up to i: ceil(log2 n) doubling steps (Hillis-Steele)."""
+    ids, contiguous) up to i: ceil(log2 n) doubling steps (Hillis-Steele). `const` and
+    `part` are _ordinal_encode's int64 constant and slice helpers."""
     step = 1
     while step < n:
         before = op("Concat", const(np.full(step, np.iinfo(np.int64).max)),
-                    op("Slice", values, const([0]), const([n - step]), const([0])), axis=0)
-        before_run = op("Concat", const(np.full(step, -1)),
-                        op("Slice", run, const([0]), const([n - step]), const([0])), axis=0)
+                    part(values, 0, n - step), axis=0)
+        before_run = op("Concat", const(np.full(step, -1)), part(run, 0, n - step), axis=0)
         values = op("Where", op("Equal", before_run, run), op("Min", values, before), values)
         step *= 2
     return values

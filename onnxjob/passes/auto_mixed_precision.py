@@ -54,6 +54,8 @@ import onnx.defs
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
+from ._util import NodeEmitter
+
 ALLOW = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum"})
 FOLLOW = frozenset({
     # OneFlow's clear list (data movement, masks, comparisons)
@@ -149,7 +151,6 @@ class AutoMixedPrecision(InPlacePass):
         self._casts = {}        # (value, dtype) -> its cast
         self._changed = set()   # values that were float32 and are now half
         self._silent = set()    # values computed from non-voting values only (rule 2)
-        self._count = 0         # names of the nodes and constants rule 3 adds
         for node in list(graph):
             if node.op_type in _ANY or node.graph is not graph:
                 continue
@@ -245,34 +246,17 @@ class AutoMixedPrecision(InPlacePass):
         x * a + b (rule 3)."""
         epsilon = node.attributes.get("epsilon")
         epsilon = 1e-5 if epsilon is None else epsilon.value
-
-        def fresh(stem):
-            self._count += 1
-            return f"{node.name or 'BatchNormalization'}/amp{self._count}_{stem}"
-
-        def emit(op_type, *inputs):
-            made = ir.node(op_type, list(inputs), name=fresh(op_type),
-                           metadata_props=dict(node.metadata_props))
-            out = made.outputs[0]
-            out.name, out.type, out.shape = made.name, ir.TensorType(ir.DataType.FLOAT), scale.shape
-            self._graph.insert_before(node, made)
-            return out
-
-        def constant(array, stem):
-            name = fresh(stem)
-            value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                             shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
-            self._graph.register_initializer(value)
-            return value
-
+        e = NodeEmitter(self._graph, node, "amp")
+        shape, f32 = scale.shape, ir.DataType.FLOAT
+        inv_std = e.node("Reciprocal", [e.node("Sqrt", [e.node(
+            "Add", [var, e.const(np.array(epsilon, np.float32))], shape, f32)], shape, f32)],
+            shape, f32)
+        a = e.node("Mul", [scale, inv_std], shape, f32)
+        b = e.node("Sub", [bias, e.node("Mul", [mean, a], shape, f32)], shape, f32)
         half = self.half.numpy()
-        inv_std = emit("Reciprocal", emit("Sqrt", emit("Add", var, constant(
-            np.array(epsilon, np.float32), "epsilon"))))
-        a = emit("Mul", scale, inv_std)
-        b = emit("Sub", bias, emit("Mul", mean, a))
         ones = np.ones(scale.shape[0], half)
-        return a, b, constant(0 * ones, "zeros"), \
-            constant((ones - np.asarray(BATCH_NORM_EPSILON, half)).astype(half), "unit")
+        return a, b, e.const(0 * ones), \
+            e.const((ones - np.asarray(BATCH_NORM_EPSILON, half)).astype(half))
 
     def _to_float(self, node):
         for i, value in enumerate(node.inputs):

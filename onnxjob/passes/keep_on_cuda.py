@@ -134,17 +134,17 @@ def _wide_concat(graph, node):
         return None
     axis = attr(node, "axis") % len(shapes[0])
     e = NodeEmitter(graph, node, "cuda")
-    groups = []
-    for start in range(0, len(inputs), CONCAT_INPUTS_IN_CUDA_GRAPHS):
-        group, group_shapes = (inputs[start:start + CONCAT_INPUTS_IN_CUDA_GRAPHS],
-                               shapes[start:start + CONCAT_INPUTS_IN_CUDA_GRAPHS])
-        shape = list(group_shapes[0])
-        shape[axis] = sum(s[axis] for s in group_shapes)
-        groups.append(group[0] if len(group) == 1 else
-                      e.node("Concat", group, shape, out.type.dtype, axis=axis))
-    shape = list(shapes[0])
-    shape[axis] = sum(s[axis] for s in shapes)
-    return e.node("Concat", groups, shape, out.type.dtype, axis=axis)
+
+    def concat(values, value_shapes):
+        if len(values) == 1:
+            return values[0]
+        shape = list(value_shapes[0])
+        shape[axis] = sum(s[axis] for s in value_shapes)
+        return e.node("Concat", values, shape, out.type.dtype, axis=axis)
+    width = CONCAT_INPUTS_IN_CUDA_GRAPHS
+    groups = [concat(inputs[i:i + width], shapes[i:i + width])
+              for i in range(0, len(inputs), width)]
+    return concat(groups, [static_shape(g) for g in groups])
 
 
 _REWRITES = {"MaxUnpool": _max_unpool, "ConvTranspose": _asymmetric_conv_transpose,
