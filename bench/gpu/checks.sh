@@ -13,6 +13,7 @@
 #   profile    where the AMP and fp32 ResNet50 steps spend their time and which nodes
 #              onnxruntime put on the CPU (profile_step.py), weight-gradient formulations
 #   serving    bench_serving.py on CUDA, two data-parallel ranks sharing the GPU
+#   stages     the synchronized-batch-norm step's stage schedules on CUDA (bench_stages.py)
 #   bert       bench_gpu.py's BERT AMP row and both peak-memory rows
 #   "CMD"      anything else is run as a command with the same setup
 set -uo pipefail
@@ -55,6 +56,9 @@ case "$1" in
       --calls 500 --resnet-calls 300 2>&1 | tee "$out/serving.log"
     timeout "$(left 570)" python3 bench/bench_data_parallel.py --device cuda --model resnet50 \
       --nproc 2 --steps 6 2>&1 | tee "$out/data_parallel.log" ;;
+  stages)
+    timeout "$(left 570)" python3 bench/bench_stages.py --device cuda --rounds 10 2>&1 | \
+      tee "$out/stages.log" ;;
   bert)
     timeout "$(left 570)" python3 bench/bench_gpu.py --rows bert-amp,resnet50-amp-memory,bert-amp-memory \
       --json "$out/gpu_bert.json" 2>&1 | tee "$out/gpu_bert.log" ;;

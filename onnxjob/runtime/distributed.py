@@ -256,17 +256,29 @@ def average(arrays):
 
 def all_gather(arrays):
     """Each array as every rank has it: shape (world size,) + its shape, rank r's at [r]."""
+    return all_gather_async(arrays)()
+
+
+def all_gather_async(arrays):
+    """Start `all_gather` (one collective per dtype) and return a function that waits for
+    it and returns the gathered arrays (runtime/staged.py computes while it travels)."""
     torch, dist = _torch_distributed()
     size = world()[1]
-    out = [None] * len(arrays)
+    started = []
     for _, (where, flat) in _by_dtype(arrays).items():
-        mine = _tensor(flat)
+        mine = _tensor(flat)        # (flat is a copy: the caller may reuse its arrays)
         parts = [torch.empty_like(mine) for _ in range(size)]
         with _collective("an all-gather"):
-            dist.all_gather(parts, mine)
-        gathered = torch.stack(parts)
-        _unflatten(gathered.cpu().numpy(), arrays, where, out, lead=(size,))
-    return out
+            started.append((where, mine, parts, dist.all_gather(parts, mine, async_op=True)))
+
+    def wait():
+        out = [None] * len(arrays)
+        for where, _, parts, work in started:
+            with _collective("an all-gather"):
+                work.wait()
+            _unflatten(torch.stack(parts).cpu().numpy(), arrays, where, out, lead=(size,))
+        return out
+    return wait
 
 
 def all_gather_objects(value):

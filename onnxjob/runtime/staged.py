@@ -1,28 +1,41 @@
 """A graph with collective nodes (graph/primitives/collectives.py) run as stages.
 
 onnxruntime cannot run a collective, so the graph is cut at them: a node belongs to stage
-k, where k is the number of collectives on its longest path from the graph's inputs.
-Stage k is one onnxruntime session; after it runs, the collectives whose inputs it made
-are performed together across the ranks (one bucket per kind and dtype), and stage k + 1
-reads their results. A ResNet50 step with synchronized batch norm has one stage per
-batch-norm depth forward and backward (about a hundred); a graph without collectives is
-one stage.
+k, where k is the number of collectives on its longest path from the graph's inputs. A
+ResNet50 step with synchronized batch norm has one stage per batch-norm depth forward and
+backward (about a hundred); a graph without collectives is one stage.
+
+A stage is two onnxruntime sessions. The first makes what the stage's collectives read
+(their ancestors in the stage); then the collectives start, together across the ranks (one
+per kind and dtype), and the second session runs the stage's other nodes while they travel;
+then the stage waits for them and stage k + 1 reads their results. In a backward pass the
+second session is the weight gradients (a third of its work: nothing after them waits for
+them), which so hide the collectives' latency and the ranks' uneven arrival; a forward
+stage has little besides its statistics, so its collectives are waited for.
 """
 from onnx import helper
 
 from onnxjob.graph.primitives.collectives import DOMAIN
 from onnxjob.runtime.value_paths import HostPath
 
-# the collective ops, in the order a stage performs them
+# the collective ops, in the order a stage starts them
 _KINDS = ("AllGather", "AllReduceMean", "AllReduceSum")
 
 
+class _Run:
+    """One onnxruntime session over some of a stage's nodes."""
+    __slots__ = ("nodes", "session", "inputs", "outputs")
+
+    def __init__(self, nodes):
+        self.nodes, self.session, self.inputs, self.outputs = nodes, None, [], []
+
+
 class _Stage:
-    __slots__ = ("nodes", "collectives", "session", "inputs", "outputs", "ready")
+    __slots__ = ("nodes", "collectives", "before", "during", "ready")
 
     def __init__(self):
         self.nodes, self.collectives = [], []
-        self.session, self.inputs, self.outputs = None, [], []
+        self.before = self.during = None    # _Runs: before the collectives, while they travel
         self.ready = []     # the graph outputs known once this stage and its collectives ran
 
 
@@ -36,52 +49,131 @@ def _collective_type(node, value_type):
     return helper.make_tensor_value_info(node.output[0], tensor.elem_type, dims)
 
 
+def _feeding(nodes, names):
+    """The nodes of `nodes` (topologically sorted) that `names` are computed from, in order."""
+    producer = {out: node for node in nodes for out in node.output if out}
+    needed, todo = set(), list(names)
+    while todo:
+        node = producer.get(todo.pop())
+        if node is not None and id(node) not in needed:
+            needed.add(id(node))
+            todo.extend(name for name in node.input if name)
+    return [node for node in nodes if id(node) in needed]
+
+
+def _split_stages(graph, overlap=True):
+    """The stages of `graph`, each with its nodes and collectives, and {value: the stage
+    that makes it} (a collective's result: the next stage). With `overlap`, a stage's
+    nodes that its collectives do not wait for run while they travel."""
+    stage_of, stages = {}, [_Stage()]
+    for node in graph.node:         # (topologically sorted)
+        k = max((stage_of.get(name, 0) for name in node.input if name), default=0)
+        if node.domain == DOMAIN:
+            stages[k].collectives.append(node)
+            stage_of[node.output[0]] = k + 1
+            if len(stages) == k + 1:
+                stages.append(_Stage())
+        else:
+            stages[k].nodes.append(node)
+            stage_of.update((out, k) for out in node.output if out)
+    for stage in stages:
+        before = (_feeding(stage.nodes, [n.input[0] for n in stage.collectives])
+                  if overlap else stage.nodes)
+        taken = {id(node) for node in before}
+        stage.before = _Run(before)
+        stage.during = _Run([node for node in stage.nodes if id(node) not in taken])
+    return stages, stage_of
+
+
+# ops whose output onnxruntime makes without a copy, from their first input
+_VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
+
+
+def _sink(runs, graph, kept):
+    """Move each node to the first run that reads its outputs where its own run does not,
+    and copy a view op (_VIEWS) into every run that reads its output; `kept`: the values
+    that must come out of the run that makes them (graph outputs, collectives' inputs).
+
+    A value made in one run and read in another is a session output there, which
+    onnxruntime must write out: a Reshape then copies, a Transpose no longer fuses into the
+    MatMul after it, an Add cannot write over an input. A forward pass makes much that
+    only its backward reads (weights and activations rearranged for the gradients); made
+    where it is read, those values stay inside one session (a ResNet50 step over 2 ranks:
+    6% less time in its stages, one process with the collectives made local)."""
+    run_of = {id(node): i for i, run in enumerate(runs) for node in run.nodes}
+    readers = {}        # value -> the runs that read it, as placed so far
+    placed = {}         # id(node) -> the runs it is in
+    for node in reversed(graph.node):       # (the readers of a node come after it)
+        if node.domain == DOMAIN:
+            continue            # (its input is kept: made where it is)
+        reading = set().union(*(readers.get(out, ()) for out in node.output if out))
+        if not reading or any(out in kept for out in node.output):
+            targets = {run_of[id(node)]}
+        elif node.op_type in _VIEWS:
+            targets = reading
+        else:
+            targets = {min(reading)}
+        placed[id(node)] = targets
+        for name in node.input:
+            if name:
+                readers.setdefault(name, set()).update(targets)
+    for i, run in enumerate(runs):
+        run.nodes = []
+    for node in graph.node:
+        for i in sorted(placed.get(id(node), ())):
+            runs[i].nodes.append(node)
+
+
 class StagedSession:
     """Runs `model` (an onnx ModelProto) as its stages; `create_session(model_bytes)` makes
-    each stage's onnxruntime session. `path` (runtime/value_paths.py) says how values
+    each stage's onnxruntime sessions. `path` (runtime/value_paths.py) says how values
     reach the collectives: NumPy arrays (HostPath) or torch tensors over onnxruntime's
-    device buffers (DevicePath)."""
+    device buffers (DevicePath). `overlap` and `sink` (both on; off for
+    bench/bench_stages.py's comparison): the stage's other nodes run while its
+    collectives travel; nodes are moved to the session that reads their outputs."""
 
-    def __init__(self, model, create_session, path=HostPath):
+    def __init__(self, model, create_session, path=HostPath, overlap=True, sink=True):
         self._path = path
         graph = model.graph
         self.input_names = [i.name for i in graph.input]
         self.output_names = [o.name for o in graph.output]
         types = {v.name: v for v in list(graph.input) + list(graph.output) + list(graph.value_info)}
         initializers = {t.name: t for t in graph.initializer}
-        stage_of = {}                   # value name -> the stage that makes it
-        crossing = set(self.output_names)   # values read outside the stage that makes them
-        stages = [_Stage()]
-        for node in graph.node:         # (topologically sorted)
-            k = max((stage_of.get(name, 0) for name in node.input if name), default=0)
-            if node.domain == DOMAIN:
+        stages, stage_of = _split_stages(graph, overlap)
+        runs = [run for stage in stages for run in (stage.before, stage.during)]
+        if sink:
+            _sink(runs, graph, set(self.output_names) |
+                  {node.input[0] for stage in stages for node in stage.collectives})
+        made_in = [{out for node in run.nodes for out in node.output if out} for run in runs]
+        # values read outside the session that makes them
+        crossing = set(self.output_names)
+        for stage in stages:
+            for node in stage.collectives:
                 crossing.add(node.input[0])
-                stages[k].collectives.append(node)
                 types[node.output[0]] = _collective_type(node, types[node.input[0]])
-                stage_of[node.output[0]] = k + 1
-                if len(stages) == k + 1:
-                    stages.append(_Stage())
-            else:
-                crossing.update(n for n in node.input if n and stage_of.get(n, k) != k)
-                stages[k].nodes.append(node)
-                stage_of.update((out, k) for out in node.output if out)
+        for made, run in zip(made_in, runs):
+            crossing.update(name for node in run.nodes for name in node.input
+                            if name and name not in made)
         opsets = [o for o in model.opset_import if o.domain != DOMAIN]
-        for k, stage in enumerate(stages):
-            made = {out for node in stage.nodes for out in node.output if out}
-            read = {name for node in stage.nodes for name in node.input if name}
-            stage.inputs = sorted(read - made - initializers.keys())
-            stage.outputs = sorted(made & crossing)
-            if not stage.nodes:
+        for i, (made, run) in enumerate(zip(made_in, runs)):
+            read = {name for node in run.nodes for name in node.input if name}
+            run.inputs = sorted(read - made - initializers.keys())
+            run.outputs = sorted(made & crossing)
+            if not run.nodes:
                 continue
             part = helper.make_graph(
-                stage.nodes, f"{graph.name}_stage{k}", [types[n] for n in stage.inputs],
-                [types[n] for n in stage.outputs],
+                run.nodes, f"{graph.name}_stage{i // 2}_{'ab'[i % 2]}",
+                [types[n] for n in run.inputs], [types[n] for n in run.outputs],
                 [initializers[n] for n in sorted(read & initializers.keys())])
-            stage.session = create_session(helper.make_model(
+            run.session = create_session(helper.make_model(
                 part, opset_imports=opsets, ir_version=model.ir_version).SerializeToString())
         for name in self.output_names:     # (an output no node makes is a feed: stage 0)
             stages[min(stage_of.get(name, 0), len(stages) - 1)].ready.append(name)
         self._stages = stages
+
+    @property
+    def stage_count(self):
+        return len(self._stages)
 
     def run(self, feeds, on_outputs=None):
         """The graph's outputs (in order) for `feeds` {input name: value}, as the path
@@ -94,19 +186,24 @@ class StagedSession:
         values = {name: path.feed(value) for name, value in feeds.items()}
         outputs = {}
         for stage in self._stages:
-            if stage.session is not None:
-                results = path.run(stage.session, stage.outputs,
-                                   {n: values[n] for n in stage.inputs})
-                values.update(zip(stage.outputs, results))
+            self._run(stage.before, values)
+            waits = []
             for kind in _KINDS:
                 nodes = [n for n in stage.collectives if n.op_type == kind]
                 if nodes:
-                    results = path.collectives[kind]([path.export(values[n.input[0]])
-                                                      for n in nodes])
-                    values.update((n.output[0], path.ort_value(r))
-                                  for n, r in zip(nodes, results))
+                    waits.append((nodes, path.start_collective[kind](
+                        [path.export(values[n.input[0]]) for n in nodes])))
+            self._run(stage.during, values)
+            for nodes, wait in waits:
+                values.update((n.output[0], path.ort_value(r)) for n, r in zip(nodes, wait()))
             made = {n: path.export(values[n]) for n in stage.ready}
             outputs.update(made)
             if made and on_outputs is not None:
                 on_outputs(made)
         return [outputs[name] for name in self.output_names]
+
+    def _run(self, run, values):
+        if run.session is not None:
+            results = self._path.run(run.session, run.outputs,
+                                     {n: values[n] for n in run.inputs})
+            values.update(zip(run.outputs, results))

@@ -73,12 +73,25 @@ def average(tensors):
 
 def all_gather(tensors):
     """Each tensor as every rank has it: shape (world size,) + its shape, rank r's at [r]."""
+    return all_gather_async(tensors)()
+
+
+def all_gather_async(tensors):
+    """Start `all_gather` (one collective per dtype) and return a function that waits for
+    it and returns the gathered tensors."""
     torch, dist = _torch_dist()
     size = distributed.world()[1]
-    out = [None] * len(tensors)
+    started = []
     for _, (where, flat) in _by_dtype(tensors).items():
         parts = [torch.empty_like(flat) for _ in range(size)]
         with distributed._collective("an all-gather"):
-            dist.all_gather(parts, flat)
-        _unflatten(torch.stack(parts), tensors, where, out, lead=(size,))
-    return out
+            started.append((where, flat, parts, dist.all_gather(parts, flat, async_op=True)))
+
+    def wait():
+        out = [None] * len(tensors)
+        for where, _, parts, work in started:
+            with distributed._collective("an all-gather"):
+                work.wait()
+            _unflatten(torch.stack(parts), tensors, where, out, lead=(size,))
+        return out
+    return wait

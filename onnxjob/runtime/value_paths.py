@@ -23,6 +23,8 @@ torch has finished reading onnxruntime's outputs before onnxruntime reuses their
 An all-reduce started with async_op=True is not waited for by that synchronization (NCCL
 runs on its own stream): it overlaps the later stages, as intended.
 """
+import functools
+
 import numpy as np
 import onnxruntime as ort
 
@@ -44,8 +46,10 @@ def for_device(device, device_id=0):
 class HostPath:
     """Values cross as NumPy arrays; collectives on them (runtime/distributed.py)."""
     device_resident = False
-    collectives = {"AllGather": distributed.all_gather, "AllReduceMean": distributed.average,
-                   "AllReduceSum": distributed.total}
+    # a stage's collectives by op type: each starts and returns its wait (runtime/staged.py)
+    start_collective = {"AllGather": distributed.all_gather_async,
+                        "AllReduceMean": functools.partial(distributed.total_async, mean=True),
+                        "AllReduceSum": distributed.total_async}
     total_async = staticmethod(distributed.total_async)
 
     @staticmethod
@@ -70,9 +74,10 @@ class DevicePath:
     """Values stay where onnxruntime made them and cross to torch by DLPack, without a
     copy; collectives on torch tensors (runtime/tensor_collectives.py)."""
     device_resident = True
-    collectives = {"AllGather": tensor_collectives.all_gather,
-                   "AllReduceMean": tensor_collectives.average,
-                   "AllReduceSum": tensor_collectives.total}
+    start_collective = {"AllGather": tensor_collectives.all_gather_async,
+                        "AllReduceMean": functools.partial(tensor_collectives.total_async,
+                                                           mean=True),
+                        "AllReduceSum": tensor_collectives.total_async}
     total_async = staticmethod(tensor_collectives.total_async)
 
     def __init__(self, device, device_id=0):
