@@ -111,6 +111,7 @@ for step in range({STEPS.get(net, 3)}):
     if rank == {stall_rank!r}:
         time.sleep(120)         # never reaches the next step's all-reduce
 flow.checkpoint.save(sys.argv[1])
+print(f"rank {{rank}} of {{os.environ.get('WORLD_SIZE', '1')}} done", file=sys.stderr)
 if rank == 0:
     print(json.dumps(losses))
 """)
@@ -160,7 +161,25 @@ def test_a_program_that_states_its_batch_trains_as_one_process(tmp_path, nproc):
     """Traced at the whole batch as on one device, then split for the ranks: the
     reshape to (BATCH, -1), the slice over the batch and the loss divided by BATCH hold."""
     script = write_script(tmp_path, "batch_shapes")
-    many = run(script, nproc, tmp_path / "many")
+    assert_trains_as_one_process(script, run(script, nproc, tmp_path / "many"), tmp_path)
+
+
+def test_ranks_started_by_torchrun_train_as_one_process(tmp_path):
+    """torchrun sets the environment onnxjob's launcher sets (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT, LOCAL_RANK): the same unchanged program trains as one process."""
+    script = write_script(tmp_path, "batch_shapes")
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    many = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         str(script), str(tmp_path / "many")],
+        capture_output=True, text=True, timeout=300, env={**environ, "ONNXJOB_DEVICE": "cpu"})
+    assert "rank 1 of 2 done" in many.stderr, many.stderr[-3000:]
+    assert_trains_as_one_process(script, many, tmp_path)
+
+
+def assert_trains_as_one_process(script, many, tmp_path):
+    """`many` (a finished run of `script` as ranks, checkpoint in tmp_path / "many") ends
+    with the losses and weights of one process on the whole batch."""
     assert many.returncode == 0, many.stderr
     one = run(script, 1, tmp_path / "one")
     assert one.returncode == 0, one.stderr
