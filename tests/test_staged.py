@@ -179,3 +179,15 @@ def test_a_view_read_in_two_sessions_is_made_in_each():
                for run in (stage.before, stage.during))
     for got, want in zip(session.run(FEEDS), expected):
         np.testing.assert_array_equal(got, want)
+
+
+def test_the_path_chooses_whether_a_stage_overlaps_its_collectives():
+    """HostPath overlaps (gloo's milliseconds); a path that does not (DevicePath on CUDA:
+    one onnxruntime run a stage) runs each stage as one session, its collectives after."""
+    assert HostPath.overlap_collectives
+
+    class Serial(_OneRank):
+        overlap_collectives = False
+    session = staged.StagedSession(_graph(), _session, Serial)
+    assert session._stages[0].during.session is None
+    assert staged.StagedSession(_graph(), _session, _OneRank)._stages[0].during.session

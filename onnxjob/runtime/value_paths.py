@@ -46,6 +46,9 @@ def for_device(device, device_id=0):
 class HostPath:
     """Values cross as NumPy arrays; collectives on them (runtime/distributed.py)."""
     device_resident = False
+    # gloo's collectives take milliseconds here: a stage's other work runs meanwhile
+    # (runtime/staged.py; a ResNet50 step over 2 ranks: 5-9% faster, bench_stages.py)
+    overlap_collectives = True
     # a stage's collectives by op type: each starts and returns its wait (runtime/staged.py)
     start_collective = {"AllGather": distributed.all_gather_async,
                         "AllReduceMean": functools.partial(distributed.total_async, mean=True),
@@ -74,6 +77,10 @@ class DevicePath:
     """Values stay where onnxruntime made them and cross to torch by DLPack, without a
     copy; collectives on torch tensors (runtime/tensor_collectives.py)."""
     device_resident = True
+    # NOTE: one session a stage (the schedule the H100 has run): overlapping costs a second
+    # onnxruntime run a stage (host overhead, a stream synchronization) to hide NCCL's
+    # microseconds; not measured on a GPU yet (bench/gpu/checks.sh stages decides)
+    overlap_collectives = False
     start_collective = {"AllGather": tensor_collectives.all_gather_async,
                         "AllReduceMean": functools.partial(tensor_collectives.total_async,
                                                            mean=True),
