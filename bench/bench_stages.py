@@ -1,23 +1,25 @@
 """How a data-parallel step with synchronized batch norm runs its stages (runtime/staged.py).
 
     python bench/bench_stages.py [--model resnet50|conv_bn] [--rounds N] [--nproc N]
-                                 [--device cpu|cuda]
+                                 [--device cpu|cuda] [--schedules serial,sink,...]
 
 OneFlow-Benchmark's ResNet50 on a global batch of 8 (224x224) as 2 ranks x 1 thread
-(`python -m onnxjob run --nproc 2`), or with `--device cuda` as 2 ranks on the GPUs
-(sharing them where there are fewer: gloo's CUDA tensors; runtime/value_paths.py). Inside the same ranks, the same step runs with four
-schedules of its stages, one step each in turn for `--rounds` rounds (each step is
-seconds long; taking turns spreads the machine's drift over all four):
+(`python -m onnxjob run --nproc 2`), or with `--device cuda` as 2 ranks on the GPUs (sharing
+them where there are fewer: gloo's CUDA tensors; runtime/value_paths.py). Inside the same
+ranks, the same step runs with each schedule of its stages asked for (all four by default),
+one step each in turn for `--rounds` rounds (each step is seconds long on the CPU; taking
+turns spreads the machine's drift over all of them):
 
 - serial: one onnxruntime session a stage, its collectives after it, waited for at once
   (the schedule before the two changes below);
-- sink: serial, with each node moved into the session that reads its outputs;
+- sink: serial, with each node moved into the session that reads its outputs (the default
+  over NCCL);
 - overlap: two sessions a stage, the second running while the stage's collectives travel;
-- overlap + sink: both (the default).
+- overlap + sink: both (the default over gloo: CPU ranks, ranks sharing a GPU).
 
-Per schedule: the step's median time (ratio to serial), the time spent in onnxruntime's
-runs and waiting for the batch-norm collectives (rank 0's medians), and the sessions a step
-runs. The stage count is the same for all four: one per collective depth.
+Per schedule: the step's median time (ratio to the first schedule asked for), the time
+spent in onnxruntime's runs and waiting for the batch-norm collectives (rank 0's medians),
+and the sessions a step runs. The stage count is the same for all: one per collective depth.
 """
 import argparse
 import json
@@ -101,10 +103,11 @@ for path in (value_paths.HostPath, value_paths.DevicePath):
 for _ in range(2):                      # warm-up: the session starts, memory settles
     train_job(x, y)
 args, kwargs = made["staged"]
+made["step"]._a = None                  # (its sessions' GPU memory and handles go)
 schedules = {{"serial": (False, False), "sink": (False, True), "overlap": (True, False),
              "overlap + sink": (True, True)}}
 sessions = {{name: staged.StagedSession(*args, **kwargs, overlap=o, sink=s)
-            for name, (o, s) in schedules.items()}}
+            for name, (o, s) in schedules.items() if name in {schedules!r}}}
 for session in sessions.values():       # each schedule's first run
     made["step"]._a = session
     train_job(x, y)
@@ -133,13 +136,16 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--schedules", default="serial,sink,overlap,overlap + sink",
+                   help="which of the four, comma-separated (on one GPU shared by the ranks, "
+                        "the sessions of all four may not fit: cuDNN's handles fail)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "stages.py")
         with open(script, "w") as f:
             f.write(textwrap.dedent(SCRIPT).format(
                 tests=os.path.join(HERE, "..", "tests"), job=JOBS[args.model],
-                rounds=args.rounds))
+                rounds=args.rounds, schedules=args.schedules.split(",")))
         command = [sys.executable, "-m", "onnxjob", "run", "--nproc", str(args.nproc), script]
         env = {**os.environ, "ONNXJOB_DEVICE": args.device}
         if args.device == "cpu":
@@ -148,11 +154,11 @@ def main():
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{out.stderr}")
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    serial = report["serial"]["step_s"]
+    serial = next(iter(report.values()))["step_s"]
     ranks = f"{args.nproc} ranks x 1 thread" if args.device == "cpu" else \
         f"{args.nproc} ranks on CUDA"
     print(f"{args.model} train step, {ranks}, batch norm synchronized: "
-          f"{report['serial']['stages']} stages; median of {args.rounds} steps each, "
+          f"{next(iter(report.values()))['stages']} stages; median of {args.rounds} steps each, "
           "schedules taking turns")
     print(f"  {'schedule':16s} {'step':>9s} {'ratio':>6s} {'in onnxruntime':>15s} "
           f"{'collective waits':>17s} {'sessions':>9s}")

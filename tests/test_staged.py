@@ -182,8 +182,9 @@ def test_a_view_read_in_two_sessions_is_made_in_each():
 
 
 def test_the_path_chooses_whether_a_stage_overlaps_its_collectives():
-    """HostPath overlaps (gloo's milliseconds); a path that does not (DevicePath on CUDA:
-    one onnxruntime run a stage) runs each stage as one session, its collectives after."""
+    """HostPath overlaps (gloo's milliseconds); a path that does not (DevicePath over
+    NCCL: one onnxruntime run a stage) runs each stage as one session, its collectives
+    after."""
     assert HostPath.overlap_collectives
 
     class Serial(_OneRank):
@@ -191,3 +192,14 @@ def test_the_path_chooses_whether_a_stage_overlaps_its_collectives():
     session = staged.StagedSession(_graph(), _session, Serial)
     assert session._stages[0].during.session is None
     assert staged.StagedSession(_graph(), _session, _OneRank)._stages[0].during.session
+
+
+def test_the_device_path_overlaps_over_gloo_and_not_over_nccl(monkeypatch):
+    pytest.importorskip("torch", reason="the device path hands values to torch")
+    from onnxjob.runtime import distributed
+    from onnxjob.runtime.value_paths import DevicePath
+    path = DevicePath("cpu")
+    monkeypatch.setitem(distributed._group, "backend", "nccl")
+    assert not path.overlap_collectives
+    monkeypatch.setitem(distributed._group, "backend", "gloo")
+    assert path.overlap_collectives

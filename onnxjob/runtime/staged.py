@@ -11,8 +11,9 @@ across the ranks (one per kind and dtype), and the second session runs the stage
 nodes while they travel; then the stage waits for them and stage k + 1 reads their results.
 In a backward pass the second session is the weight gradients (a third of its work: nothing
 after them waits for them), which so hide gloo's latency and the ranks' uneven arrival; a
-forward stage has little besides its statistics, so its collectives are waited for. On CUDA
-a stage is one session, its collectives after it (value_paths.DevicePath says why).
+forward stage has little besides its statistics, so its collectives are waited for. The
+same on CUDA over gloo; over NCCL a stage is one session, its collectives after it
+(value_paths.DevicePath.overlap_collectives says why).
 
 Each node runs in the first session that reads its outputs (not earlier), and a view op
 (Reshape, Squeeze, ...) in every session that reads it: what a forward pass makes only for

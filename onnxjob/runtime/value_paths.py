@@ -77,10 +77,6 @@ class DevicePath:
     """Values stay where onnxruntime made them and cross to torch by DLPack, without a
     copy; collectives on torch tensors (runtime/tensor_collectives.py)."""
     device_resident = True
-    # NOTE: one session a stage (the schedule the H100 has run): overlapping costs a second
-    # onnxruntime run a stage (host overhead, a stream synchronization) to hide NCCL's
-    # microseconds; not measured on a GPU yet (bench/gpu/checks.sh stages decides)
-    overlap_collectives = False
     start_collective = {"AllGather": tensor_collectives.all_gather_async,
                         "AllReduceMean": functools.partial(tensor_collectives.total_async,
                                                            mean=True),
@@ -92,6 +88,16 @@ class DevicePath:
         self.device, self.device_id = device, device_id
         self._torch = torch
         self._stream_owner = torch.device("cuda", device_id) if device == "cuda" else None
+
+    @property
+    def overlap_collectives(self):
+        """Whether a stage's other nodes run while its collectives travel
+        (runtime/staged.py). Over gloo's CUDA tensors (ranks sharing a GPU; each collective
+        goes through the host, milliseconds) yes: ResNet50 at batch 8, 2 ranks on one H200,
+        a step 5-6% shorter (bench_stages.py). Over NCCL, one session a stage: a second
+        onnxruntime run a stage cost 0.23 ms there (host overhead, a synchronization),
+        about what NCCL's small collectives take. NOTE: unmeasured on NCCL (needs 2 GPUs)."""
+        return distributed._group["backend"] != "nccl"
 
     def feed(self, value):
         """An OrtValue on this path's device for an input: an OrtValue as it is (a
