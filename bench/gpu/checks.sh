@@ -57,8 +57,11 @@ case "$1" in
     timeout "$(left 570)" python3 bench/bench_data_parallel.py --device cuda --model resnet50 \
       --nproc 2 --steps 6 2>&1 | tee "$out/data_parallel.log" ;;
   stages)
-    timeout "$(left 570)" python3 bench/bench_stages.py --device cuda --rounds 10 2>&1 | \
-      tee "$out/stages.log" ;;
+    # two schedules a run: ranks sharing one GPU ran out of cuDNN handles with all four
+    timeout "$(left 280)" python3 bench/bench_stages.py --device cuda --rounds 10 \
+      --schedules "serial,sink" 2>&1 | tee "$out/stages_sink.log"
+    timeout "$(left 570)" python3 bench/bench_stages.py --device cuda --rounds 10 \
+      --schedules "sink,overlap + sink" 2>&1 | tee "$out/stages_overlap.log" ;;
   bert)
     timeout "$(left 570)" python3 bench/bench_gpu.py --rows bert-amp,resnet50-amp-memory,bert-amp-memory \
       --json "$out/gpu_bert.json" 2>&1 | tee "$out/gpu_bert.log" ;;
