@@ -249,11 +249,6 @@ def total_async(arrays, mean=False, half=False):
     return wait
 
 
-def average(arrays):
-    """The element-wise mean over the ranks of each array."""
-    return total(arrays, mean=True)
-
-
 def all_gather(arrays):
     """Each array as every rank has it: shape (world size,) + its shape, rank r's at [r]."""
     return all_gather_async(arrays)()

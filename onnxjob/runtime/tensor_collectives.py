@@ -61,24 +61,10 @@ def total_async(tensors, mean=False, half=False):
     return wait
 
 
-def total(tensors, mean=False):
-    """The element-wise sum over the ranks of each tensor (with `mean`, the mean)."""
-    return total_async(tensors, mean)()
-
-
-def average(tensors):
-    """The element-wise mean over the ranks of each tensor."""
-    return total(tensors, mean=True)
-
-
-def all_gather(tensors):
-    """Each tensor as every rank has it: shape (world size,) + its shape, rank r's at [r]."""
-    return all_gather_async(tensors)()
-
-
 def all_gather_async(tensors):
-    """Start `all_gather` (one collective per dtype) and return a function that waits for
-    it and returns the gathered tensors."""
+    """Start gathering each tensor as every rank has it (one collective per dtype) and
+    return a function that waits for it and returns them: shape (world size,) + the
+    tensor's shape, rank r's at [r]."""
     torch, dist = _torch_dist()
     size = distributed.world()[1]
     started = []
