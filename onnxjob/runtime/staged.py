@@ -37,10 +37,10 @@ class _Run:
 
 
 class _Stage:
-    __slots__ = ("nodes", "collectives", "before", "during", "ready")
+    __slots__ = ("collectives", "before", "during", "ready")
 
     def __init__(self):
-        self.nodes, self.collectives = [], []
+        self.collectives = []
         self.before = self.during = None    # _Runs: before the collectives, while they travel
         self.ready = []     # the graph outputs known once this stage and its collectives ran
 
@@ -67,27 +67,30 @@ def _feeding(nodes, names):
     return [node for node in nodes if id(node) in needed]
 
 
-def _split_stages(graph, overlap=True):
-    """The stages of `graph`, each with its nodes and collectives, and {value: the stage
-    that makes it} (a collective's result: the next stage). With `overlap`, a stage's
-    nodes that its collectives do not wait for run while they travel."""
-    stage_of, stages = {}, [_Stage()]
-    for node in graph.node:         # (topologically sorted)
+def _split_stages(nodes, overlap=True):
+    """The stages of a graph of `nodes` (a list, topologically sorted), each with its
+    collectives and its nodes in two runs, and {value: the stage that makes it} (a
+    collective's result: the next stage). With `overlap`, a stage's nodes that its
+    collectives do not wait for run while they travel (the second run); without, all run
+    before them."""
+    stage_of, stages, by_stage = {}, [_Stage()], [[]]      # by_stage[k]: stage k's nodes
+    for node in nodes:
         k = max((stage_of.get(name, 0) for name in node.input if name), default=0)
         if node.domain == DOMAIN:
             stages[k].collectives.append(node)
             stage_of[node.output[0]] = k + 1
             if len(stages) == k + 1:
                 stages.append(_Stage())
+                by_stage.append([])
         else:
-            stages[k].nodes.append(node)
+            by_stage[k].append(node)
             stage_of.update((out, k) for out in node.output if out)
-    for stage in stages:
-        before = (_feeding(stage.nodes, [n.input[0] for n in stage.collectives])
-                  if overlap else stage.nodes)
+    for stage, stage_nodes in zip(stages, by_stage):
+        before = (_feeding(stage_nodes, [n.input[0] for n in stage.collectives])
+                  if overlap else stage_nodes)
         taken = {id(node) for node in before}
         stage.before = _Run(before)
-        stage.during = _Run([node for node in stage.nodes if id(node) not in taken])
+        stage.during = _Run([node for node in stage_nodes if id(node) not in taken])
     return stages, stage_of
 
 
@@ -95,7 +98,7 @@ def _split_stages(graph, overlap=True):
 _VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 
 
-def _sink(runs, graph, kept):
+def _sink(runs, nodes, kept):
     """Move each node to the first run that reads its outputs where its own run does not,
     and copy a view op (_VIEWS) into every run that reads its output; `kept`: the values
     that must come out of the run that makes them (graph outputs, collectives' inputs).
@@ -109,7 +112,7 @@ def _sink(runs, graph, kept):
     run_of = {id(node): i for i, run in enumerate(runs) for node in run.nodes}
     readers = {}        # value -> the runs that read it, as placed so far
     placed = {}         # id(node) -> the runs it is in
-    for node in reversed(graph.node):       # (the readers of a node come after it)
+    for node in reversed(nodes):        # (the readers of a node come after it)
         if node.domain == DOMAIN:
             continue            # (its input is kept: made where it is)
         reading = set().union(*(readers.get(out, ()) for out in node.output if out))
@@ -123,9 +126,9 @@ def _sink(runs, graph, kept):
         for name in node.input:
             if name:
                 readers.setdefault(name, set()).update(targets)
-    for i, run in enumerate(runs):
+    for run in runs:
         run.nodes = []
-    for node in graph.node:
+    for node in nodes:
         for i in sorted(placed.get(id(node), ())):
             runs[i].nodes.append(node)
 
@@ -146,10 +149,14 @@ class StagedSession:
         self.output_names = [o.name for o in graph.output]
         types = {v.name: v for v in list(graph.input) + list(graph.output) + list(graph.value_info)}
         initializers = {t.name: t for t in graph.initializer}
-        stages, stage_of = _split_stages(graph, overlap)
+        # one list of the nodes for every step below: nodes are told apart by id(), and
+        # protobuf makes a new Python object for a node each time it is read from the graph
+        # once the last one is gone (its id may then be another node's)
+        nodes = list(graph.node)
+        stages, stage_of = _split_stages(nodes, overlap)
         runs = [run for stage in stages for run in (stage.before, stage.during)]
         if sink:
-            _sink(runs, graph, set(self.output_names) |
+            _sink(runs, nodes, set(self.output_names) |
                   {node.input[0] for stage in stages for node in stage.collectives})
         made_in = [{out for node in run.nodes for out in node.output if out} for run in runs]
         # values read outside the session that makes them
