@@ -12,7 +12,7 @@ import numpy as np
 from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
-from onnxjob.graph.primitives.elementwise import FLOATS, cast
+from onnxjob.graph.primitives.elementwise import FLOATS, cast, gelu_derivative
 from onnxjob.graph.primitives.shape_ops import dim_of, shape_of, zeros_of
 from onnxjob.graph.registry import broadcast_shape
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
@@ -341,22 +341,16 @@ def log_sigmoid(x, name=None):
 
 
 def gelu(x, name=None):
-    """x * Phi(x) = x (1 + erf(x / sqrt(2))) / 2 (the exact GELU)."""
+    """x * Phi(x) = x (1 + erf(x / sqrt(2))) / 2 (the exact GELU); its gradient reads x
+    alone (graph/primitives/elementwise.py)."""
     _check_dtype(x, "flow.math.gelu")
-    half_x = op("Mul", x, as_blob(0.5, like=x))
-    cdf2 = op("Add", as_blob(1, like=x),
-              op("Erf", op("Mul", x, as_blob(0.7071067811865476, like=x))))
-    return op("Mul", half_x, cdf2, name=name)
+    return op("onnxjob.Gelu", x, name=name)
 
 
 def gelu_grad(x, dy, name=None):
     """dy * d gelu / dx = dy * (Phi(x) + x * phi(x))."""
     _check_dtype(x, "flow.math.gelu_grad")
-    cdf = op("Mul", as_blob(0.5, like=x), op("Add", as_blob(1, like=x), op(
-        "Erf", op("Mul", x, as_blob(0.7071067811865476, like=x)))))
-    pdf = op("Mul", as_blob(0.3989422804014327, like=x),
-             op("Exp", op("Mul", op("Mul", x, x), as_blob(-0.5, like=x))))
-    return op("Mul", dy, op("Add", cdf, op("Mul", x, pdf)), name=name)
+    return op("Mul", dy, gelu_derivative(x), name=name)
 
 
 def sigmoid_grad(y, dy, name=None):
