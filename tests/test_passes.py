@@ -428,10 +428,11 @@ def test_recompute_cheap_values_casts_again_after_the_peak():
 
 
 def test_recompute_cheap_values_keeps_a_cast_whose_input_would_live_longer():
-    """The Cast's input is read by nothing after the peak: casting again later would keep
-    it alive across the peak, so the pass leaves the graph alone."""
+    """The Cast's input (not itself cheap to make again) is read by nothing after the peak:
+    casting again later would keep it alive across the peak, so the pass leaves the graph
+    alone."""
     def fn(x):
-        h = op("Relu", x)
+        h = op("Softmax", x)
         c = op("Cast", h, to=ir.DataType.DOUBLE.value)
         early = op("ReduceSum", c, keepdims=0)
         wide = op("ReduceSum", op("Concat", x, x, x, x, axis=0), keepdims=0)
@@ -446,3 +447,19 @@ def test_recompute_cheap_values_leaves_a_graph_input_s_cast_made_once():
     it is live across the peak."""
     model = build(_wide_peak_between_reads(lambda x: x), (64, 64))
     assert not RecomputeCheapValues()(model).modified
+
+
+def test_recompute_cheap_values_makes_a_short_elementwise_chain_again():
+    """1 + erf(h * c) (GELU's factor, which CSE shares between the forward and the
+    backward) is made again from h, live across the peak anyway: three nodes copied."""
+    def fn(x):
+        h = op("Softmax", x)
+        v = op("Add", as_const(1.0), op("Erf", op("Mul", h, as_const(0.70710678))))
+        early = op("ReduceSum", v, keepdims=0)
+        wide = op("ReduceSum", op("Concat", x, x, x, x, axis=0), keepdims=0)
+        return op("Add", op("Mul", op("Mul", v, early), wide), h)
+
+    def as_const(value):
+        return flow.constant(value, dtype=flow.float, shape=[])
+    check(RecomputeCheapValues(), fn, [(64, 64)], {"Erf": 1, "Softmax": 1},
+          {"Erf": 2, "Softmax": 1})

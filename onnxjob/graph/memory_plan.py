@@ -29,7 +29,6 @@ import collections
 import dataclasses
 import math
 
-import numpy as np
 
 # ops whose output is a view of input 0 (onnxruntime's kernels alias it: no new buffer)
 ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
@@ -43,7 +42,7 @@ def value_bytes(value):
     dtype = getattr(value.type, "dtype", None)
     if dtype is None or any(not isinstance(d, int) for d in value.shape):
         return None
-    return math.ceil(int(np.prod(list(value.shape), dtype=np.int64)) * dtype.itemsize)
+    return math.ceil(math.prod(value.shape) * dtype.itemsize)
 
 
 def execution_order(graph, order="model"):
@@ -216,9 +215,8 @@ def plan(graph, order="model", forward_outputs=()):
                 live_set.discard(buf)
     at_peak = sorted((LiveValue(size[b][0], size[b][1], size[b][2], b in saved)
                       for b in peak_set), key=lambda lv: -lv.nbytes)
-    held_bytes = sum(value_bytes(v) or 0 for v in graph.inputs) + sum(
-        value_bytes(v) or 0 for v in graph.initializers.values() if id(v) not in
-        {id(i) for i in graph.inputs})
+    held_bytes = sum(value_bytes(v) or 0 for v in {id(v): v for v in list(graph.inputs) + list(
+        graph.initializers.values())}.values())
     output_bytes = sum(size[b][2] for b in bound)
     return MemoryPlan(nodes, timeline, max(peak, 0), peak_index, at_peak, held_bytes,
                       output_bytes, sum(size[b][2] for b in saved - bound), unsized, buffer_of,

@@ -10,12 +10,14 @@ def _size(nbytes):
 
 
 def _where(model, op):
-    """' (<op> at <user file:line>)' for the node onnxruntime named, or ''."""
+    """' (<op> at <user file:line>)' for the node onnxruntime named (a node it fused is
+    named "fused <the first node's name>"), or ''."""
     if op is None or model is None:
         return ""
     op_type, name = op
+    name = name[len("fused "):] if name.startswith("fused ") else name
     for node in model.graph:
-        if node.name == name and node.op_type == op_type:
+        if node.name == name:
             return f" ({op_type} at {node.metadata_props.get('source', '<unknown>')})"
     return f" ({op_type})"
 
