@@ -17,6 +17,7 @@ from onnxjob import settings
 from .align_broadcast_ranks import AlignBroadcastRanks
 from .auto_mixed_precision import AutoMixedPrecision
 from .batch_norm_statistics import BatchNormStatistics
+from .default_pipeline import default_pass_names, default_pipeline
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .keep_on_cuda import KeepOnCuda
@@ -42,27 +43,7 @@ def default_passes(device=None):
     or debug one pass at a time (a name that is no default pass raises SettingsError).
     """
     skip = set(settings.get("SKIP_PASSES"))
-    return [p for p in _default_pipeline(device) if type(p).__name__ not in skip]
-
-
-def default_pass_names():
-    """Class names of the default passes on any device (what ONNXJOB_SKIP_PASSES takes)."""
-    return sorted({type(p).__name__
-                   for device in ("cpu", "cuda") for p in _default_pipeline(device)})
-
-
-def _default_pipeline(device):
-    return [
-        FoldReshapes(),
-        FoldTransposeIntoGemm(),
-        MaskBeforeMaxUnpool(),
-        *([KeepOnCuda(), SplitChannelReductions()] if device == "cuda"
-          else [ReluMaskAsMul(), BatchNormStatistics()]),
-        AlignBroadcastRanks(),
-        common.CommonSubexpressionEliminationPass(),
-        common.RemoveUnusedNodesPass(),
-        common.TopologicalSortPass(),
-    ]
+    return [p for p in default_pipeline(device) if type(p).__name__ not in skip]
 
 
 def build_pipeline(config=None, device=None):
