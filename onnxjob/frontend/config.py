@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 from onnxjob.errors import missing_api
-from onnxjob.frontend import ranks, scope
+from onnxjob.frontend import ranks, views
 from onnxjob.frontend.function_desc import FunctionDesc
 from onnxjob.frontend.namespaces import ApiNamespace
 from onnxjob.runtime.session import default_session
@@ -198,7 +198,7 @@ class FunctionConfig:
                 print("WARNING: function_config.default_distribute_strategy has been deprecated. "
                       "Please use function_config.default_logical_view instead.")
             if name in ("default_logical_view", "default_distribute_strategy"):
-                assert scope.is_view(value), (
+                assert views.is_view(value), (
                     "default_logical_view takes flow.scope.mirrored_view() or "
                     "flow.scope.consistent_view()")
                 self.flags["default_logical_view"] = value

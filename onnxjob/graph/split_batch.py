@@ -36,22 +36,8 @@ from onnx import helper, numpy_helper
 
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.collectives import DOMAIN
-
-WHOLE, SUM, MEAN = "whole", "partial sum", "partial mean"
-
-
-class Split(tuple):
-    """The kind of a value split on `axis` (see the module docstring for `inner`)."""
-    __slots__ = ()
-
-    def __new__(cls, axis, inner=1):
-        return super().__new__(cls, (axis, inner))
-
-    axis = property(lambda self: self[0])
-    inner = property(lambda self: self[1])
-
-    def __repr__(self):
-        return f"split(axis={self.axis}, inner={self.inner})"
+from onnxjob.graph.split_kinds import MEAN, SUM, WHOLE, Split
+from onnxjob.graph.split_rules import RULES as _RULES
 
 
 class SplitError(TraceError):
@@ -285,5 +271,3 @@ def split_batch(model, placeholder_names, rank, ranks, job_name):
     rewriter.run()
     return {o.name: rewriter.kinds[o.name] for o in model.graph.output}
 
-
-from onnxjob.graph.split_rules import RULES as _RULES  # noqa: E402  (the rules use _Rewriter)

@@ -17,6 +17,7 @@ from onnxjob import settings
 from .align_broadcast_ranks import AlignBroadcastRanks
 from .auto_mixed_precision import AutoMixedPrecision
 from .batch_norm_statistics import BatchNormStatistics
+from .default_pipeline import default_pass_names, default_pipeline, final_passes
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .keep_on_cuda import KeepOnCuda
@@ -43,40 +44,14 @@ def default_passes(device=None):
     or debug one pass at a time (a name that is no default pass raises SettingsError).
     """
     skip = set(settings.get("SKIP_PASSES"))
-    return [p for p in _default_pipeline(device) if type(p).__name__ not in skip]
-
-
-def default_pass_names():
-    """Class names of the default passes on any device (what ONNXJOB_SKIP_PASSES takes)."""
-    return sorted({type(p).__name__ for device in ("cpu", "cuda")
-                   for p in _default_pipeline(device) + _final_passes()})
-
-
-def _default_pipeline(device):
-    return [
-        FoldReshapes(),
-        FoldTransposeIntoGemm(),
-        MaskBeforeMaxUnpool(),
-        *([KeepOnCuda(), SplitChannelReductions()] if device == "cuda"
-          else [ReluMaskAsMul(), BatchNormStatistics()]),
-        AlignBroadcastRanks(),
-        common.CommonSubexpressionEliminationPass(),
-        common.RemoveUnusedNodesPass(),
-        common.TopologicalSortPass(),
-    ]
-
-
-def _final_passes():
-    """Passes that run once after everything else (mixed precision included): they plan
-    the step's memory, which CSE would undo (passes/recompute_cheap_values.py)."""
-    return [RecomputeCheapValues()]
+    return [p for p in default_pipeline(device) if type(p).__name__ not in skip]
 
 
 def _final_stage():
     """The final passes not skipped (ONNXJOB_SKIP_PASSES) and the clean-up after them,
     or None."""
     skip = set(settings.get("SKIP_PASSES"))
-    passes = [p for p in _final_passes() if type(p).__name__ not in skip]
+    passes = [p for p in final_passes() if type(p).__name__ not in skip]
     if not passes:
         return None
     return ir_passes.PassManager(passes + [common.RemoveUnusedNodesPass()], steps=1)
