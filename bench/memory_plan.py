@@ -41,6 +41,7 @@ def parse(argv=None):
     p.add_argument("--top", type=int, default=10)
     p.add_argument("--no-torch", dest="torch", action="store_false")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default=None, help="also write the numbers to this file")
     p.add_argument("--bert-layers", type=int, default=12)
     p.add_argument("--bert-hidden", type=int, default=768)
     p.add_argument("--bert-heads", type=int, default=12)

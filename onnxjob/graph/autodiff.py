@@ -121,6 +121,12 @@ def backward(builder, losses, loss_scale=None):
     if unfolded:
         loss_scale = 1.0
     builder.grad_seed_scale = _seed_scale(losses[0], elem_cnt, loss_scale)
+    with builder.origin("backward"):
+        return _backward(builder, losses, elem_cnt, loss_scale, requires, unfolded)
+
+
+def _backward(builder, losses, elem_cnt, loss_scale, requires, unfolded):
+    """backward()'s walk from the seeds to the variables' gradients."""
     grads = {}
     forward_nodes = list(builder.nodes)
     for loss in losses:
@@ -138,7 +144,8 @@ def backward(builder, losses, loss_scale=None):
             raise MissingGradientError(
                 f"{node.location}: onnxjob has no gradient rule for ONNX op {node.op_type} "
                 "(needed because a trainable variable flows through it into the loss)")
-        with builder.location(node.location + " (backward)"):
+        with builder.location(node.location + " (backward)"), \
+                builder.origin("backward", node.op_type):
             if gys[0] is None:
                 gys[0] = _zeros_like(node.outputs[0])
             try:

@@ -117,9 +117,10 @@ def compile_job(job, variable_registry=None, seed=None):
                     location=job.location)
             loss_scale = optimizer.loss_scale(builder, job.name)
             all_grads = autodiff.backward(builder, builder.losses, loss_scale)
-            if mixed_precision_type(job.config) is not None:
-                all_grads = _float32_gradients(all_grads)
-            optimizer.apply(builder, all_grads, job.name)
+            with builder.origin("update"):
+                if mixed_precision_type(job.config) is not None:
+                    all_grads = _float32_gradients(all_grads)
+                optimizer.apply(builder, all_grads, job.name)
             if data_parallel or mirrored:
                 grads = all_grads
             if mirrored:    # each device's gradient is combined by its loss's size

@@ -19,6 +19,8 @@ from onnxjob.graph.registry import get_primitive
 from onnxjob.source_info import short_location, user_location
 
 OPSET = 17
+# the metadata property of each node saying what it is part of (GraphBuilder.origin)
+ORIGIN = "onnxjob.origin"
 _state = threading.local()
 
 
@@ -203,6 +205,11 @@ class GraphBuilder:
         # a test runs one rank through it); None: not one
         self.data_parallel_ranks = None
         self.location_override = None
+        # what the nodes emitted now are part of, recorded on each as its ORIGIN metadata
+        # property (graph/traffic.py groups a step's work by it): "forward", "backward" or
+        # "update", then ":" and the composite being expanded or, in the backward, the
+        # op whose gradient rule runs (set by `origin`)
+        self.phase, self.origin_op = "forward", None
         # () -> the placement new Blobs record (Blob.parallel_conf), set while a job
         # function is traced (frontend/job_function.py); None elsewhere
         self.placement_in_effect = None
@@ -318,10 +325,11 @@ class GraphBuilder:
                             type=ir.TensorType(dtypes.from_numpy(dt).ir_dtype),
                             shape=ir.Shape([None] * len(shape) if dynamic else shape))
                    for i, (shape, dt) in enumerate(out_types)]
+        origin = self.phase if self.origin_op is None else f"{self.phase}:{self.origin_op}"
         node = ir.node(prim.node_type, [x.value if x is not None else None for x in inputs],
                        attributes={k: _ir_attr(k, v) for k, v in attrs.items()},
                        outputs=outputs, name=node_name, domain=prim.domain,
-                       metadata_props={"source": location})
+                       metadata_props={"source": location, ORIGIN: origin})
         if prim.domain:
             self.graph.opset_imports.setdefault(prim.domain, 1)
         self.graph.append(node)
@@ -336,7 +344,7 @@ class GraphBuilder:
     def _emit_composite(self, prim, inputs, attrs, num_outputs, location):
         """Emit a composite's parts, then record them as one TracedNode (see TracedNode)."""
         first = len(self.nodes)
-        with self.location(location):
+        with self.location(location), self.origin(self.phase, self.origin_op or prim.op_type):
             outs = list(prim.expand(list(inputs), attrs, num_outputs))
         del self.nodes[first:]
         # an output that is an input (or a constant) would get a second producer
@@ -348,6 +356,17 @@ class GraphBuilder:
             b.producer = traced
         self.nodes.append(traced)
         return outs
+
+    @contextlib.contextmanager
+    def origin(self, phase, op_type=None):
+        """Nodes emitted inside are part of `phase` ("forward", "backward", "update") and,
+        when given, of `op_type` (a composite's expansion, an op's gradient rule)."""
+        old = self.phase, self.origin_op
+        self.phase, self.origin_op = phase, op_type
+        try:
+            yield
+        finally:
+            self.phase, self.origin_op = old
 
     @contextlib.contextmanager
     def location(self, location):

@@ -1,0 +1,96 @@
+"""The bytes a step moves through device memory, node by node: a model of where a GPU
+step's time goes, computed from the graph alone.
+
+On a GPU, every node that is not a convolution or a matrix product (COMPUTE_OPS) runs at
+memory speed: its time is about the bytes it reads and writes over the memory bandwidth
+(an H200's ~4.8 TB/s), so the sum of those bytes is the part of a step that rewrites of
+the graph can move without a faster kernel. `traffic(graph)` counts, for each node, each
+distinct input read once and each output written once (a kernel that reads an input twice,
+as a batch norm's two statistics passes may, counts once: a lower bound); views
+(memory_plan.ALIAS_OPS) move nothing. Nodes are grouped by what made them, from the ORIGIN
+property the tracer records (graph/tracer.py): the phase (forward, backward, update) and
+the op a composite expanded or whose gradient rule ran, so that e.g. the batch norm's
+backward, the ReLU masks and the convolutions' weight-gradient windows are told apart.
+bench/traffic_model.py prints the table beside an estimate of PyTorch's passes.
+"""
+import collections
+import dataclasses
+
+from onnxjob.graph.memory_plan import ALIAS_OPS, value_bytes
+from onnxjob.graph.tracer import ORIGIN
+
+# ops that run at compute speed (cuDNN's convolutions, cuBLAS's products)
+COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "FusedMatMul", "Einsum"})
+# readable names of the origins the groups are named after
+_NAMES = {"onnxjob.BatchNormTrain": "batch norm", "Relu": "ReLU", "Add": "add",
+          "MaxPool": "max pool", "AveragePool": "average pool", "Conv": "convolution",
+          "onnxjob.Gelu": "GELU", "onnxjob.SoftmaxCrossEntropy": "loss",
+          "onnxjob.SparseCrossEntropy": "loss", "LayerNormalization": "layer norm"}
+
+
+@dataclasses.dataclass
+class NodeTraffic:
+    node: object
+    group: str
+    read: int
+    written: int
+
+    @property
+    def moved(self):
+        return self.read + self.written
+
+
+def origin(node):
+    """(phase, op) a node is part of: its ORIGIN property, else ("forward", its op)."""
+    phase, _, op = node.metadata_props.get(ORIGIN, "forward").partition(":")
+    return phase, op or None
+
+
+def group_of(node):
+    """The group a node's traffic is counted in (see the module docstring)."""
+    phase, op = origin(node)
+    if node.op_type in COMPUTE_OPS:
+        return "convolutions and matmuls (compute)"
+    if node.op_type == "Cast":
+        return "casts"
+    if phase == "update":
+        return "optimizer"
+    name = _NAMES.get(op or node.op_type, op or node.op_type)
+    if phase == "backward" and op == "Conv":
+        return "backward convolution (weight-gradient windows)"
+    return f"{phase} {name}"
+
+
+def node_traffic(node):
+    """(bytes read, bytes written) of one node (0, 0 for a view)."""
+    if node.op_type in ALIAS_OPS:
+        return 0, 0
+    inputs = {id(v): v for v in node.inputs if v is not None}
+    read = sum(value_bytes(v) or 0 for v in inputs.values())
+    written = sum(value_bytes(v) or 0 for v in node.outputs)
+    return read, written
+
+
+@dataclasses.dataclass
+class Traffic:
+    nodes: list     # [NodeTraffic]
+
+    def by_group(self):
+        """{group: (nodes, bytes moved)}, largest first."""
+        count, moved = collections.Counter(), collections.Counter()
+        for t in self.nodes:
+            count[t.group] += 1
+            moved[t.group] += t.moved
+        return {g: (count[g], b) for g, b in moved.most_common()}
+
+    def memory_bound_bytes(self):
+        """Bytes moved by the nodes that run at memory speed (all but COMPUTE_OPS)."""
+        return sum(t.moved for t in self.nodes if t.node.op_type not in COMPUTE_OPS)
+
+    def compute_bytes(self):
+        return sum(t.moved for t in self.nodes if t.node.op_type in COMPUTE_OPS)
+
+
+def traffic(graph):
+    """The Traffic of one run of `graph` (an onnx_ir Graph with static shapes)."""
+    return Traffic([NodeTraffic(node, group_of(node), *node_traffic(node)) for node in graph])
