@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import onnx_ir as ir
 import onnxruntime as ort
+import onnx_ir.passes as ir_passes
 from onnx_ir.passes import common
 
 import onnxjob as flow
@@ -16,7 +17,8 @@ from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from onnxjob.graph import memory_plan
 from onnxjob.passes import (AlignBroadcastRanks, BatchNormStatistics, FoldReshapes,
                     FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool,
-                    RecomputeCheapValues, ReluMaskAsMul, SplitChannelReductions, op_counts)
+                    MeanOfSquareAsSumSquare, RecomputeCheapValues, ReluMaskAsMul,
+                    ShareCastsThroughViews, SplitChannelReductions, op_counts)
 
 
 def build(fn, *shapes):
@@ -463,3 +465,50 @@ def test_recompute_cheap_values_makes_a_short_elementwise_chain_again():
         return flow.constant(value, dtype=flow.float, shape=[])
     check(RecomputeCheapValues(), fn, [(64, 64)], {"Erf": 1, "Softmax": 1},
           {"Erf": 2, "Softmax": 1})
+
+
+def _centered_variance(x):
+    c = op("Sub", x, flow.math.reduce_mean(x, axis=[0, 2, 3], keepdims=True))
+    return flow.math.reduce_mean(op("Mul", c, c), axis=[0, 2, 3], keepdims=True)
+
+
+def test_mean_of_square_as_sum_square():
+    check(MeanOfSquareAsSumSquare(), _centered_variance, [(4, 3, 5, 5)],
+          {"Mul": 1, "ReduceMean": 2}, {"ReduceSumSquare": 1, "ReduceMean": 1})
+
+
+def test_mean_of_square_leaves_a_square_read_elsewhere():
+    def fn(x):
+        square = op("Mul", x, x)
+        return op("Add", flow.math.reduce_mean(square, axis=[1], keepdims=True), square)
+    model = build(fn, (4, 3))
+    assert not MeanOfSquareAsSumSquare()(model).modified
+
+
+def test_split_channel_reductions_of_a_sum_of_squares():
+    """The variance as MeanOfSquareAsSumSquare leaves it, split: the second step sums the
+    first's sums of squares (a ReduceSum)."""
+    both = ir_passes.PassManager([MeanOfSquareAsSumSquare(), SplitChannelReductions()], steps=1)
+    check(both, _centered_variance, [(4, 3, 5, 5)], {"Mul": 1, "ReduceMean": 2},
+          {"ReduceSumSquare": 1, "ReduceSum": 1, "ReduceMean": 2})
+
+
+def _half_cast_twice(x):
+    """A half value cast back to float32 once as it is and once through a Reshape (as
+    mixed precision leaves a batch norm's input for its mean and its centering)."""
+    half = op("Cast", op("Relu", x), to=ir.DataType.FLOAT16.value)
+    whole = op("Cast", half, to=ir.DataType.FLOAT.value)
+    seen = op("Cast", flow.reshape(half, [4, 3, 25]), to=ir.DataType.FLOAT.value)
+    return op("Add", flow.reshape(flow.math.reduce_sum(seen, axis=[2]), [4, 3, 1, 1]), whole)
+
+
+def test_share_casts_through_views():
+    check(ShareCastsThroughViews(), _half_cast_twice, [(4, 3, 5, 5)],
+          {"Cast": 3, "Reshape": 2}, {"Cast": 2, "Reshape": 2})
+
+
+def test_share_casts_through_views_needs_a_cast_to_share():
+    def fn(x):
+        half = op("Cast", op("Relu", x), to=ir.DataType.FLOAT16.value)
+        return op("Cast", flow.reshape(half, [4, 75]), to=ir.DataType.FLOAT.value)
+    assert not ShareCastsThroughViews()(build(fn, (4, 3, 5, 5))).modified

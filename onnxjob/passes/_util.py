@@ -22,6 +22,15 @@ def is_zero_constant(value, rank0=False):
             and float(array.reshape(())) == 0.0)
 
 
+def reduce_axes(node):
+    """The axes a Reduce* node names (its `axes` attribute or constant second input), or
+    None when it names none or they are computed."""
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        array = const_array(node.inputs[1])
+        return None if array is None else [int(a) for a in array.reshape(-1)]
+    return attr(node, "axes")
+
+
 def static_shape(value):
     """The value's shape as a tuple of ints, or None if unknown or symbolic."""
     if value is None or value.shape is None:

@@ -9,6 +9,7 @@ from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
+from .mean_of_square import MeanOfSquareAsSumSquare
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
 from .split_channel_reductions import SplitChannelReductions
@@ -20,8 +21,11 @@ def default_pipeline(device):
         FoldReshapes(),
         FoldTransposeIntoGemm(),
         MaskBeforeMaxUnpool(),
-        *([KeepOnCuda(), SplitChannelReductions()] if device == "cuda"
-          else [ReluMaskAsMul(), BatchNormStatistics()]),
+        # (before SplitChannelReductions splits the mean it matches; after
+        # BatchNormStatistics, which matches the batch norm's mean of a square itself)
+        *([MeanOfSquareAsSumSquare(), KeepOnCuda(), SplitChannelReductions()]
+          if device == "cuda" else
+          [ReluMaskAsMul(), BatchNormStatistics(), MeanOfSquareAsSumSquare()]),
         AlignBroadcastRanks(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),
