@@ -478,7 +478,7 @@ def _binary_spec(name):
     def draw(d):
         a_shape, b_shape = broadcast_pair(d)
         dtype = d.draw(st.sampled_from(dtypes))
-        other = dtype if not rarely(d) else d.draw(st.sampled_from(dtypes))
+        other = d.draw(st.sampled_from([t for t in dtypes if t != dtype])) if rarely(d) else dtype
         a = values(d, a_shape, dtype, lo, hi)
         b = values(d, b_shape, other, lo, hi)
         scalar = rarely(d)
