@@ -43,7 +43,6 @@ Not covered here (and why):
 import collections
 import math
 import os
-import sys
 
 import numpy as np
 import onnx_ir as ir
