@@ -266,6 +266,9 @@ _TABLE = [
             "Seconds a data-parallel collective waits for the other ranks.", "", "120"),
     Setting("MNIST", Path(), None,
             "A local mnist.npz that load_mnist reads when out_dir has none (no download)."),
+    Setting("CHECKPOINT_FAULT_POINT", Choice("after_first_variable", "before_rename"), None,
+            "Tests only: flow.checkpoint.save announces this point on stderr and waits there "
+            "to be killed (io/checkpoint.py, fault_point)."),
 ]
 
 SETTINGS = {s.name: s for s in _TABLE}

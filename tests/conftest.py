@@ -9,6 +9,7 @@ import onnxjob as flow
 HERE = os.path.dirname(os.path.abspath(__file__))
 MNIST = os.path.abspath(os.path.join(HERE, "..", "..", "shared", "data", "mnist.npz"))
 _OWN_CACHE = []
+_REPORTED = pytest.StashKey[list]()
 
 
 def pytest_configure(config):
@@ -27,6 +28,21 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     for folder in _OWN_CACHE:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def report_line(request):
+    """A function that adds a line to the run's terminal summary, shown without `-s`
+    (counts a test wants seen, e.g. how many of its cases compared values)."""
+    return request.config.stash.setdefault(_REPORTED, []).append
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    lines = config.stash.get(_REPORTED, [])
+    if lines:
+        terminalreporter.section("reported by the tests")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(autouse=True)

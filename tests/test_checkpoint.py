@@ -1,9 +1,12 @@
 """Checkpoints: OneFlow layout, round trips, resume, atomicity, and bad files."""
 import os
+import pathlib
+import selectors
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -86,30 +89,88 @@ def test_truncated_file_is_an_error_naming_it(tmp_path):
         flow.load_variables(flow.checkpoint.get(str(tmp_path / "c")))
 
 
-def test_kill_during_save_leaves_no_accepted_checkpoint(tmp_path):
-    script = tmp_path / "prog.py"
-    script.write_text(textwrap.dedent(f"""
-        import sys, os
-        sys.path.insert(0, {os.path.dirname(__file__)!r})
-        import numpy as np, onnxjob as flow, onnxjob.typing as tp
+SAVING_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np, onnxjob as flow, onnxjob.typing as tp
 
-        @flow.global_function()
-        def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
-            return x + flow.get_variable("big", (64, 1024, 1024), initializer=flow.zeros_initializer()).shape[0]
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        for i, name in enumerate("abc"):
+            x = x + flow.math.reduce_sum(flow.get_variable(
+                name, (4, 8), initializer=flow.constant_initializer(i + 0.5)))
+        return x
 
-        job(np.zeros(2, np.float32))
-        print("saving", flush=True)
-        flow.checkpoint.save(sys.argv[1])
-    """))
-    target = tmp_path / "new"
-    proc = subprocess.Popen([sys.executable, str(script), str(target)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "saving"
+    job(np.zeros(2, np.float32))
+    flow.checkpoint.save(sys.argv[1])
+""")
+
+
+def _save_in_a_process(tmp_path, target, fault_point=None):
+    """A process that saves variables a, b, c ((4, 8) float32 of 0.5, 1.5, 2.5) to
+    `target`, stopping at checkpoint.fault_point `fault_point` if given."""
+    script = tmp_path / "save.py"
+    script.write_text(SAVING_SCRIPT)
+    env = dict(os.environ)
+    env.pop("ONNXJOB_CHECKPOINT_FAULT_POINT", None)
+    if fault_point:
+        env["ONNXJOB_CHECKPOINT_FAULT_POINT"] = fault_point
+    return subprocess.Popen([sys.executable, str(script), str(target)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_fault_point(proc, point, timeout=120):
+    """The temporary folder save announced at `point` (the process now waits there)."""
+    from onnxjob.io.checkpoint import FAULT_POINT_ANNOUNCEMENT
+    deadline = time.monotonic() + timeout
+    seen = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stderr, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=1):
+                continue
+            line = proc.stderr.readline()
+            if not line:
+                break
+            seen.append(line)
+            if line.startswith(f"{FAULT_POINT_ANNOUNCEMENT} {point} "):
+                return pathlib.Path(line.split(" ", 5)[-1].strip())
+    proc.kill()
+    raise AssertionError(f"save never reached {point}: {''.join(seen)[-2000:]}")
+
+
+def _check_the_saved_variables(path):
+    entries = flow.checkpoint.get(str(path))
+    assert sorted(entries) == ["a", "b", "c"]
+    for i, name in enumerate("abc"):
+        np.testing.assert_array_equal(entries[name].numpy(), np.full((4, 8), i + 0.5, np.float32))
+
+
+@pytest.mark.parametrize("point", ["after_first_variable", "before_rename"])
+def test_kill_inside_save_leaves_no_accepted_checkpoint(tmp_path, point):
+    """SIGKILL while save writes (one variable written, the others not) and just before it
+    renames the finished temporary folder into place: no checkpoint at the target, the
+    partial folder is refused, and a later save of the same target works."""
+    define_jobs(mlp)   # checkpoint.get starts the session, which needs a job
+    target = tmp_path / "ckpt"
+    proc = _save_in_a_process(tmp_path, target, point)
+    folder = _wait_for_fault_point(proc, point)
+    written = sorted(os.listdir(folder))
+    if point == "after_first_variable":   # the kill lands inside the write
+        assert len(written) == 1 and sorted(os.listdir(folder / written[0])) == ["meta", "out"]
+    else:
+        assert written == ["a", "b", "c", "snapshot_done"]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not target.exists()
-    define_jobs(mlp)
     with pytest.raises(AssertionError, match="doesn't exist"):
         flow.checkpoint.get(str(target))
+    if point == "after_first_variable":
+        with pytest.raises(CheckpointError, match="no snapshot_done"):
+            flow.checkpoint.get(str(folder))
+    later = _save_in_a_process(tmp_path, target)
+    _, errors = later.communicate(timeout=120)
+    assert later.returncode == 0, errors
+    _check_the_saved_variables(target)
 
 
 def test_legacy_checkpoint_without_meta_loads_with_the_variables_shape(tmp_path):

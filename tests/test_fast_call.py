@@ -129,7 +129,8 @@ def test_bad_arguments_after_fast_calls_raise_the_full_paths_errors():
 def test_arguments_the_full_path_converts_still_work():
     affine = affine_job()
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    expected = affine(x)
+    expected = x * 2 + 1
+    np.testing.assert_array_equal(affine(x), expected)
     np.testing.assert_array_equal(affine(x.astype(np.float64)), expected)
     view = np.arange(12, dtype=np.float32).reshape(3, 4)[:2, 1:]     # not C-contiguous
     np.testing.assert_array_equal(affine(view), view * 2 + 1)
@@ -291,5 +292,5 @@ def test_run_function_matches_session_run_and_still_checks_inputs():
     feeds = {"a": np.array([1, -3], np.float32), "b": np.array([1, 1], np.float32)}
     for got, want in zip(run(feeds), session.run(["z", "y"], feeds)):
         np.testing.assert_array_equal(got, want)
-    with pytest.raises(Exception, match="(?i)missing|input"):
+    with pytest.raises(Exception, match="Missing Input: b"):
         run({"a": feeds["a"]})

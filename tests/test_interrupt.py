@@ -191,10 +191,14 @@ def _interrupt_run(script, path, ready_after, delay):
 def test_sigint_in_an_async_train_loop_saves_a_checkpoint_and_exits(tmp_path):
     script = tmp_path / "train_forever.py"
     script.write_text(textwrap.dedent(_TRAIN_FOREVER))
-    chance = random.Random(os.getpid())
-    # a few interrupts at different moments of the loop: right away, mid-step, later
+    # a few interrupts at different moments of the loop: right away, mid-step, later; the
+    # delays change from run to run, and a failure's captured output names the seed that
+    # INTERRUPT_TEST_SEED=<seed> gives again
+    seed = int(os.environ.get("INTERRUPT_TEST_SEED") or time.time_ns() % 2 ** 32)
+    chance = random.Random(seed)
     for run, delay in enumerate([0.0, chance.uniform(0, 0.05), chance.uniform(0.05, 0.3),
                                  chance.uniform(0, 0.01)]):
+        print(f"run {run}: SIGINT {delay:.4f} s after ready (INTERRUPT_TEST_SEED={seed})")
         path = tmp_path / f"ckpt{run}"
         code, lines, err = _interrupt_run(script, path, ready_after=5 + 7 * run, delay=delay)
         assert code == 3, f"exit {code}; stdout {lines}; stderr {err}"

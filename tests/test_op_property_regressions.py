@@ -116,3 +116,54 @@ def test_float16_math_runs_in_float16(fn, ref, lo):
     if ref is not None:
         np.testing.assert_allclose(out.astype(np.float64), ref(x.astype(np.float64)),
                                    rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("fn, shapes_dtypes, match", [
+    (flow.math.logical_and, [((3,), np.float32), ((3,), np.float64)],
+     "the operands' dtypes differ: float32 and float64"),
+    (flow.nn.sigmoid_cross_entropy_with_logits, [((1, 3), np.float32), ((2, 3), np.float32)],
+     r"labels \(1, 3\) must have the input's shape \(2, 3\)"),
+    (lambda v: flow.squeeze(v, [0, -2]), [((1, 3), np.float32)], "names an axis twice")])
+def test_refused_as_oneflow_refuses(fn, shapes_dtypes, match):
+    """OneFlow's shape and dtype rules refuse these (broadcast_logical_and's dtype check,
+    sigmoid_cross_entropy's equal shapes, squeeze's once-per-axis check); onnxjob ran them."""
+    arrays = [np.ones(s, d) for s, d in shapes_dtypes]
+    with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: .*{match}"):
+        run(fn, *arrays)
+
+
+H = np.float16
+
+
+@pytest.mark.parametrize("fn, inputs", [
+    (lambda x, w: flow.nn.conv2d(x, w, 1, "SAME"), [((1, 2, 4, 4), H), ((3, 2, 3, 3), H)]),
+    (lambda x: flow.nn.max_pool2d(x, 2, 2, "VALID"), [((1, 2, 4, 4), H)]),
+    (lambda x, g, b: flow.nn.layer_norm(x, g, b, begin_norm_axis=1, begin_params_axis=1),
+     [((2, 3, 4), H), ((3, 4), H), ((3, 4), H)]),
+    (lambda x, t: flow.nn.MSELoss(x, t), [((2, 3), H), ((2, 3), H)]),
+    (lambda y, z: flow.nn.sparse_softmax_cross_entropy_with_logits(y, z),
+     [((2,), np.int32), ((2, 5), H)])])
+def test_float16_where_oneflow_gpu_kernels_take_it(fn, inputs):
+    """OneFlow's GPU kernels (cuDNN convolution and pooling, layer_norm, sparse softmax
+    cross entropy) and the losses built of math ops take float16: onnxjob refused it."""
+    rng = np.random.default_rng(0)
+    xs = [rng.integers(0, 2, s).astype(d) if d == np.int32 else rng.uniform(-1, 1, s).astype(d)
+          for s, d in inputs]
+    half = run(fn, *xs)
+    wide = run(fn, *[x.astype(np.float32) if x.dtype == H else x for x in xs])
+    assert half.dtype == H
+    np.testing.assert_allclose(half.astype(np.float32), wide, rtol=1e-2, atol=1e-2)
+
+
+def test_batch_normalization_of_float16_takes_float32_statistics():
+    """OneFlow's GPU normalization takes float32 statistics and parameters for a float16
+    input (and refuses float16 ones): computed in float32, rounded once."""
+    x = np.linspace(-2, 2, 24).reshape(2, 3, 4).astype(np.float16)
+    mean, var = np.array([0.1, -0.2, 0.3], np.float32), np.array([1.0, 2.0, 0.5], np.float32)
+    out = run(lambda v, m, s: flow.nn.batch_normalization(v, m, s, axis=1), x, mean, var)
+    assert out.dtype == np.float16
+    want = (x.astype(np.float32) - mean[:, None]) / np.sqrt(var[:, None] + 1e-5)
+    np.testing.assert_allclose(out.astype(np.float32), want, rtol=1e-3, atol=1e-3)
+    with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: .*float32 or float64"):
+        run(lambda v, m, s: flow.nn.batch_normalization(v, m, s, axis=1), x,
+            mean.astype(np.float16), var.astype(np.float16))

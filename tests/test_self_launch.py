@@ -278,15 +278,27 @@ def test_sigterm_on_the_launcher_names_and_stops_its_ranks(tmp_path):
 
 def test_an_export_imports_the_script_without_starting_ranks(tmp_path):
     """`python -m onnxjob export` runs the script's top (cpu_device_num(2) included) in
-    one process: it writes the job of one process."""
+    one process: it writes the job of one process, on the whole batch."""
+    import onnx
     script = write_script(tmp_path)
+    imports = tmp_path / "imports"
+    imports.mkdir()
     top = script.read_text().split("rng = ")[0]      # no training loop
-    script.write_text(top.replace("int(sys.argv[1]), sys.argv[2]", "2, '.'"))
-    result = subprocess.run([sys.executable, "-m", "onnxjob", "export", f"{script}:train_job",
-                             "-o", tmp_path / "train.onnx"], capture_output=True, text=True,
-                            env=environment(), timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert (tmp_path / "train.onnx").is_file()
+    # each process that runs the script's top leaves a file: its pid and RANK
+    top = top.replace("devices, out = int(sys.argv[1]), sys.argv[2]\n",
+                      f"devices, out = 2, {str(imports)!r}\n"
+                      "open(os.path.join(out, '%d-%s' % (os.getpid(), "
+                      "os.environ.get('RANK', 'none'))), 'w').close()\n")
+    script.write_text(top)
+    export = start([sys.executable, "-m", "onnxjob", "export", f"{script}:train_job",
+                    "-o", tmp_path / "train.onnx"])
+    code, _, stderr = finish(export)
+    assert code == 0, stderr
+    assert sorted(os.listdir(imports)) == [f"{export.pid}-none"], "ranks started"
+    model = onnx.load(str(tmp_path / "train.onnx"))
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim]
+              for i in model.graph.input}
+    assert shapes["images"] == [BATCH, 1, 28, 28] and shapes["labels"] == [BATCH]
 
 
 def test_python_c_is_refused_with_what_to_run_instead():

@@ -10,11 +10,13 @@ leaves no directory that `get` would accept. Nothing is ever unpickled.
 import os
 import re
 import shutil
+import sys
 import tempfile
+import time
 
 import numpy as np
 
-from onnxjob import dtypes
+from onnxjob import dtypes, settings
 from onnxjob.errors import CheckpointError
 from onnxjob.frontend.config import started_session
 from onnxjob.runtime import backend, distributed
@@ -179,6 +181,26 @@ def save(path, var_dict=None):
     _write(path, session, var_dict)
 
 
+FAULT_POINT_ANNOUNCEMENT = "onnxjob checkpoint fault point:"
+
+
+def fault_point(name, folder):
+    """A place in `save` where a test can kill the process, for crash tests of its
+    atomicity. When ONNXJOB_CHECKPOINT_FAULT_POINT names this point, save writes
+    `onnxjob checkpoint fault point: <name> <folder>` (FAULT_POINT_ANNOUNCEMENT, the point
+    and the temporary folder being written) to stderr and waits there until it is killed.
+    The points: "after_first_variable" (the first variable's `out` and `meta` are written,
+    the others are not) and "before_rename" (the temporary folder is complete, snapshot_done
+    included, and the next step renames it into place). Unset, a point costs one lookup of
+    the environment."""
+    if settings.get("CHECKPOINT_FAULT_POINT") != name:
+        return
+    sys.stderr.write(f"{FAULT_POINT_ANNOUNCEMENT} {name} {folder}\n")
+    sys.stderr.flush()
+    while True:
+        time.sleep(60)
+
+
 def _write(path, session, var_dict):
     if os.path.isfile(path) or (os.path.isdir(path) and os.listdir(path)):
         raise AssertionError(f"Non-empty directory {path} already exists!")
@@ -196,9 +218,11 @@ def _write(path, session, var_dict):
             dims = "".join(f"  dim: {int(x)}\n" for x in array.shape)
             with open(os.path.join(d, "meta"), "w") as f:
                 f.write(f"shape {{\n{dims}}}\ndata_type: {dtypes.from_numpy(array.dtype).oneflow_enum}\n")
+            fault_point("after_first_variable", tmp)
         open(os.path.join(tmp, "snapshot_done"), "w").close()
         if os.path.isdir(path):
             os.rmdir(path)
+        fault_point("before_rename", tmp)
         os.rename(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -39,11 +39,13 @@ def spatial_tuple(value, ndims, what):
     return values
 
 
-def check_float(x, api):
-    """TraceError unless `x` is float32 or float64 (the dtypes of OneFlow's CPU kernels)."""
-    if x.np_dtype not in (np.float32, np.float64):
-        raise TraceError(f"{api} takes float32 or float64 input, got {x.dtype.__name__} "
-                         f"({x.name})")
+def check_float(x, api, half=False):
+    """TraceError unless `x` is float32 or float64 (the dtypes of OneFlow's CPU kernels),
+    or float16 where `half`: ops whose OneFlow GPU (cuDNN) kernels take half precision."""
+    allowed = (np.float32, np.float64) + ((np.float16,) if half else ())
+    if x.np_dtype not in allowed:
+        names = "float16, float32 or float64" if half else "float32 or float64"
+        raise TraceError(f"{api} takes {names} input, got {x.dtype.__name__} ({x.name})")
 
 
 def check_format(data_format, allowed, api):
@@ -110,7 +112,7 @@ def convolution(x, filters, strides, padding, data_format, dilations, groups, bi
     if len(x.shape) != ndims + 2 or len(filters.shape) != ndims + 2:
         raise TraceError(f"a {ndims}-D convolution needs a {ndims + 2}-D input and weight, "
                          f"got {x.shape} and {filters.shape}")
-    check_float(x, f"a {ndims}-D convolution")
+    check_float(x, f"a {ndims}-D convolution", half=True)
     channels_last = is_channels_last(data_format)
     # OneFlow's channels-last weight is (out, *kernel, in)
     kernel = list(filters.shape[1:-1] if channels_last else filters.shape[2:])
@@ -227,7 +229,7 @@ def pooling(op_type, x, ksize, strides, padding, data_format, ceil_mode, name, n
     """An N-d max or average pool in OneFlow's terms (average excludes the padding)."""
     if len(x.shape) != ndims + 2:
         raise TraceError(f"a {ndims}-D pool needs a {ndims + 2}-D input, got {x.shape}")
-    check_float(x, f"a {ndims}-D pool")
+    check_float(x, f"a {ndims}-D pool", half=True)
     channels_last = is_channels_last(data_format)
     x = to_channels_first(x, channels_last)
     k = spatial_tuple(ksize, ndims, "ksize")

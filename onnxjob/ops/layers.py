@@ -275,9 +275,9 @@ def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=
     """Layer normalization over the axes from `begin_norm_axis` on, with variables
     `<name>-beta` (zeros) and `<name>-gamma` (ones) of shape inputs.shape[begin_params_axis:].
     """
-    if inputs.np_dtype not in (np.float32, np.float64):
-        raise TraceError(f"flow.layers.layer_norm takes a float32 or float64 input, got "
-                         f"{inputs.np_dtype}")
+    if inputs.np_dtype not in (np.float16, np.float32, np.float64):   # half: OneFlow's GPU op
+        raise TraceError(f"flow.layers.layer_norm takes a float16, float32 or float64 input, "
+                         f"got {inputs.np_dtype}")
     rank = len(inputs.shape)
     if not -rank <= begin_params_axis < rank:
         raise TraceError(f"flow.layers.layer_norm: begin_params_axis {begin_params_axis} is "

@@ -20,11 +20,15 @@ __all__ = ["BCELoss", "BCEWithLogitsLoss", "KLDivLoss", "L1Loss", "MSELoss",
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _check_floating(api, *blobs):
-    """The Blobs are all float32 or all float64 (the dtypes of OneFlow's CPU kernels)."""
+def _check_floating(api, *blobs, half=False):
+    """The Blobs are all float32 or all float64 (the dtypes of OneFlow's CPU kernels), or
+    all float16 where `half`: losses OneFlow builds from math ops, or whose GPU kernel,
+    that take half precision."""
+    allowed = _FLOATS + ((np.dtype(np.float16),) if half else ())
     for b in blobs:
-        if b.np_dtype not in _FLOATS:
-            raise TraceError(f"{api} takes float32 or float64 Blobs, got {b.np_dtype}")
+        if b.np_dtype not in allowed:
+            names = "float16, float32 or float64" if half else "float32 or float64"
+            raise TraceError(f"{api} takes {names} Blobs, got {b.np_dtype}")
     if len({b.np_dtype for b in blobs}) > 1:
         raise TraceError(f"{api}: the inputs must share one dtype, got "
                          + ", ".join(str(b.np_dtype) for b in blobs))
@@ -56,6 +60,10 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
     Classes are on the last axis of `logits`; `labels` has logits' shape without it (or
     with a trailing 1).
     """
+    if logits.np_dtype == np.float16:
+        # as OneFlow's GPU kernel takes half logits: computed in float32, rounded once
+        wide = sparse_softmax_cross_entropy_with_logits(labels, cast(logits, dtypes.float32))
+        return cast(wide, dtypes.float16, name=name)
     _check_floating("flow.nn.sparse_softmax_cross_entropy_with_logits", logits)
     if len(labels.shape) == len(logits.shape) and labels.shape[-1] == 1:
         labels = reshape(labels, labels.shape[:-1])
@@ -94,7 +102,9 @@ def softmax_cross_entropy_with_logits(labels, logits, name=None):
 def sigmoid_cross_entropy_with_logits(labels, logits, name=None):
     """max(x, 0) - x * z + log(1 + exp(-|x|)), elementwise; integer labels are cast to the
     logits' dtype."""
-    _check_floating("flow.nn.sigmoid_cross_entropy_with_logits", logits)
+    api = "flow.nn.sigmoid_cross_entropy_with_logits"
+    _check_floating(api, logits)
+    _check_same_shape(api, "labels", logits, labels)   # as OneFlow's shape rule
     if labels.np_dtype != logits.np_dtype:
         labels = cast(labels, dtypes.from_numpy(logits.np_dtype))
     zero = as_blob(0, like=logits)
@@ -134,7 +144,7 @@ def sparse_cross_entropy(labels, prediction, name=None):
 def mse_loss(input, target, reduction="mean", name=None):
     """(target - input)^2, reduced."""
     api = "flow.nn.MSELoss"
-    _check_floating(api, input, target)
+    _check_floating(api, input, target, half=True)
     _check_same_shape(api, "target", input, target)
     _check_reduction(api, reduction)
     diff = target - input
@@ -144,7 +154,7 @@ def mse_loss(input, target, reduction="mean", name=None):
 def l1_loss(input, target, reduction="mean", name=None):
     """|target - input|, reduced."""
     api = "flow.nn.L1Loss"
-    _check_floating(api, input, target)
+    _check_floating(api, input, target, half=True)
     _check_same_shape(api, "target", input, target)
     _check_reduction(api, reduction)
     return _reduce(math.abs(target - input), reduction, name)
@@ -154,7 +164,7 @@ def bce_loss(input, target, weight=None, reduction="mean", name=None):
     """-weight * (target * log(input) + (1 - target) * log(1 - input)), reduced; `input`
     holds probabilities (no clamping of the logs, as in OneFlow)."""
     api = "flow.nn.BCELoss"
-    _check_floating(api, input, target, *([weight] if weight is not None else []))
+    _check_floating(api, input, target, *([weight] if weight is not None else []), half=True)
     _check_same_shape(api, "target", input, target)
     _check_reduction(api, reduction)
     one = as_blob(1, like=input)
@@ -171,7 +181,7 @@ def bce_with_logits_loss(input, target, weight=None, pos_weight=None, reduction=
     the last axis) weighs the positive term, `weight` (input's shape) the whole loss."""
     api = "flow.nn.BCEWithLogitsLoss"
     extra = [w for w in (weight, pos_weight) if w is not None]
-    _check_floating(api, input, target, *extra)
+    _check_floating(api, input, target, *extra, half=True)
     _check_same_shape(api, "target", input, target)
     _check_reduction(api, reduction)
     one = as_blob(1, like=input)
@@ -195,7 +205,7 @@ def kldivloss(input, target, log_target=False, reduction="mean", name=None):
     target * (log(target) - input), 0 where round(target + 0.5) is 0 (OneFlow's test, i.e.
     target <= 0 for probabilities); exp(target) * (target - input) if `log_target`."""
     api = "flow.nn.KLDivLoss"
-    _check_floating(api, input, target)
+    _check_floating(api, input, target, half=True)
     _check_reduction(api, reduction)
     if log_target:
         loss = math.exp(target) * (target - input)

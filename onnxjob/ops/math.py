@@ -171,6 +171,9 @@ def logical_and(x, y, name=None):
     """Nonzero x and nonzero y, with broadcasting, as int8."""
     a, b = _pair(x, y)
     _check_dtype(a, "flow.math.logical_and", _ARITHMETIC)
+    if a.np_dtype != b.np_dtype:   # OneFlow's broadcast_logical_and checks it
+        raise TraceError(f"flow.math.logical_and: the operands' dtypes differ: {a.np_dtype} "
+                         f"and {b.np_dtype}")
     both = op("And", cast(a, np.bool_), cast(b, np.bool_))
     return _named(_to_int8(both), name)
 

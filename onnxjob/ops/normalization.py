@@ -6,12 +6,14 @@ flow.layers.layer_norm, ...) are in layers.py.
 """
 import numpy as np
 
+from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.ops import math
+from onnxjob.ops.casts import cast
 from onnxjob.ops.conv import add_bias
 from onnxjob.ops.dropout import dropout
 
@@ -22,7 +24,7 @@ __all__ = ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
 
 def moments(x, axes, keepdims=False, name=None):
     """(mean, variance) of `x` over `axes` (the variance divides by the count)."""
-    _check_floating(x, "flow.nn.moments")
+    _check_floating(x, "flow.nn.moments", half=True)   # OneFlow's reductions take half
     mean = math.reduce_mean(x, axis=axes, keepdims=True)
     var = math.reduce_mean(math.square(x - mean), axis=axes, keepdims=keepdims)
     if not keepdims:
@@ -50,8 +52,14 @@ def batch_normalization(x, mean, variance, offset=None, scale=None, variance_eps
     """(x - mean) / sqrt(variance + variance_epsilon) * scale + offset.
 
     1-D statistics and parameters lie along `axis`; statistics of x's rank (moments with
-    keepdims=True) broadcast as they are. Every input gets a gradient.
+    keepdims=True) broadcast as they are. Every input gets a gradient. A float16 `x` takes
+    float32 statistics and parameters as OneFlow's GPU kernel does: computed in float32,
+    rounded once.
     """
+    if x.np_dtype == np.float16 and mean.np_dtype == np.float32:
+        wide = batch_normalization(cast(x, dtypes.float32), mean, variance, offset, scale,
+                                   variance_epsilon, axis)
+        return cast(wide, dtypes.float16, name=name)
     _check_floating(x, "flow.nn.batch_normalization")
     rank = len(x.shape)
     axis = _axis(axis, rank, "flow.nn.batch_normalization")
@@ -78,7 +86,7 @@ def layer_norm(inputs, gamma=None, beta=None, begin_norm_axis=1, begin_params_ax
     """Normalize over the axes from `begin_norm_axis` on, then scale by `gamma` and shift by
     `beta`, both of shape inputs.shape[begin_params_axis:]."""
     api = "flow.nn.layer_norm"
-    _check_floating(inputs, api)
+    _check_floating(inputs, api, half=True)
     rank = len(inputs.shape)
     norm_axis = _axis(begin_norm_axis, rank, api)
     params_axis = _axis(begin_params_axis, rank, api)

@@ -68,6 +68,8 @@ def squeeze(input, axis=None, name=None):
         axes = [i for i, d in enumerate(input.shape) if d == 1]
     else:
         axes = [check_axis(a, rank, "squeeze") for a in np.atleast_1d(axis)]
+        if len(set(axes)) != len(axes):   # OneFlow's squeeze shape rule refuses it too
+            raise TraceError(f"squeeze: axis {list(np.atleast_1d(axis))} names an axis twice")
     if not axes:   # ONNX Squeeze with no axes would remove every axis of size 1
         return op("Identity", input, name=name)
     return op("Squeeze", input, int64_constant(input, axes), name=name)
