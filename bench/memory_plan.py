@@ -86,7 +86,9 @@ def compiled_plan(job, device):
     session.device = None       # (the session starts on this machine's device later)
     graph = compiled.model.graph
     loss = [v for v in graph.outputs if v.name in compiled.output_names]
-    return {order: memory_plan.plan(graph, order, loss) for order in memory_plan.ORDERS}, compiled
+    in_place = [compiled.state_outputs[v] for v in compiled.in_place]
+    return {order: memory_plan.plan(graph, order, loss, in_place)
+            for order in memory_plan.ORDERS}, compiled
 
 
 def torch_step_memory(args, values):
@@ -166,7 +168,8 @@ def main(argv=None):
               "of them live at the peak")
     plan = plans["model"]
     print(f"  held: inputs (variables, state, feeds) {plan.held_bytes / MIB:.1f} MiB, outputs "
-          f"(next state, results) {plan.output_bytes / MIB:.1f} MiB; step total "
+          f"(next state not written in place, results) {plan.output_bytes / MIB:.1f} MiB; "
+          f"step total "
           f"{plan.step_bytes / MIB:.1f} MiB" + (f"; {len(plan.unsized)} values of unknown size"
                                                  if plan.unsized else ""))
     print(f"  live at the peak ({args.device} order), by producer:")

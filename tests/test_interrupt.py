@@ -109,7 +109,7 @@ def _sigint_default():
 def test_a_sigint_inside_the_worker_start_is_delivered_after_it(sigint_raises):
     reached_the_end = False
     with pytest.raises(KeyboardInterrupt):
-        with executor_module._interrupt_deferred():
+        with executor_module.interrupt_deferred():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)        # the handler would have run here, between bytecodes
             reached_the_end = True

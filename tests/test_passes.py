@@ -512,3 +512,9 @@ def test_share_casts_through_views_needs_a_cast_to_share():
         half = op("Cast", op("Relu", x), to=ir.DataType.FLOAT16.value)
         return op("Cast", flow.reshape(half, [4, 75]), to=ir.DataType.FLOAT.value)
     assert not ShareCastsThroughViews()(build(fn, (4, 3, 5, 5))).modified
+
+
+def test_mean_of_square_counts_a_repeated_axis_once():
+    check(MeanOfSquareAsSumSquare(),
+          lambda x: flow.math.reduce_mean(op("Mul", x, x), axis=[0, -2], keepdims=False),
+          [(3, 4)], {"Mul": 1, "ReduceMean": 1}, {"ReduceSumSquare": 1, "ReduceMean": 0})

@@ -19,7 +19,7 @@ _IGNORED_FLAGS = {
     "enable_cudnn", "cudnn_conv_force_fwd_algo",
     "cudnn_conv_force_bwd_data_algo", "cudnn_conv_force_bwd_filter_algo",
     "cudnn_conv_heuristic_search_algo",
-    "enable_cudnn_fused_normalization_add_relu", "enable_inplace", "enable_inplace_in_reduce_struct",
+    "enable_cudnn_fused_normalization_add_relu", "enable_inplace_in_reduce_struct",
     "enable_reused_mem", "enable_nccl", "use_nccl_inter_node_communication",
     "all_reduce_group_num", "all_reduce_lazy_ratio", "all_reduce_group_size_warmup",
     "use_boxing_v2", "enable_fuse_add_to_output",
@@ -157,6 +157,8 @@ class FunctionConfig:
     `enable_cuda_graph(False)` (runtime/cuda_graph.py), OneFlow's
     `cudnn_conv_use_deterministic_algo_only(True)` (onnxruntime's deterministic compute),
     OneFlow's `cudnn_buf_limit_mbyte(n)` (a bound on cuDNN's workspaces: runtime/backend.py),
+    OneFlow's `enable_inplace(False)` (a train step writes no variable in place:
+    graph/in_place.py),
     `freeze_variables_after(n)` (runtime/frozen.py), OneFlow's `use_tensorrt(True)` (predict
     jobs on onnxruntime's TensorRT EP where available: runtime/backend.py) and `prefetch(n)` (how many batches a
     job that makes its own data prepares ahead, runtime/pipeline.py; 0 = inline).
@@ -185,7 +187,7 @@ class FunctionConfig:
                                   "default_distribute_strategy", "default_placement_scope",
                                   "passes", "disable_passes", "dump_passes", "execution_provider",
                                   "cudnn_conv_algo_search", "enable_cuda_graph", "freeze_variables_after",
-                                  "cudnn_buf_limit_mbyte",
+                                  "cudnn_buf_limit_mbyte", "enable_inplace",
                                   "cudnn_conv_use_deterministic_algo_only",
                                   "indexed_slices_optimizer_conf", "prefetch",
                                   "dynamic_batch", "use_tensorrt", "all_reduce_fp16",

@@ -5,12 +5,15 @@ import onnx_ir as ir
 from onnxjob.errors import TraceError
 from onnxjob import typing as tp
 from onnxjob.graph import autodiff, pass_cache
+from onnxjob.graph.in_place import in_place_state
 from onnxjob.graph.dynamic_batch import make_batch_symbolic
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from onnxjob.runtime import distributed
 from onnxjob.passes import mixed_precision_type, run_default_pipeline
 
 IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13; opset 17 needs 8
+# the model metadata property listing the variables a train step may update in place
+IN_PLACE = "onnxjob.in_place"
 
 
 class CompiledGraph:
@@ -38,6 +41,8 @@ class CompiledGraph:
         self.gradient_outputs = gradient_outputs or {}
         # the loss's element count, an output of a mirrored step (runtime/mirrored_step.py)
         self.loss_count_output = None
+        # the variables whose next value may be written over their value (graph/in_place.py)
+        self.in_place = frozenset()
 
     @property
     def variable_names(self):
@@ -142,8 +147,8 @@ def compile_job(job, variable_registry=None, seed=None):
         builder, loss_count, "loss_elem_count", taken)
 
     model = ir.Model(builder.graph, ir_version=IR_VERSION, producer_name="onnxjob")
-    model, serialized, used_inputs = _run_passes(model, builder, job.config,
-                                                 getattr(variable_registry, "device", None))
+    model, serialized, used_inputs, in_place = _run_passes(
+        model, builder, job.config, getattr(variable_registry, "device", None), state_outputs)
     variable_inputs = {n: b.value.name for n, b in builder.variables.items()
                        if b.value.name in used_inputs}
     has_sequences = any(b.is_tensor_list for b in blobs) or any(
@@ -157,6 +162,7 @@ def compile_job(job, variable_registry=None, seed=None):
                              state_outputs, watch_named, has_sequences, is_train, sources,
                              gradient_outputs, serialized)
     compiled.loss_count_output = loss_count_output
+    compiled.in_place = in_place
     return compiled
 
 
@@ -199,31 +205,42 @@ def _float32_gradients(grads):
             for name, g in grads.items()}
 
 
-def _run_passes(model, builder, config, device):
-    """(model after the passes or None, its bytes or None, names of its graph inputs): the
-    pipeline's result from the cache (graph/pass_cache.py, bytes only), else the passes
-    run on `model` and their result is stored. NOTE: what this does after the passes is
-    cached with them; the key holds onnxjob's version (or its source's hash), so a change
-    here is a miss without a pass_cache.FORMAT bump."""
+def _run_passes(model, builder, config, device, state_outputs):
+    """(model after the passes or None, its bytes or None, names of its graph inputs, the
+    variables a step may update in place): the pipeline's result from the cache
+    (graph/pass_cache.py, bytes only), else the passes run on `model` and their result is
+    stored. NOTE: what this does after the passes is cached with them; the key holds
+    onnxjob's version (or its source's hash), so a change here is a miss without a
+    pass_cache.FORMAT bump."""
     cache_path = None
     digest = pass_cache.graph_digest(model) if pass_cache.enabled(config) else None
     if digest is not None:
         cache_path = pass_cache.path_for(digest, device, mixed_precision_type(config))
         cached = pass_cache.load(cache_path, model)
         if cached is not None:
-            serialized, input_names = cached
-            return None, serialized, input_names
+            serialized, input_names, metadata = cached
+            return None, serialized, input_names, _in_place_of(metadata)
     run_default_pipeline(model, config, device)
     # host-made inputs only other host nodes read (a resized batch that CropMirrorNormalize
     # crops on the host) are not fed to the graph
     for value in list(model.graph.inputs):
         if value.name in builder.sources and not value.uses() and value not in model.graph.outputs:
             model.graph.inputs.remove(value)
+    if state_outputs:
+        variable_inputs = {n: b.value.name for n, b in builder.variables.items()}
+        model.metadata_props[IN_PLACE] = "\n".join(sorted(
+            in_place_state(model.graph, variable_inputs, state_outputs)))
     serialized = None
     if cache_path is not None:
         serialized = ir.to_proto(model).SerializeToString()
         pass_cache.store(cache_path, serialized)
-    return model, serialized, {v.name for v in model.graph.inputs}
+    return (model, serialized, {v.name for v in model.graph.inputs},
+            _in_place_of(model.metadata_props))
+
+
+def _in_place_of(metadata):
+    """The variables a model's IN_PLACE metadata property names."""
+    return frozenset(name for name in metadata.get(IN_PLACE, "").split("\n") if name)
 
 
 def _watch_outputs(builder):

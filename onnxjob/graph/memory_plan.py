@@ -148,11 +148,12 @@ def forward_nodes(graph, outputs):
     return seen
 
 
-def plan(graph, order="model", forward_outputs=()):
+def plan(graph, order="model", forward_outputs=(), in_place_outputs=()):
     """The MemoryPlan of one run of `graph` (an onnx_ir Graph with static shapes) in
     `order`. `forward_outputs`: the graph values a train step returns (its loss), whose
     ancestors are its forward pass; values they make and other nodes read count as saved
-    for the backward."""
+    for the backward. `in_place_outputs`: names of outputs written over their inputs
+    (graph/in_place.py), which take no memory of their own."""
     nodes = execution_order(graph, order)
     position = {id(n): i for i, n in enumerate(nodes)}
     forward = forward_nodes(graph, forward_outputs) if forward_outputs else set()
@@ -217,7 +218,8 @@ def plan(graph, order="model", forward_outputs=()):
                       for b in peak_set), key=lambda lv: -lv.nbytes)
     held_bytes = sum(value_bytes(v) or 0 for v in {id(v): v for v in list(graph.inputs) + list(
         graph.initializers.values())}.values())
-    output_bytes = sum(size[b][2] for b in bound)
+    in_place = {id(v) for v in graph.outputs if v.name in set(in_place_outputs)}
+    output_bytes = sum(size[b][2] for b in bound if b not in in_place)
     return MemoryPlan(nodes, timeline, max(peak, 0), peak_index, at_peak, held_bytes,
                       output_bytes, sum(size[b][2] for b in saved - bound), unsized, buffer_of,
                       last_read)

@@ -130,9 +130,9 @@ def _attribute_value(digest, attr):
 
 
 def load(path, model):
-    """(model bytes, graph input names) cached at `path` for `model` (the graph before the
-    passes), or None: absent, unreadable or not `model`'s result (said in one line); the
-    passes then run again and rewrite it."""
+    """(model bytes, graph input names, model metadata) cached at `path` for `model` (the
+    graph before the passes), or None: absent, unreadable or not `model`'s result (said in
+    one line); the passes then run again and rewrite it."""
     if path is None or not os.path.isfile(path):
         return None
     try:
@@ -154,7 +154,8 @@ def load(path, model):
         session_cache.warn_invalid(path, problem)
         return None
     session_cache.touch(path)
-    return data, {value.name for value in proto.graph.input}
+    return (data, {value.name for value in proto.graph.input},
+            {p.key: p.value for p in proto.metadata_props})
 
 
 def _io_problem(cached, graph):

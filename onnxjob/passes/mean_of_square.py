@@ -24,7 +24,7 @@ def _reduced(node, rank):
     if axes is None:
         computed = len(node.inputs) > 1 and node.inputs[1] is not None
         return None if computed or attr(node, "noop_with_empty_axes", 0) else list(range(rank))
-    return sorted(a % rank for a in axes)
+    return sorted({a % rank for a in axes})     # (a repeated axis is reduced once)
 
 
 def _kept_rank_local(value):

@@ -209,7 +209,7 @@ class Executor:
         # NOTE: Thread.start() waits for the thread to run; a Ctrl-C in that wait would
         # leave a running worker that self._thread does not name (a second one would then
         # take runs out of order), so the interrupt is held back until it is recorded.
-        with _interrupt_deferred(), self._cond:
+        with interrupt_deferred(), self._cond:
             if self._thread is None or not self._thread.is_alive():
                 thread = threading.Thread(target=self._work, name="onnxjob-executor",
                                           daemon=True)
@@ -262,9 +262,10 @@ class Executor:
 
 
 @contextlib.contextmanager
-def _interrupt_deferred():
+def interrupt_deferred():
     """Hold back a SIGINT that arrives inside the block and deliver it after (main thread
-    only: other threads never get signals). Costs ~10 us: used off the hot path."""
+    only: other threads never get signals). Costs ~10 us: used off the hot path (and
+    around a train step that writes variables in place: runtime/session.py)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -31,9 +31,10 @@ MAX_FROZEN_BYTES = 1 << 30
 class VariableStore(dict):
     """name -> stored variable value; `version` counts writes, so readers can tell when any
     value changed, and `versions[name]` is the count at the last write of `name`. Values
-    are replaced, never modified in place, except the two buffer sets a CUDA graph runner
-    alternates between (runtime/cuda_graph.py), each rewritten two steps after it was
-    stored."""
+    are replaced, never modified in place, except by train steps: the variables a step
+    writes over their own values (graph/in_place.py; stored again, so their versions
+    count the write) and the two buffer sets a CUDA graph runner alternates between
+    (runtime/cuda_graph.py), each rewritten two steps after it was stored."""
 
     def __init__(self):
         super().__init__()

@@ -16,11 +16,11 @@ import zlib
 import numpy as np
 import onnx
 
-from onnxjob.runtime import (backend, cuda_graph, data_parallel, distributed, mirrored_step,
-                             out_of_memory)
+from onnxjob.runtime import (backend, cuda_graph, data_parallel, distributed, in_place,
+                             mirrored_step, out_of_memory)
+from onnxjob.runtime.executor import Executor, interrupt_deferred
 from onnxjob.graph.compiler import compile_job
 from onnxjob.graph.tracer import VariableRegistry
-from onnxjob.runtime.executor import Executor
 from onnxjob.runtime.frozen import VariableStore, make_frozen_predictor
 from onnxjob.runtime.pipeline import HostPipeline, PipelineRunner, prefetch_depth
 
@@ -79,13 +79,23 @@ class JobRuntime:
             return
         self._graph = None
         self._uncaptured = None     # a plain session for feeds the captured graphs do not fit
+        # the variables a step writes in place (graph/in_place.py; OneFlow's
+        # function_config.enable_inplace(False) turns it off)
+        self._in_place = compiled.in_place if job.config.get("enable_inplace", True) \
+            else frozenset()
         graph_obstacle = cuda_graph.obstacle(job, compiled) if self.device == "cuda" else ""
         self.ort_session, captures = self._create_session(use_cuda_graph=graph_obstacle is None)
         # graph output order is user outputs, watches, then state: checked, not assumed
         check_output_order(job.name, self.ort_session.get_outputs(),
                            self._user_outputs + [o for _, o in self._state_items])
-        self._run = self._run_cuda if self.device == "cuda" and not compiled.has_sequences \
-            else self._run_host
+        if self.device == "cuda" and not compiled.has_sequences:
+            self._run = self._run_cuda
+        elif self._in_place and self.device == "cpu":
+            self._run = in_place.HostInPlaceStep(
+                self.ort_session, self._variable_inputs, self._state_items,
+                self._user_outputs, self._in_place, self.store).run
+        else:
+            self._run = self._run_host
         if captures:
             self._start_cuda_graph()
         elif graph_obstacle:
@@ -146,7 +156,7 @@ class JobRuntime:
         try:
             self._graph = cuda_graph.CudaGraphRunner(
                 self.ort_session, self._variable_inputs, self._state_items,
-                self._user_outputs, self.store)
+                self._user_outputs, self.store, self._in_place)
         except cuda_graph.CaptureFailed as e:
             self._no_cuda_graph(str(e))
             return
@@ -193,12 +203,16 @@ class JobRuntime:
             binding.bind_ortvalue_input(input_name, self.store[var_name])
         for name in self._user_outputs:
             binding.bind_output(name, "cpu")
-        for _, out_name in self._state_items:
-            binding.bind_output(out_name, self.device, backend.cuda_device_id())
-        self.ort_session.run_with_iobinding(binding)
-        outs = binding.get_outputs()
+        for var_name, out_name in self._state_items:
+            if var_name in self._in_place:      # the next value over the value read
+                binding.bind_ortvalue_output(out_name, self.store[var_name])
+            else:
+                binding.bind_output(out_name, self.device, backend.cuda_device_id())
         n = self._n_user
-        self.store.replace_all(self._state_names, outs[n:])
+        with interrupt_deferred() if self._in_place else contextlib.nullcontext():
+            self.ort_session.run_with_iobinding(binding)
+            outs = binding.get_outputs()
+            self.store.replace_all(self._state_names, outs[n:])
         return [o.numpy() for o in outs[:n]]
 
     def _run_cuda_graph(self, feeds):

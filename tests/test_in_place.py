@@ -1,0 +1,172 @@
+"""Train steps that write variables over their own values (graph/in_place.py,
+runtime/in_place.py): which variables qualify, and steps that compute exactly what steps
+writing new values compute."""
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+from onnxjob.graph.in_place import in_place_state
+from onnxjob.runtime.session import default_session
+
+F32 = ir.DataType.FLOAT
+
+
+def _graph(build):
+    """(graph, {name: input value}) of `build(inputs, add) -> [outputs]` over float32 (4,)
+    inputs w, m, x; add(op, inputs, **attributes) appends a node of a (4,) output."""
+    inputs = {n: ir.Value(name=n, type=ir.TensorType(F32), shape=ir.Shape([4]))
+              for n in ("w", "m", "x")}
+    graph = ir.Graph(list(inputs.values()), [], nodes=[], opset_imports={"": 17})
+
+    def add(op_type, args, shape=(4,), **attributes):
+        node = ir.node(op_type, args, attributes=attributes)
+        node.outputs[0].type, node.outputs[0].shape = ir.TensorType(F32), ir.Shape(list(shape))
+        graph.append(node)
+        return node.outputs[0]
+    for i, value in enumerate(build(inputs, add)):
+        value.name = f"out{i}"
+        graph.outputs.append(value)
+    return graph
+
+
+def _safe(build, pairs):
+    graph = _graph(build)
+    return in_place_state(graph, {v: v for v, _ in pairs}, dict(pairs))
+
+
+def test_an_update_whose_readers_ran_before_it_is_written_in_place():
+    """m' = 0.9 m + g and w' = w - m' where the gradient g of w's forward product and
+    the loss read w: every reader of w and m is an ancestor of its writer."""
+    def build(v, add):
+        y = add("Mul", [v["w"], v["x"]])             # the forward reads w
+        g = add("Mul", [y, v["x"]])                  # its gradient
+        m2 = add("Add", [add("Mul", [v["m"], v["m"]]), g])
+        return [add("Sub", [v["w"], m2]), m2]
+    assert _safe(build, [("w", "out0"), ("m", "out1")]) == {"w", "m"}
+
+
+def test_a_reader_outside_the_update_s_ancestors_keeps_its_variable_out_of_place():
+    """A second output reads w (as a previous layer's gradient reads a weight): nothing
+    orders it before w' is written, so w is not written in place; m still is."""
+    def build(v, add):
+        g = add("Mul", [v["x"], v["x"]])
+        m2 = add("Add", [v["m"], g])
+        return [add("Sub", [v["w"], m2]), m2, add("Mul", [v["w"], v["x"]])]
+    assert _safe(build, [("w", "out0"), ("m", "out1")]) == {"m"}
+
+
+@pytest.mark.parametrize("copy", ["Cast", "Transpose", "Identity"])
+def test_a_reader_of_a_copy_that_onnxruntime_may_fold_counts_as_a_reader(copy):
+    """onnxruntime may remove a cast or fuse a transpose into its reader, which then reads
+    w itself."""
+    def build(v, add):
+        attributes = {"to": F32.value} if copy == "Cast" else {}
+        copied = add(copy, [v["w"]], **attributes)
+        return [add("Sub", [v["w"], v["x"]]), add("Mul", [copied, v["x"]])]
+    assert _safe(build, [("w", "out0")]) == set()
+
+
+def test_the_writer_must_be_elementwise_over_w_s_shape():
+    def build(v, add):
+        total = add("ReduceSum", [v["w"]], shape=(1,), keepdims=1)
+        return [add("Expand", [total, ir.Value(name="s", const_value=ir.tensor(
+            np.array([4], np.int64)))])]
+    assert _safe(build, [("w", "out0")]) == set()
+
+
+def _conv_net_job(config, optimizer):
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((4, 3, 8, 8)),
+            y: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.2)
+        h = flow.layers.conv2d(x, 6, 3, padding="SAME", kernel_initializer=init, name="c1")
+        h = flow.nn.relu(flow.layers.batch_normalization(h, axis=1, name="bn1"))
+        h = flow.layers.conv2d(h, 6, 3, padding="SAME", kernel_initializer=init, name="c2")
+        logits = flow.layers.dense(flow.reshape(h, (4, -1)), 5, kernel_initializer=init,
+                                   name="out")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        optimizer().minimize(loss)
+        return loss
+    return job
+
+
+OPTIMIZERS = {
+    "momentum": lambda: flow.optimizer.SGD(
+        flow.optimizer.PiecewiseConstantScheduler([], [0.05]), momentum=0.9),
+    "adam_dynamic_loss_scale": lambda: flow.optimizer.Adam(
+        flow.optimizer.PiecewiseConstantScheduler([], [0.01]), do_bias_correction=True,
+        loss_scale_policy=flow.optimizer.loss_scale.dynamic_loss_scale(
+            initial_loss_scale=1024.0, increment_period=2)),
+    "lamb_clipped": lambda: flow.optimizer.LAMB(
+        flow.optimizer.PolynomialScheduler(0.01, 10, 0.0),
+        grad_clipping=flow.optimizer.grad_clipping.by_global_norm(1.0)),
+}
+
+
+def _train(optimizer, in_place, amp=False, steps=6):
+    flow.clear_default_session()
+    flow.config.seed(3)
+    config = flow.function_config()
+    config.enable_inplace(in_place)
+    config.enable_auto_mixed_precision(amp)
+    job = _conv_net_job(config, OPTIMIZERS[optimizer])
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 5, 4).astype(np.int32)
+    job(x, y)
+    session = default_session()
+    runtime = session.runtimes[job.job.name]
+    arrays = {v: session.variable_values[v] for v in runtime._in_place}
+    losses = [job(x, y) for _ in range(steps)]
+    # the variables written in place are still the arrays they were: no new ones a step
+    assert all(session.variable_values[v] is a for v, a in arrays.items())
+    values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    return losses, values, set(runtime._in_place)
+
+
+@pytest.mark.parametrize("amp", [False, True], ids=["float32", "amp"])
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_steps_in_place_compute_what_steps_with_new_values_compute(optimizer, amp):
+    losses, values, in_place = _train(optimizer, True, amp)
+    their_losses, their_values, none = _train(optimizer, False, amp)
+    assert not none and in_place
+    if optimizer != "momentum":     # every update waits for every gradient
+        assert {"c1-weight", "c2-weight", "out-weight"} <= in_place, in_place
+    for ours, theirs in zip(losses, their_losses):
+        np.testing.assert_array_equal(ours, theirs)
+    for name, value in their_values.items():
+        np.testing.assert_array_equal(values[name], value, err_msg=name)
+    flow.clear_default_session()
+
+
+def test_a_predict_job_sees_the_values_written_in_place():
+    """The frozen predict session (variables baked in as constants after a few calls) is
+    made again when a train step writes its variables in place."""
+    flow.clear_default_session()
+    config = flow.function_config()
+    config.freeze_variables_after(1)
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_sum(flow.math.square(w * x))
+        flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                            loss_scale_policy=flow.optimizer.loss_scale.dynamic_loss_scale(
+                                initial_loss_scale=2.0)).minimize(loss)
+        return loss
+
+    @flow.global_function(type="predict", function_config=config)
+    def predict(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.get_variable("w", (3,), initializer=flow.ones_initializer()) * x
+
+    x = np.ones((2, 3), np.float32)
+    for _ in range(3):
+        predict(x)
+    train(x)
+    assert "w" in default_session().runtimes["train"]._in_place
+    w = flow.get_all_variables()["w"].numpy()
+    assert not np.array_equal(w, np.ones(3, np.float32))
+    np.testing.assert_array_equal(predict(x), x * w)
+    flow.clear_default_session()
