@@ -23,6 +23,7 @@ script where no GPU is), e.g. `python bench/bench_gpu.py --device cpu --batch 2 
 
     [--rows lenet,resnet50,resnet50-amp,resnet50-amp-memory,bert-amp,bert-amp-memory | --amp]
     [--batch 64] [--rounds 5] [--calls 10] [--algo-search EXHAUSTIVE|HEURISTIC|DEFAULT]
+    [--cuda-options prefer_nhwc=1,...]
     [--cuda-graph both|on|off] [--loss-scale 65536] [--memory-steps 5] [--memory-timeout 300]
     [--bert-layers 12 --bert-hidden 768 --bert-heads 12 --bert-seq 128 --bert-batch 32
      --bert-vocab 30522] [--json PATH]
@@ -119,6 +120,8 @@ def parse(argv=None):
     p.add_argument("--bert-batch", type=int, default=32)
     p.add_argument("--bert-vocab", type=int, default=30522)
     p.add_argument("--algo-search", default=None, help="cudnn_conv_algo_search for every job")
+    p.add_argument("--cuda-options", default=None,
+                   help="extra CUDA EP options for every job, k=v,k=v (e.g. prefer_nhwc=1)")
     p.add_argument("--cuda-graph", default="both", choices=("both", "on", "off"),
                    help="the fp32 runs with CUDA graphs, without, or both")
     p.add_argument("--device", default="cuda", help="cpu: the same comparison on the CPU "
@@ -137,12 +140,17 @@ def parse(argv=None):
     return args
 
 
-def job_config(flow, cuda_graph, algo_search, device):
+def job_config(flow, cuda_graph, args):
+    """The function_config of every job: the device, CUDA graphs, --algo-search and
+    --cuda-options (extra CUDA EP options, e.g. prefer_nhwc=1)."""
     config = flow.function_config()
-    config.execution_provider(device)
+    config.execution_provider(args.device)
     config.enable_cuda_graph(cuda_graph)
-    if algo_search:
-        config.cudnn_conv_algo_search(algo_search)
+    if args.algo_search:
+        config.cudnn_conv_algo_search(args.algo_search)
+    if args.cuda_options:
+        config.cuda_provider_options(dict(kv.split("=", 1) for kv in
+                                          args.cuda_options.split(",")))
     return config
 
 
@@ -157,7 +165,7 @@ def bench_lenet(flow, torch, args, cuda_graph):
     from common import interleaved
     from models import BATCH, lenet, random_batch, torch_lenet
     flow.clear_default_session()
-    config = job_config(flow, cuda_graph, args.algo_search, args.device)
+    config = job_config(flow, cuda_graph, args)
 
     @flow.global_function(type="train", function_config=config)
     def train_job(images: tp.Numpy.Placeholder((BATCH, 1, 28, 28), dtype=flow.float),
@@ -233,7 +241,7 @@ def bench_resnet(flow, torch, args, cuda_graph):
     from zoo import model_args, model_builder
     flow.clear_default_session()
     build, margs, batch = model_builder("resnet50"), model_args(), args.batch
-    config = job_config(flow, cuda_graph, args.algo_search, args.device)
+    config = job_config(flow, cuda_graph, args)
     train_job = resnet_train_job(flow, config, batch)
 
     predict_jobs = {}
@@ -272,7 +280,7 @@ def bench_resnet_amp(flow, torch, args, cuda_graph=False):
     from common import first_call, interleaved, resnet_batch
     flow.clear_default_session()
     batch = args.batch
-    config = job_config(flow, cuda_graph, args.algo_search, args.device)
+    config = job_config(flow, cuda_graph, args)
     train_job = resnet_train_job(flow, config, batch, amp=True, loss_scale=args.loss_scale)
     x, y = resnet_batch(batch)
     first = first_call(train_job, x, y)
@@ -340,7 +348,7 @@ def memory_probe(args):
         import onnxjob as flow
         if model == "resnet50":
             from common import resnet_batch
-            config = job_config(flow, False, args.algo_search, args.device)
+            config = job_config(flow, False, args)
             job = resnet_train_job(flow, config, args.batch, amp=True,
                                    loss_scale=args.loss_scale)
             feeds = resnet_batch(args.batch)
@@ -402,6 +410,8 @@ def _probe_argv(args, side, model, weights):
         argv += [f"--bert-{flag}", str(getattr(args, "bert_" + flag))]
     if args.algo_search:
         argv += ["--algo-search", args.algo_search]
+    if args.cuda_options:
+        argv += ["--cuda-options", args.cuda_options]
     return argv
 
 

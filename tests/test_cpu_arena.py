@@ -67,3 +67,17 @@ def test_cudnn_buf_limit_bounds_the_cudnn_workspace(capsys):
     assert capsys.readouterr().err == ""
     backend.cuda_provider_options({"cudnn_buf_limit_mbyte": 8})
     assert "at 32 MiB at the least" in capsys.readouterr().err
+
+
+def test_a_job_s_own_cuda_provider_options_come_last():
+    options = backend.cuda_provider_options(
+        {"cuda_provider_options": {"prefer_nhwc": 1, "arena_extend_strategy": "kNextPowerOfTwo"}})
+    assert options["prefer_nhwc"] == "1"
+    assert options["arena_extend_strategy"] == "kNextPowerOfTwo"
+
+
+def test_cuda_provider_options_takes_a_dict():
+    import pytest
+    import onnxjob as flow
+    with pytest.raises(ValueError, match="takes a dict"):
+        flow.function_config().cuda_provider_options("prefer_nhwc=1")

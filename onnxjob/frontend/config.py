@@ -158,7 +158,8 @@ class FunctionConfig:
     `cudnn_conv_use_deterministic_algo_only(True)` (onnxruntime's deterministic compute),
     OneFlow's `cudnn_buf_limit_mbyte(n)` (a bound on cuDNN's workspaces: runtime/backend.py),
     OneFlow's `enable_inplace(False)` (a train step writes no variable in place:
-    graph/in_place.py),
+    graph/in_place.py), `cuda_provider_options({name: value})` (onnxruntime's own CUDA EP
+    options, over onnxjob's: runtime/backend.py),
     `freeze_variables_after(n)` (runtime/frozen.py), OneFlow's `use_tensorrt(True)` (predict
     jobs on onnxruntime's TensorRT EP where available: runtime/backend.py) and `prefetch(n)` (how many batches a
     job that makes its own data prepares ahead, runtime/pipeline.py; 0 = inline).
@@ -188,6 +189,7 @@ class FunctionConfig:
                                   "passes", "disable_passes", "dump_passes", "execution_provider",
                                   "cudnn_conv_algo_search", "enable_cuda_graph", "freeze_variables_after",
                                   "cudnn_buf_limit_mbyte", "enable_inplace",
+                                  "cuda_provider_options",
                                   "cudnn_conv_use_deterministic_algo_only",
                                   "indexed_slices_optimizer_conf", "prefetch",
                                   "dynamic_batch", "use_tensorrt", "all_reduce_fp16",
@@ -214,6 +216,9 @@ class FunctionConfig:
                 raise ValueError(f"freeze_variables_after takes a count >= 0, got {value!r}")
             if name == "dynamic_batch":
                 value = bool(value)
+            if name == "cuda_provider_options" and not isinstance(value, dict):
+                raise ValueError("cuda_provider_options takes a dict of onnxruntime CUDA EP "
+                                 f"options, e.g. {{'prefer_nhwc': '1'}}, got {value!r}")
             if name in ("enable_qat", "enable_quantization_aware_training"):
                 # OneFlow's two names of one flag
                 self.flags["enable_qat"] = bool(value)

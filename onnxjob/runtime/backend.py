@@ -159,6 +159,8 @@ def cuda_provider_options(config, tf32=None):
     n is smaller still); unset, onnxruntime's default stands. The arena grows by exactly
     the size requested, as the CPU's (`_exact_cpu_arena`), bounded by
     flow.config.device_memory_limit_mbyte (`memory_limit_bytes`).
+    `function_config.cuda_provider_options({name: value})` adds onnxruntime's own CUDA EP
+    options (e.g. "prefer_nhwc": "1"), over onnxjob's choices.
     """
     options = {"arena_extend_strategy": "kSameAsRequested"}
     if cuda_device_id():
@@ -181,6 +183,8 @@ def cuda_provider_options(config, tf32=None):
         options["cudnn_conv_use_max_workspace"] = "0"
         if workspace_limit < SMALL_CUDNN_WORKSPACE_MBYTE:
             say_workspace_bound(int(workspace_limit))
+    for key, value in (config.get("cuda_provider_options") or {}).items():
+        options[str(key)] = str(value)      # the user's own onnxruntime options last
     if config.get("use_tensorrt"):
         options[TENSORRT_REQUEST] = tensorrt_provider_options(config)
     return options
