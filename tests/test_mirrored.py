@@ -116,3 +116,22 @@ def test_mirrored_inputs_must_have_one_element_per_device():
     x, y = _data(6, (6, 4), 0)
     with pytest.raises(Exception, match="list of 2"):
         job([x], [y])
+
+
+def test_a_mirrored_step_s_sessions_get_the_job_s_cuda_options(monkeypatch):
+    """The two sessions of a mirrored step get the CUDA options the job's other sessions
+    get (TF32 as the session chose it): without them the GPU ran TF32 matmuls there and
+    missed the one-device step by ~1e-3."""
+    from onnxjob.runtime import backend
+    real, options = backend.create_session, []
+
+    def recording(model, device, is_train, cuda_options=None, **kwargs):
+        options.append(cuda_options)
+        return real(model, device, is_train, cuda_options, **kwargs)
+    monkeypatch.setattr(backend, "create_session", recording)
+    shape = (6, 4)
+    mirrored = _train(_mlp, shape, 2, mirrored=True)
+    x, y = _data(10, shape, 0)
+    mirrored([x[:6], x[6:]], [y[:6], y[6:]])
+    assert len(options) >= 2 and all(o == backend.cuda_provider_options({}, None)
+                                     for o in options), options

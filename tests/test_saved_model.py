@@ -91,3 +91,31 @@ def test_signature_names_must_be_job_interfaces(tmp_path):
         flow.saved_model.ModelBuilder(str(tmp_path / "n")).Save()
     with pytest.raises(NotImplementedError, match="op lists"):
         flow.serving.InferenceSession().compile([])
+
+
+def test_a_served_model_on_cuda_gets_onnxjob_s_cuda_options(tmp_path, monkeypatch):
+    """The CUDA EP of a serving session gets onnxjob's options (ONNXJOB_CUDA_TF32=0, as the
+    suite sets it): with onnxruntime's default TF32 matmuls the served MLP differed from
+    its job by ~1e-3 on a GPU."""
+    import onnxruntime as ort
+    from onnxjob.runtime import backend
+    x, scale, expected, _ = save(tmp_path)
+    flow.clear_default_session()
+    monkeypatch.setenv("ONNXJOB_CUDA_TF32", "0")
+    real, calls = ort.InferenceSession, []
+
+    def recording(model, options=None, providers=None, **kwargs):
+        calls.append(providers)
+        return real(model, options, providers=["CPUExecutionProvider"], **kwargs)
+    monkeypatch.setattr(ort, "get_available_providers",
+                        lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    monkeypatch.setattr(ort, "InferenceSession", recording)
+    session = flow.serving.InferenceSession()
+    session.load_saved_model(str(tmp_path / "models"), model_version=1)
+    session.launch()
+    (providers,) = calls
+    assert providers == [("CUDAExecutionProvider", backend.cuda_provider_options({})),
+                         "CPUExecutionProvider"]
+    assert providers[0][1]["use_tf32"] == "0"
+    np.testing.assert_allclose(session.run("mlp_predict", features=x, scale=scale)[0],
+                               expected, rtol=1e-6)

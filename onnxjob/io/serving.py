@@ -103,12 +103,14 @@ class InferenceSession:
         """Create an onnxruntime session per loaded graph."""
         import onnxruntime as ort
         self._check_status(self.SessionStatus.OPEN)
-        wanted = ["CUDAExecutionProvider"] if self.option_.device_tag == "gpu" else []
-        providers = [p for p in wanted if p in ort.get_available_providers()]
-        providers.append("CPUExecutionProvider")
-        if len(providers) > 1:
-            from onnxjob.runtime import cuda_libraries
+        from onnxjob.runtime import backend, cuda_libraries
+        providers = ["CPUExecutionProvider"]
+        if self.option_.device_tag == "gpu" and \
+                "CUDAExecutionProvider" in ort.get_available_providers():
             cuda_libraries.preload()
+            # onnxjob's CUDA options (ONNXJOB_CUDA_TF32 among them): the served model
+            # computes what its job computed
+            providers.insert(0, ("CUDAExecutionProvider", backend.cuda_provider_options({})))
         for job in self.jobs_.values():
             session = ort.InferenceSession(job["file"], providers=providers)
             onnx_inputs = {i.name: i for i in session.get_inputs()}

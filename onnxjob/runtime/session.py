@@ -60,9 +60,11 @@ class JobRuntime:
             return
         if compiled.loss_count_output is not None:
             self.ort_session = None
+            # (the job's CUDA options too: TF32 as the session chose, the arena)
             step = mirrored_step.MirroredStep(
                 onnx.load_from_string(self.model_bytes), compiled, self.store,
-                lambda model: backend.create_session(model, self.device, is_train=True),
+                lambda model: backend.create_session(model, self.device, is_train=True,
+                                                     cuda_options=self._cuda_options()),
                 self.device)
             self._run = self._one_device_of_mirrored
             self.run_devices = step.run_devices
