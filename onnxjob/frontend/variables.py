@@ -85,12 +85,13 @@ def _get_variable_is_old(args):
                   "model_name", "random_seed", "distribute", "reuse"), _get_variable_is_old)
 def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regularizer=None,
                  trainable=None, model_name=None, random_seed=None, nd_sbp=None,
-                 distribute=None, reuse=True):
+                 distribute=None, reuse=True, parallel_distribution=None):
     """A variable shared by name across the session's jobs (spec §5.5).
 
     `initializer` is an onnxjob initializer (flow.*_initializer) or OneFlow's
     `initializer_conf_pb2.InitializerConf` message. `nd_sbp` / `distribute` (a
     flow.distribute scheme) are accepted; onnxjob keeps the whole variable on one device.
+    `parallel_distribution` is OneFlow 0.4's name of `nd_sbp`.
     """
     if distribute is not None:
         assert_is_valid_distribute(distribute)

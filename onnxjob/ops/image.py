@@ -269,7 +269,8 @@ def random_crop(input_blob, num_attempts=10, seed=None, random_area=None,
         window = image_io.random_crop_window(*img.shape[:2], generators[slot], *crop_args)
         return where, image_io.crop(img, window)
 
-    return host_value(name, lambda batch: image_io.map_ordered(crop_one, enumerate(batch)),
+    return host_value(name or "ImageRandomCrop",
+                      lambda batch: image_io.map_ordered(crop_one, enumerate(batch)),
                       [input_blob], input_blob.batch_size, TENSOR_BUFFER, api)
 
 

@@ -17,6 +17,7 @@ from onnxjob.graph.primitives.shape_ops import dim_of, shape_of, zeros_of
 from onnxjob.graph.registry import broadcast_shape
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.ops import qat
+from onnxjob.ops._array_common import keep_one_axis
 
 _INTS = (np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int64))
 _ARITHMETIC = FLOATS + _INTS
@@ -36,6 +37,10 @@ def named_op(op_type, *inputs, name=None, **attrs):
     if name is not None and y.producer.op_type != op_type:
         y = op("Identity", y, name=name)
     return y
+
+
+def _reduced_to_nothing(x, axes, keepdims):
+    return not keepdims and len({a % len(x.shape) for a in axes}) == len(x.shape)
 
 
 def _check_dtype(x, api, allowed=FLOATS):
@@ -398,10 +403,15 @@ def _reduce(op_type, api, allowed, doc):
         axes = _axes(input_tensor, axis, api)
         if not axes:
             return input_tensor
+        full = _reduced_to_nothing(input_tensor, axes, keepdims)
+        node_name = None if full else name
         if op_type == "ReduceSum":
-            return named_op(op_type, input_tensor, int64_constant(input_tensor, axes),
-                            keepdims=int(keepdims), name=name)
-        return named_op(op_type, input_tensor, axes=axes, keepdims=int(keepdims), name=name)
+            y = named_op(op_type, input_tensor, int64_constant(input_tensor, axes),
+                         keepdims=int(keepdims), name=node_name)
+        else:
+            y = named_op(op_type, input_tensor, axes=axes, keepdims=int(keepdims),
+                         name=node_name)
+        return keep_one_axis(y, name) if full else y
     f.__name__ = f.__qualname__ = api.rsplit(".", 1)[-1]
     f.__doc__ = doc
     return f
@@ -430,6 +440,8 @@ def reduce_euclidean_norm(input_tensor, axis=None, keepdims=False, name=None):
     axes = _axes(input_tensor, axis, api)
     if not axes:
         return op("Abs", input_tensor, name=name)
+    if _reduced_to_nothing(input_tensor, axes, keepdims):
+        return keep_one_axis(op("ReduceL2", input_tensor, axes=axes, keepdims=0), name)
     return op("ReduceL2", input_tensor, axes=axes, keepdims=int(keepdims), name=name)
 
 
@@ -440,6 +452,8 @@ def _reduce_logical(reduction, api):
         truth = _to_int8(cast(x, np.bool_))
         if not axes:  # as OneFlow: x != 0
             return _named(truth, name)
+        if _reduced_to_nothing(x, axes, keepdims):
+            return keep_one_axis(op(reduction, truth, axes=axes, keepdims=0), name)
         return op(reduction, truth, axes=axes, keepdims=int(keepdims), name=name)
     f.__name__ = f.__qualname__ = api.rsplit(".", 1)[-1]
     f.__doc__ = (f"Whether {'any' if reduction == 'ReduceMax' else 'every'} element over "
@@ -460,6 +474,9 @@ def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
     # NOTE: OneFlow computes mean(x^2) - mean(x)^2; the centered form is the same value
     # without its cancellation
     centered = op("Sub", x, op("ReduceMean", x, axes=axes, keepdims=1))
+    if _reduced_to_nothing(x, axes, keepdims):
+        return keep_one_axis(op("ReduceMean", op("Mul", centered, centered), axes=axes,
+                                keepdims=0), name)
     return op("ReduceMean", op("Mul", centered, centered), axes=axes, keepdims=int(keepdims),
               name=name)
 
@@ -474,11 +491,11 @@ def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
 
 def reduced_shape_elem_cnt(input_blob, axis=None, dtype=None, name=None):
     """The number of elements of `input_blob` over `axis` (all axes by default), as a
-    0-d Blob of `dtype` (int32 by default)."""
+    (1,) Blob of `dtype` (int32 by default; OneFlow <= 0.4's shape, see keep_one_axis)."""
     axes = _axes(input_blob, axis, "flow.math.reduced_shape_elem_cnt")
     count = int(np.prod([input_blob.shape[a] for a in axes]))
     np_dtype = dtypes.to_numpy(dtype) if dtype is not None else np.dtype(np.int32)
-    count_blob = as_blob(np.array(count, np_dtype), like=input_blob, dtype=np_dtype)
+    count_blob = as_blob(np.array([count], np_dtype), like=input_blob, dtype=np_dtype)
     return op("Identity", count_blob, name=name)
 
 
@@ -492,9 +509,12 @@ def _axis(x, axis, api):
 
 @two_generations(("input", "name"), positional_is(1, str))
 def argmax(input, axis=-1, name=None):
-    """Index of the (first) largest value along `axis`, as int64 (OneFlow 0.5's dtype)."""
+    """Index of the (first) largest value along `axis`, as int64 (OneFlow 0.5's dtype);
+    of a vector, shape (1,) (keep_one_axis)."""
     _check_dtype(input, "flow.math.argmax", _ARITHMETIC)
     axis = _axis(input, axis, "flow.math.argmax")
+    if len(input.shape) == 1:
+        return keep_one_axis(op("ArgMax", input, axis=axis, keepdims=0), name)
     return op("ArgMax", input, axis=axis, keepdims=0, name=name)
 
 

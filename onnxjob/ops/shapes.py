@@ -12,7 +12,7 @@ from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import resolve_reshape
 from onnxjob.graph.tracer import int64_constant, op
 from onnxjob.ops import qat
-from onnxjob.ops._array_common import check_axis, to_flow_dtype
+from onnxjob.ops._array_common import check_axis, keep_one_axis, to_flow_dtype
 
 __all__ = ["broadcast_like", "dynamic_reshape", "elem_cnt", "expand", "expand_dims", "flatten",
            "reshape", "reshape_like", "squeeze", "transpose"]
@@ -70,6 +70,8 @@ def squeeze(input, axis=None, name=None):
         axes = [check_axis(a, rank, "squeeze") for a in np.atleast_1d(axis)]
     if not axes:   # ONNX Squeeze with no axes would remove every axis of size 1
         return op("Identity", input, name=name)
+    if len(set(axes)) == rank:     # no axis left: (1,), as OneFlow <= 0.4
+        return keep_one_axis(op("Squeeze", input, int64_constant(input, axes)), name)
     return op("Squeeze", input, int64_constant(input, axes), name=name)
 
 
@@ -130,6 +132,7 @@ def broadcast_like(x, like, broadcast_axes=None, name=None):
 
 
 def elem_cnt(inputs, dtype=None, name=None):
-    """The number of elements of `inputs`, a scalar of `dtype` (default int32)."""
+    """The number of elements of `inputs`, a (1,) Blob of `dtype` (default int32; OneFlow
+    <= 0.4's shape, see keep_one_axis)."""
     flow_dtype = dtypes.int32 if dtype is None else to_flow_dtype(dtype)
-    return op("Cast", op("Size", inputs), to=flow_dtype.ir_dtype.value, name=name)
+    return keep_one_axis(op("Cast", op("Size", inputs), to=flow_dtype.ir_dtype.value), name)
