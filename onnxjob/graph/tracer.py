@@ -116,6 +116,11 @@ class Blob:
             f"{self.shape} (OneFlow's lazy blobs are not iterable either); index it with "
             "flow.slice / flow.gather or split it explicitly.")
 
+    def __contains__(self, item):
+        raise ConcreteBlobError(
+            f"{user_location()}: `in` on traced Blob {self.name}: its values are not known "
+            "while the job is traced (OneFlow's lazy blobs are not containers either)")
+
     def __len__(self):
         raise ConcreteBlobError(
             f"{user_location()}: len() of a traced Blob is not available (OneFlow's lazy "
@@ -321,6 +326,10 @@ class GraphBuilder:
         location = location or self.location_override or short_location()
         for i, x in enumerate(inputs):
             if x is not None and not isinstance(x, Blob):
+                # a value of the host pipeline (ops/host.HostValue) says what it is
+                if hasattr(type(x), "as_graph_input"):
+                    inputs[i] = x = x.as_graph_input(op_type)
+                    continue
                 raise TraceError(f"{op_type}: input {i} is {type(x).__name__}, expected a Blob")
             if x is not None and x.builder is not self:
                 raise TraceError(f"{op_type}: input {x.name} belongs to another job's graph; "

@@ -114,6 +114,10 @@ def from_channels_first(y, channels_last):
 
 def convolution(x, filters, strides, padding, data_format, dilations, groups, bias, name, ndims):
     """An N-d convolution in OneFlow's terms, emitted as one ONNX Conv (+ layout moves)."""
+    for what, value in (("input", x), ("filters", filters)):
+        if not isinstance(value, Blob):    # (flow.layers.conv*d takes a filter count)
+            raise TraceError(f"a {ndims}-D convolution (flow.nn.conv{ndims}d) takes the "
+                             f"{what} as a Blob, got {value!r}")
     if len(x.shape) != ndims + 2 or len(filters.shape) != ndims + 2:
         raise TraceError(f"a {ndims}-D convolution needs a {ndims + 2}-D input and weight, "
                          f"got {x.shape} and {filters.shape}")

@@ -44,6 +44,8 @@ def _reduced_to_nothing(x, axes, keepdims):
 
 
 def _check_dtype(x, api, allowed=FLOATS):
+    if hasattr(type(x), "as_graph_input"):     # a value of the data pipeline explains itself
+        x = x.as_graph_input(api)
     if not isinstance(x, Blob):
         raise TraceError(f"{api} takes a Blob, got {type(x).__name__}")
     if x.np_dtype not in allowed:
