@@ -189,7 +189,7 @@ def test_other_ops_without_an_axis_left_give_one_axis():
     def body(x):
         v = flow.reshape(x, [24])
         parts = [flow.cast(flow.math.argmax(v), flow.float),
-                 flow.squeeze(flow.math.reduce_sum(x, keepdims=True)),
+                 flow.reshape(flow.squeeze(flow.math.reduce_sum(x, keepdims=True)), [1]),
                  flow.cast(flow.math.reduced_shape_elem_cnt(x), flow.float),
                  flow.cast(flow.elem_cnt(x), flow.float), flow.constant(7.0)]
         assert all(p.shape == (1,) for p in parts)

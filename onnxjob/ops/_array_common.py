@@ -28,9 +28,10 @@ def keep_one_axis(y, name=None):
 
     OneFlow's lazy API, up to 0.4, had no 0-d blobs: a reduction over every axis (its shape
     rule `Shape::RemoveOnes` keeps one axis when none is left), argmax of a vector, a
-    squeeze of every axis, a constant or element count without a shape give (1,), and
-    programs concatenate such results. (OneFlow 0.5 gives 0-d blobs there; (1,) holds the
-    same value, and its programs that read it as a number still work.)"""
+    constant or element count without a shape give (1,), and programs concatenate such
+    results. (OneFlow 0.5 gives 0-d blobs there; (1,) holds the same value. A squeeze of
+    every axis stays 0-d: OneFlow 0.5's own test_squeeze compares its shape with
+    TensorFlow's.)"""
     if y.shape:
         return y if name is None else op("Identity", y, name=name)
     return op("Reshape", y, int64_constant(y, [1]), name=name)

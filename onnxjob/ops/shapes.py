@@ -70,8 +70,6 @@ def squeeze(input, axis=None, name=None):
         axes = [check_axis(a, rank, "squeeze") for a in np.atleast_1d(axis)]
     if not axes:   # ONNX Squeeze with no axes would remove every axis of size 1
         return op("Identity", input, name=name)
-    if len(set(axes)) == rank:     # no axis left: (1,), as OneFlow <= 0.4
-        return keep_one_axis(op("Squeeze", input, int64_constant(input, axes)), name)
     return op("Squeeze", input, int64_constant(input, axes), name=name)
 
 
