@@ -99,8 +99,8 @@ def main():
         for step in bar:
             batch = images[order[step * args.batch_size:(step + 1) * args.batch_size]]
             z = rng.standard_normal((args.batch_size, Z_DIM)).astype(np.float32)
-            d_losses.append(train_discriminator(z, batch).item())
-            g_losses.append(train_generator(z).item())
+            d_losses.append(float(train_discriminator(z, batch)))
+            g_losses.append(float(train_generator(z)))
             if step % 20 == 0:
                 rate = bar.format_dict["rate"] or 0.0
                 bar.set_postfix(d_loss=f"{d_losses[-1]:.3f}", g_loss=f"{g_losses[-1]:.3f}",

@@ -125,7 +125,7 @@ def main():
     losses = []
     bar = tqdm(range(args.steps), unit="step")
     for step in bar:
-        losses.append(train_step(*clicks.batch(rng, args.batch_size)[:4]).item())
+        losses.append(float(train_step(*clicks.batch(rng, args.batch_size)[:4])))
         if step % 20 == 0:
             rate = bar.format_dict["rate"] or 0.0
             bar.set_postfix(loss=f"{losses[-1]:.4f}", rows_s=f"{rate * args.batch_size:.0f}")

@@ -252,7 +252,7 @@ def test_consistent_train_job_over_two_devices_gives_the_single_device_result():
             return loss
 
         x = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
-        return [train(x).item() for _ in range(3)]
+        return [float(train(x)) for _ in range(3)]
 
     one = losses(1)
     assert losses(2) == one and one[-1] < one[0]

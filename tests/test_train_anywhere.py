@@ -67,7 +67,7 @@ def test_exported_step_trains_in_plain_onnxruntime_without_onnxjob(tmp_path):
     images, labels = synthetic_digits(4 * prepare.BATCH)
     np.save(tmp_path / "images.npy", images)
     np.save(tmp_path / "labels.npy", labels)
-    expected = [train_step(x, y).item() for x, y in batches(images, labels, 4)]
+    expected = [float(train_step(x, y)) for x, y in batches(images, labels, 4)]
     script = tmp_path / "plain.py"
     script.write_text(textwrap.dedent(f"""
         import json, sys
@@ -130,7 +130,7 @@ def test_node_trains_one_mnist_epoch_as_the_python_job_does(tmp_path, mnist_path
     with np.load(mnist_path) as data:
         train = batches(data["x_train"], data["y_train"], 600)
         test_x, test_y = prepare.pixels(data["x_test"]), data["y_test"]
-    py_losses = [train_step(x, y).item() for x, y in train]
+    py_losses = [float(train_step(x, y)) for x, y in train]
     np.testing.assert_allclose(js_losses, py_losses, rtol=1e-5, atol=1e-6)
     assert np.mean(js_losses[-50:]) < 0.3 < js_losses[0]
 

@@ -3,6 +3,7 @@ import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.compat.generations import positional_is, two_generations
+from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob.frontend import initializers, scope, ssp
 from onnxjob.frontend.distribute import Distribute, assert_is_valid_distribute
 from onnxjob.errors import TraceError
@@ -110,12 +111,15 @@ def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regul
 
 
 def assign(ref, value, dtype=None, name=None):
-    """Set variable `ref` to `value` after this run (a state update, as in OneFlow)."""
+    """Set variable `ref` to `value` after this run (a state update, as in OneFlow); a 0-d
+    `value` sets a (1,) variable, as OneFlow <= 0.4's one-element full reductions did
+    (compat/zero_d_inputs.py)."""
     builder = current_builder("flow.assign")
     names = [n for n, b in builder.variables.items() if b is ref]
     if not names:
         raise TraceError(f"flow.assign: the first argument must be a variable of this job "
                          f"(from flow.get_variable), got {getattr(ref, 'name', ref)!r}")
+    value = as_vector(value, where=tuple(ref.shape) == (1,))
     if tuple(value.shape) != tuple(ref.shape) or value.np_dtype != ref.np_dtype:
         raise TraceError(f"flow.assign: value {value.shape} {value.np_dtype} does not fit "
                          f"variable {names[0]!r} {ref.shape} {ref.np_dtype}")

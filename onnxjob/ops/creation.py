@@ -15,14 +15,11 @@ __all__ = ["constant", "constant_like", "constant_scalar", "ones", "ones_like", 
 
 
 def constant(value, dtype=None, shape=None, name=None):
-    """A Blob of `shape` filled with `value` (dtype default float32); a number without a
-    shape (or with shape ()) gives shape (1,), as OneFlow <= 0.4's constant op."""
+    """A Blob of `shape` filled with `value` (dtype default float32)."""
     np_dtype = dtypes.to_numpy(dtype) if dtype is not None else np.float32
     arr = np.asarray(value, dtype=np_dtype)
     if shape is not None:
         arr = np.broadcast_to(arr, tuple(shape))
-    if arr.ndim == 0:
-        arr = arr.reshape(1)
     return current_builder("flow.constant").constant(np.array(arr), name_hint=name or "constant")
 
 

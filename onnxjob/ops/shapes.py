@@ -7,12 +7,13 @@ onnxjob/graph/primitives/shape_ops.py.
 import numpy as np
 
 from onnxjob.compat.generations import positional_is, two_generations
+from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import resolve_reshape
 from onnxjob.graph.tracer import int64_constant, op
 from onnxjob.ops import qat
-from onnxjob.ops._array_common import check_axis, keep_one_axis, to_flow_dtype
+from onnxjob.ops._array_common import check_axis, to_flow_dtype
 
 __all__ = ["broadcast_like", "dynamic_reshape", "elem_cnt", "expand", "expand_dims", "flatten",
            "reshape", "reshape_like", "squeeze", "transpose"]
@@ -62,11 +63,13 @@ def flatten(input, start_dim=0, end_dim=-1, name=None):
 
 
 def squeeze(input, axis=None, name=None):
-    """Remove the given axes of size 1 (all of them when `axis` is None)."""
-    rank = len(input.shape)
+    """Remove the given axes of size 1 (all of them when `axis` is None); a 0-d `input`
+    given an axis is its one-element vector (compat/zero_d_inputs.py)."""
     if axis is None:
         axes = [i for i, d in enumerate(input.shape) if d == 1]
     else:
+        input = as_vector(input, where=np.atleast_1d(axis).size > 0)
+        rank = len(input.shape)
         axes = [check_axis(a, rank, "squeeze") for a in np.atleast_1d(axis)]
     if not axes:   # ONNX Squeeze with no axes would remove every axis of size 1
         return op("Identity", input, name=name)
@@ -74,7 +77,9 @@ def squeeze(input, axis=None, name=None):
 
 
 def expand_dims(input, axis, name=None):
-    """Insert an axis of size 1 at `axis` (in [-rank-1, rank])."""
+    """Insert an axis of size 1 at `axis` (in [-rank-1, rank]); a 0-d `input` given an
+    axis beyond [-1, 0] is its one-element vector (compat/zero_d_inputs.py)."""
+    input = as_vector(input, where=isinstance(axis, int) and not -1 <= axis <= 0)
     axis = check_axis(axis, len(input.shape) + 1, "expand_dims")
     return op("Unsqueeze", input, int64_constant(input, [axis]), name=name)
 
@@ -85,6 +90,7 @@ def transpose(a, perm=None, conjugate=False, batch_axis_non_change=False, name=N
     fourth argument is the name) is accepted too."""
     if conjugate:
         raise TraceError("transpose: conjugate=True is not supported (as in OneFlow)")
+    a = as_vector(a, where=perm is not None and len(perm) == 1)   # compat/zero_d_inputs.py
     rank = len(a.shape)
     perm = list(range(rank))[::-1] if perm is None else [
         check_axis(p, rank, "transpose") for p in perm]
@@ -130,7 +136,6 @@ def broadcast_like(x, like, broadcast_axes=None, name=None):
 
 
 def elem_cnt(inputs, dtype=None, name=None):
-    """The number of elements of `inputs`, a (1,) Blob of `dtype` (default int32; OneFlow
-    <= 0.4's shape, see keep_one_axis)."""
+    """The number of elements of `inputs`, a scalar of `dtype` (default int32)."""
     flow_dtype = dtypes.int32 if dtype is None else to_flow_dtype(dtype)
-    return keep_one_axis(op("Cast", op("Size", inputs), to=flow_dtype.ir_dtype.value), name)
+    return op("Cast", op("Size", inputs), to=flow_dtype.ir_dtype.value, name=name)
