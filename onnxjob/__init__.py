@@ -19,7 +19,9 @@ from onnxjob.frontend.config import (FunctionConfig, ExecutionConfig, config, en
                                      function_config)
 from onnxjob.frontend.helpers import (Size, convert_oneflow_dtype_to_numpy_dtype,  # noqa: F401
                                       current_machine_id, current_resource, current_scope,
-                                      eager_execution_enabled, manual_seed, no_grad)
+                                      eager_execution_enabled, enable_eager_execution,
+                                      manual_seed, no_grad)
+from onnxjob.frontend.helpers import enable_typing_check as _enable_typing_check
 from onnxjob.frontend.initializers import (constant_initializer, glorot_normal_initializer,  # noqa: F401
                                            glorot_uniform_initializer, kaiming_initializer,
                                            ones_initializer, random_normal_initializer,
@@ -107,12 +109,6 @@ train = _Namespace("flow.train", CheckPoint=checkpoint.CheckPoint,
 losses = _Namespace("flow.losses", add_loss=optimizer.add_loss)
 linalg = _Namespace("flow.linalg", matmul=matmul)
 
-
-def _enable_typing_check(value=True):
-    """Accepted for compatibility (onnxjob always checks annotations it is given)."""
-    return None
-
-
 experimental = _Namespace(
     "flow.experimental", enable_typing_check=_enable_typing_check, name_scope=scope.namespace,
     unique_with_counts=_unique_with_counts, indexed_slices_reduce_sum=indexed_slices_reduce_sum,
@@ -149,13 +145,6 @@ image_normalize = image.normalize
 image_random_crop = image.random_crop
 image_resize = image.resize
 image_target_resize = image.target_resize
-
-
-def enable_eager_execution(value=True):
-    """OneFlow's eager mode; onnxjob runs lazy job functions only."""
-    if value:
-        raise NotImplementedError("onnxjob runs lazy job functions only; eager execution "
-                                  "is not supported")
 
 
 __getattr__ = _missing_api("flow")

@@ -25,6 +25,12 @@ class DeviceUnavailableError(OnnxJobError, RuntimeError):
     """The user asked for a GPU but onnxruntime cannot run on one."""
 
 
+class DeviceMemoryError(OnnxJobError, MemoryError):
+    """A step could not get the memory it needs: onnxruntime's arena reached its bound
+    (flow.config.device_memory_limit_mbyte) or the device ran out. The job and its
+    variables are as before the step, which can be retried."""
+
+
 class JobArgumentError(AssertionError):
     """A job was called with an argument that does not fit its placeholder.
 

@@ -11,6 +11,8 @@ Each rank has RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set. Whe
 every rank that failed within a few seconds is named, and every rank still running then as
 stalled (its peers gave up waiting for it in a collective, after ONNXJOB_DIST_TIMEOUT); those
 are stopped (no rank is left waiting), and the run exits with the first failed rank's status.
+Ctrl-C or SIGTERM on the launcher stops every rank, named, whatever signal dispositions the
+launcher inherited (`_stop_signals_raise`).
 """
 import os
 import signal
@@ -37,9 +39,38 @@ def rank_environment(rank, local_rank, world_size, addr, port, node_rank=0, loca
             "NODE_RANK": str(node_rank), "MASTER_ADDR": str(addr), "MASTER_PORT": str(port)}
 
 
-def _die_with_parent():
-    """In a started rank (Linux): SIGTERM when the thread that started it ends, so that a
-    rank whose parent was killed (SIGKILL: no clean-up ran) does not live on alone."""
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread of a process that stops its ranks on it."""
+
+
+def sigint_raises():
+    """Make Ctrl-C (SIGINT) raise KeyboardInterrupt in this process's main thread, whatever
+    disposition it inherited: a job started in the background (`cmd &` in a script, some
+    job schedulers) starts with SIGINT ignored, and a process that started ranks must still
+    stop them on it. A handler the program installed itself is kept. Main thread only
+    (elsewhere it does nothing)."""
+    if threading.current_thread() is threading.main_thread() and \
+            not callable(signal.getsignal(signal.SIGINT)):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _stop_signals_raise():
+    """The launcher's own dispositions: Ctrl-C raises KeyboardInterrupt and SIGTERM
+    _Terminated in its main thread (whatever it inherited), so that both stop its ranks."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def terminated(signum, frame):
+        raise _Terminated
+    signal.signal(signal.SIGTERM, terminated)
+
+
+def _as_a_rank():
+    """In a started rank, before it runs (Linux): SIGINT and SIGTERM at their defaults, as
+    in a foreground process, whatever the starting process inherited (an ignored SIGINT
+    would survive exec); and SIGTERM when the thread that started it ends, so that a rank
+    whose parent was killed (SIGKILL: no clean-up ran) does not live on alone."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     import ctypes
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)     # PR_SET_PDEATHSIG
@@ -55,7 +86,7 @@ def start_rank(command, env, quiet=False, cwd=None):
     return subprocess.Popen(command, env=env, cwd=cwd,
                             stdout=subprocess.DEVNULL if quiet else None,
                             stdin=subprocess.DEVNULL if quiet else None,
-                            preexec_fn=_die_with_parent if linked else None)
+                            preexec_fn=_as_a_rank if linked else None)
 
 
 def _say(message):
@@ -119,6 +150,7 @@ def stop(processes):
 
 def launch(script, args, nproc):
     """Run `nproc` ranks of `script`; returns the exit status for the launcher."""
+    _stop_signals_raise()
     port = free_port()
     ranks = [start_rank([sys.executable, "-m", "onnxjob", "run", script, *args],
                         {**os.environ, **rank_environment(rank, rank, nproc, "127.0.0.1", port)})
@@ -134,9 +166,11 @@ def launch(script, args, nproc):
             if all(c == 0 for c in codes):
                 return 0
             time.sleep(0.05)
-    except KeyboardInterrupt:
-        _say("interrupted")
-        report(dict(enumerate(p.poll() for p in ranks)), nproc, "the launcher was interrupted")
-        return 130
+    except (KeyboardInterrupt, _Terminated) as stopped:
+        how, status = ("interrupted", 130) if isinstance(stopped, KeyboardInterrupt) else \
+            ("terminated (SIGTERM)", 128 + signal.SIGTERM)
+        _say(how)
+        report(dict(enumerate(p.poll() for p in ranks)), nproc, f"the launcher was {how}")
+        return status
     finally:
         stop(ranks)

@@ -200,8 +200,9 @@ class Setting:
 
 
 def _default_pass_names():
-    from onnxjob import passes
-    return passes.default_pass_names()
+    # imported when a value is checked: the pass classes are not needed before
+    from onnxjob.passes.default_pipeline import default_pass_names
+    return default_pass_names()
 
 
 def _default_cache_dir():

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from onnxjob.launch import GRACE_S, STALLED, STOP_S, _say, _settle, report, stop
+from onnxjob.launch import GRACE_S, STALLED, STOP_S, _say, _settle, report, sigint_raises, stop
 
 STALLED_HERE = "it never reached the collective that timed out: it stalled"
 
@@ -49,14 +49,16 @@ class SpawnedRanks:
         self._excepthook = sys.excepthook
         sys.excepthook = self._on_uncaught
         atexit.register(self._at_exit)
+        sigint_raises()     # Ctrl-C, and the watcher's interrupt, reach the main thread
         self._catch_sigterm()
         threading.Thread(target=self._watch, name="onnxjob-ranks", daemon=True).start()
 
     def _catch_sigterm(self):
         """SIGTERM ends this process through its exit handlers (which stop the other
-        ranks) rather than at once, unless the script set its own handler."""
+        ranks) rather than at once (or not at all, where it started with SIGTERM ignored),
+        unless the script set its own handler."""
         if threading.current_thread() is not threading.main_thread() or \
-                signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                callable(signal.getsignal(signal.SIGTERM)):
             return
 
         def terminated(signum, frame):

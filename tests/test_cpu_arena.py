@@ -29,7 +29,7 @@ def test_cpu_sessions_use_the_shared_arena():
 
 def test_training_is_the_same_with_and_without_the_shared_arena(monkeypatch):
     shared = _lenet_losses()
-    monkeypatch.setattr(backend, "_exact_cpu_arena", lambda: False)
+    monkeypatch.setattr(backend, "_exact_cpu_arena", lambda limit=None: False)
     assert not _shares(backend.session_options(True))
     own = _lenet_losses()
     assert np.isfinite(shared).all() and shared == own
@@ -39,4 +39,31 @@ def test_a_refused_registration_leaves_sessions_their_own_arenas(monkeypatch):
     def refuse(*args):
         raise ort.capi.onnxruntime_pybind11_state.InvalidArgument("already registered")
     monkeypatch.setattr(ort, "create_and_register_allocator", refuse)
-    assert backend._exact_cpu_arena.__wrapped__() is False
+    monkeypatch.setattr(backend, "_cpu_arena", [])
+    assert backend._exact_cpu_arena() is False
+    assert backend._cpu_arena == [(None, False)]
+
+
+def test_cuda_sessions_grow_their_arena_by_the_size_requested(monkeypatch):
+    """The CUDA arena as the CPU's: exact growth, the same memory options on both
+    devices, and flow.config.device_memory_limit_mbyte as its bound."""
+    for is_train in (True, False):
+        cpu = backend.session_options(is_train, device="cpu")
+        cuda = backend.session_options(is_train, device="cuda")
+        assert cpu.enable_mem_pattern == cuda.enable_mem_pattern == (not is_train)
+        assert cuda.execution_order == ort.ExecutionOrder.PRIORITY_BASED
+    options = backend.cuda_provider_options({})
+    assert options["arena_extend_strategy"] == "kSameAsRequested"
+    assert "gpu_mem_limit" not in options
+    monkeypatch.setattr(backend, "_memory_limit", [None])
+    backend.set_memory_limit(512)
+    assert backend.cuda_provider_options({})["gpu_mem_limit"] == str(512 << 20)
+
+
+def test_cudnn_buf_limit_bounds_the_cudnn_workspace(capsys):
+    assert "cudnn_conv_use_max_workspace" not in backend.cuda_provider_options({})
+    options = backend.cuda_provider_options({"cudnn_buf_limit_mbyte": 1024})
+    assert options["cudnn_conv_use_max_workspace"] == "0"
+    assert capsys.readouterr().err == ""
+    backend.cuda_provider_options({"cudnn_buf_limit_mbyte": 8})
+    assert "at 32 MiB at the least" in capsys.readouterr().err

@@ -92,7 +92,21 @@ def _wait_idle(ex):
         time.sleep(0.001)
 
 
-def test_a_sigint_inside_the_worker_start_is_delivered_after_it():
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C raises KeyboardInterrupt in this process, as in a terminal's foreground,
+    whatever it inherited (a job a script starts in the background has SIGINT ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _sigint_default():
+    """In a started script, before it runs: SIGINT at its default (KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_a_sigint_inside_the_worker_start_is_delivered_after_it(sigint_raises):
     reached_the_end = False
     with pytest.raises(KeyboardInterrupt):
         with executor_module._interrupt_deferred():
@@ -143,7 +157,8 @@ def _interrupt_run(script, path, ready_after, delay):
     """Run `script` until it says ready, wait `delay` s, then SIGINT it (again every 0.5 s
     until its handler says it got one). Returns (exit code, stdout lines, stderr)."""
     proc = subprocess.Popen([sys.executable, str(script), str(path), str(ready_after)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigint_default)
     lines = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()

@@ -13,9 +13,10 @@ import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
+from onnxjob.graph import memory_plan
 from onnxjob.passes import (AlignBroadcastRanks, BatchNormStatistics, FoldReshapes,
-                    FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool, ReluMaskAsMul,
-                    SplitChannelReductions, op_counts)
+                    FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool,
+                    RecomputeCheapValues, ReluMaskAsMul, SplitChannelReductions, op_counts)
 
 
 def build(fn, *shapes):
@@ -394,3 +395,71 @@ def test_split_channel_reductions_leaves_other_axes_alone():
     def spatial(x):
         return op("ReduceSum", x, x.builder.constant(np.array([2, 3], np.int64)), keepdims=1)
     assert not SplitChannelReductions()(build(spatial, (4, 3, 5, 6))).modified
+
+
+def _wide_peak_between_reads(source):
+    """A graph whose Cast (of `source(x)`, to float64) is read before and after a wide
+    temporary (4 copies of x) that makes the planned peak."""
+    def fn(x):
+        h = source(x)
+        c = op("Cast", h, to=ir.DataType.DOUBLE.value)
+        early = op("ReduceSum", c, keepdims=0)
+        wide = op("ReduceSum", op("Concat", x, x, x, x, axis=0), keepdims=0)
+        late = op("Cast", op("Mul", c, op("Cast", wide, to=ir.DataType.DOUBLE.value)),
+                  to=ir.DataType.FLOAT.value)
+        return op("Add", op("Add", late, op("Cast", early, to=ir.DataType.FLOAT.value)), h)
+    return fn
+
+
+def _peak(model):
+    return memory_plan.plan(model.graph).peak_bytes
+
+
+def test_recompute_cheap_values_casts_again_after_the_peak():
+    model = build(_wide_peak_between_reads(lambda x: op("Relu", x)), (64, 64))
+    before = _peak(model)
+    check(RecomputeCheapValues(), _wide_peak_between_reads(lambda x: op("Relu", x)),
+          [(64, 64)], {"Cast": 4}, {"Cast": 5})
+    after = RecomputeCheapValues()(build(_wide_peak_between_reads(lambda x: op("Relu", x)),
+                                         (64, 64))).model
+    # the float64 copy (32 KiB) is no longer live at the peak beside the wide temporary
+    # (a few scalars are, now)
+    assert before - _peak(after) >= 64 * 64 * 8 - 64
+
+
+def test_recompute_cheap_values_keeps_a_cast_whose_input_would_live_longer():
+    """The Cast's input (not itself cheap to make again) is read by nothing after the peak:
+    casting again later would keep it alive across the peak, so the pass leaves the graph
+    alone."""
+    def fn(x):
+        h = op("Softmax", x)
+        c = op("Cast", h, to=ir.DataType.DOUBLE.value)
+        early = op("ReduceSum", c, keepdims=0)
+        wide = op("ReduceSum", op("Concat", x, x, x, x, axis=0), keepdims=0)
+        late = op("Mul", op("ReduceSum", c, keepdims=0), early)
+        return op("Mul", op("Cast", late, to=ir.DataType.FLOAT.value), wide)
+    model = build(fn, (64, 64))
+    assert not RecomputeCheapValues()(model).modified
+
+
+def test_recompute_cheap_values_leaves_a_graph_input_s_cast_made_once():
+    """A variable's half copy is made once a step (AutoMixedPrecision's rule 5), even when
+    it is live across the peak."""
+    model = build(_wide_peak_between_reads(lambda x: x), (64, 64))
+    assert not RecomputeCheapValues()(model).modified
+
+
+def test_recompute_cheap_values_makes_a_short_elementwise_chain_again():
+    """1 + erf(h * c) (GELU's factor, which CSE shares between the forward and the
+    backward) is made again from h, live across the peak anyway: three nodes copied."""
+    def fn(x):
+        h = op("Softmax", x)
+        v = op("Add", as_const(1.0), op("Erf", op("Mul", h, as_const(0.70710678))))
+        early = op("ReduceSum", v, keepdims=0)
+        wide = op("ReduceSum", op("Concat", x, x, x, x, axis=0), keepdims=0)
+        return op("Add", op("Mul", op("Mul", v, early), wide), h)
+
+    def as_const(value):
+        return flow.constant(value, dtype=flow.float, shape=[])
+    check(RecomputeCheapValues(), fn, [(64, 64)], {"Erf": 1, "Softmax": 1},
+          {"Erf": 2, "Softmax": 1})

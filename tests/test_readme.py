@@ -65,3 +65,15 @@ def test_ci_smoke_tests_the_wheel_with_no_extras():
     wheel_install = [line for line in CI_RUN.splitlines() if "pip install" in line and ".whl" in line]
     assert wheel_install and all("[" not in line for line in wheel_install)
     assert ".ci/smoke_wheel.py" in CI_RUN and os.path.isfile(os.path.join(ROOT, ".ci", "smoke_wheel.py"))
+
+
+def test_the_install_lines_install_from_the_clone():
+    """onnxjob is not published: the install commands are the clone's (`pip install .`,
+    then the GPU wheel swapped in); the published name is only a future form, in prose."""
+    install = sections()["Install"]
+    lines = [line.split("#")[0].strip() for block in code_blocks(install, "bash")
+             for line in block.splitlines() if line.strip()]
+    assert lines == ["pip install .", "pip install . && pip uninstall -y onnxruntime && "
+                     "pip install onnxruntime-gpu"]
+    assert not any("pip install onnxjob" in block for block in code_blocks(README, "[a-z]*"))
+    assert re.search(r"not on PyPI yet", install)

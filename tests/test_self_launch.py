@@ -88,9 +88,18 @@ def environment(**extra):
     return {**env, "ONNXJOB_DEVICE": "cpu", **{k: str(v) for k, v in extra.items()}}
 
 
-def start(command, **extra):
+def start(command, sigint=signal.SIG_DFL, **extra):
+    """Start `command` with SIGINT's disposition `sigint`, set here rather than inherited
+    from whoever runs the tests: SIG_DFL as in a terminal's foreground, SIG_IGN as a job
+    that a script starts in the background has it."""
     return subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=environment(**extra))
+                            stderr=subprocess.PIPE, text=True, env=environment(**extra),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+
+
+# the SIGINT disposition the started process inherits: it stops its ranks either way
+INHERITED_SIGINT = pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN],
+                                           ids=["sigint-default", "sigint-ignored"])
 
 
 def finish(process, timeout=60):
@@ -168,12 +177,12 @@ def test_two_machines_on_localhost_train_as_one_process(tmp_path):
     assert_same_training(four, train(tmp_path, 1))
 
 
-def run_failing(tmp_path, timeout=60, **extra):
+def run_failing(tmp_path, timeout=60, sigint=signal.SIG_DFL, **extra):
     script = write_script(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     began = time.monotonic()
-    code, _, stderr = finish(start([sys.executable, script, 2, out], **extra), timeout)
+    code, _, stderr = finish(start([sys.executable, script, 2, out], sigint, **extra), timeout)
     pids = {p.name: int(p.read_text()) for p in out.glob("pid*")}
     return code, stderr, pids, time.monotonic() - began
 
@@ -196,10 +205,12 @@ def test_a_hung_rank_is_named_and_stopped(tmp_path):
     assert gone(pids["pid1"])
 
 
-def test_a_hung_rank_0_is_stopped_by_the_rank_that_timed_out(tmp_path):
+@INHERITED_SIGINT
+def test_a_hung_rank_0_is_stopped_by_the_rank_that_timed_out(tmp_path, sigint):
     """Rank 0 (the process the user started) stalls: rank 1 times out, and rank 0 is
     interrupted where it stalled, named, and exits with rank 1's status."""
-    code, stderr, pids, _ = run_failing(tmp_path, STALL=0, ONNXJOB_DIST_TIMEOUT=3)
+    code, stderr, pids, _ = run_failing(tmp_path, sigint=sigint, STALL=0,
+                                        ONNXJOB_DIST_TIMEOUT=3)
     assert code == 1, stderr
     assert "onnxjob: rank 1 of 2 exited with status 1" in stderr
     assert "rank 0 of 2 was still running when another rank failed; it was stopped here" in stderr
@@ -207,39 +218,60 @@ def test_a_hung_rank_0_is_stopped_by_the_rank_that_timed_out(tmp_path):
     assert all(gone(pid) for pid in pids.values())
 
 
-def interrupted(tmp_path, *prefix):
-    """Start `python [prefix] train.py 2 out` (every rank sleeps after step 1), send SIGINT
-    to that process alone (not its process group), once both ranks wrote their pid files;
-    returns (exit status, stderr, the ranks' pids)."""
+def interrupted(tmp_path, *prefix, signum=signal.SIGINT, sigint=signal.SIG_DFL):
+    """Start `python [prefix] train.py 2 out` (every rank sleeps after step 1) with SIGINT's
+    disposition `sigint`, send `signum` to that process alone (not its process group), once
+    both ranks wrote their pid files; returns (exit status, stderr, the ranks' pids)."""
     script = write_script(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
-    process = start([sys.executable, *prefix, script, 2, out], SLEEP=1)
+    process = start([sys.executable, *prefix, script, 2, out], sigint, SLEEP=1)
     deadline = time.monotonic() + 60
     while len(list(out.glob("pid*"))) < 2 and time.monotonic() < deadline:
         assert process.poll() is None, process.communicate()
         time.sleep(0.1)
     pids = [int((out / f"pid{rank}").read_text()) for rank in (0, 1)]
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     code, _, stderr = finish(process, timeout=30)
     return code, stderr, pids
 
 
-def test_ctrl_c_on_the_started_process_stops_every_rank(tmp_path):
-    code, stderr, pids = interrupted(tmp_path)
+@INHERITED_SIGINT
+def test_ctrl_c_on_the_started_process_stops_every_rank(tmp_path, sigint):
+    code, stderr, pids = interrupted(tmp_path, sigint=sigint)
     assert code != 0
     assert "onnxjob: rank 0 of 2 was interrupted" in stderr
     assert "onnxjob: rank 1 of 2 is still running: stopping it (rank 0 was interrupted)" in stderr
     assert gone(pids[1])
 
 
-def test_ctrl_c_on_the_launcher_names_and_stops_its_ranks(tmp_path):
+def test_sigterm_on_the_started_process_stops_every_rank(tmp_path):
+    code, stderr, pids = interrupted(tmp_path, signum=signal.SIGTERM, sigint=signal.SIG_IGN)
+    assert code == 128 + signal.SIGTERM, stderr
+    assert "onnxjob: rank 0 of 2 got SIGTERM" in stderr
+    assert "onnxjob: rank 1 of 2 is still running: stopping it (rank 0 got SIGTERM)" in stderr
+    assert gone(pids[1])
+
+
+@INHERITED_SIGINT
+def test_ctrl_c_on_the_launcher_names_and_stops_its_ranks(tmp_path, sigint):
     """`python -m onnxjob run --nproc 2` (its ranks ask for cpu_device_num(2) and start
     none: they are ranks already)."""
-    code, stderr, pids = interrupted(tmp_path, "-m", "onnxjob", "run", "--nproc", 2)
+    code, stderr, pids = interrupted(tmp_path, "-m", "onnxjob", "run", "--nproc", 2,
+                                     sigint=sigint)
     assert code == 130
     assert "onnxjob: rank 0 of 2 is still running: stopping it (the launcher was " \
            "interrupted)" in stderr
+    assert "onnxjob: rank 1 of 2 is still running" in stderr
+    assert all(gone(pid) for pid in pids)
+
+
+def test_sigterm_on_the_launcher_names_and_stops_its_ranks(tmp_path):
+    code, stderr, pids = interrupted(tmp_path, "-m", "onnxjob", "run", "--nproc", 2,
+                                     signum=signal.SIGTERM, sigint=signal.SIG_IGN)
+    assert code == 128 + signal.SIGTERM, stderr
+    assert "onnxjob: rank 0 of 2 is still running: stopping it (the launcher was " \
+           "terminated (SIGTERM))" in stderr
     assert "onnxjob: rank 1 of 2 is still running" in stderr
     assert all(gone(pid) for pid in pids)
 

@@ -19,6 +19,8 @@ from onnxjob.errors import DeviceUnavailableError
 from onnxjob.runtime import backend, session_cache
 
 TRT, CUDA, CPU = backend.TENSORRT, backend.CUDA, backend.CPU
+# the CUDA EP options every session gets (runtime/backend.py cuda_provider_options)
+ARENA = {"arena_extend_strategy": "kSameAsRequested"}
 
 
 @pytest.fixture(autouse=True)
@@ -185,7 +187,7 @@ def test_tensorrt_first_then_cuda_then_cpu(monkeypatch, capsys, amp):
                     "trt_engine_cache_path": os.path.join(folder, "tensorrt")}
     if amp:
         expected_trt["trt_fp16_enable"] = "1"
-    assert providers == [(TRT, expected_trt), (CUDA, {"use_tf32": "0"}), CPU]
+    assert providers == [(TRT, expected_trt), (CUDA, dict(ARENA, use_tf32="0")), CPU]
     # the engine cache lies under onnxjob's cache folder, made ready for TensorRT
     cache_path = providers[0][1]["trt_engine_cache_path"]
     assert os.path.commonpath([cache_path, folder]) == folder and os.path.isdir(cache_path)
@@ -207,8 +209,8 @@ def test_tensorrt_failing_to_start_falls_back_to_cuda_in_one_line(monkeypatch, c
     for _ in range(2):
         session = backend.create_session(model, "cuda", is_train=False, cuda_options=options)
         assert session.get_providers() == [CUDA, CPU]
-    assert [p for p, _ in calls][:2] == [[(TRT, calls[0][0][0][1]), (CUDA, {}), CPU],
-                                         [(CUDA, {}), CPU]]
+    assert [p for p, _ in calls][:2] == [[(TRT, calls[0][0][0][1]), (CUDA, ARENA), CPU],
+                                         [(CUDA, ARENA), CPU]]
     lines = _tensorrt_lines(capsys.readouterr().err)
     assert len(lines) == 1 and "could not build the engine" in lines[0] and CUDA in lines[0]
 
@@ -225,7 +227,7 @@ def test_tensorrt_that_cannot_start_here_leaves_the_job_to_cuda_with_graphs(
     session = backend.create_session(model, "cuda", is_train=False, cuda_options=options,
                                      cuda_graph=True)
     assert session.get_providers() == [CUDA, CPU]
-    assert [p for p, _ in calls] == [[(CUDA, {"enable_cuda_graph": "1"}), CPU]]
+    assert [p for p, _ in calls] == [[(CUDA, dict(ARENA, enable_cuda_graph="1")), CPU]]
     lines = _tensorrt_lines(capsys.readouterr().err)
     assert len(lines) == 1 and "Please install TensorRT" in lines[0] and CUDA in lines[0], lines
 
@@ -261,7 +263,7 @@ def test_tensorrt_and_cuda_graphs_and_train_sessions(monkeypatch, capsys, no_tf3
                                cuda_graph=True)
     assert not calls
     session = backend.create_session(model, "cuda", is_train=True, cuda_options=options)
-    assert calls[-1][0] == [(CUDA, {}), CPU] and session.get_providers() == [CUDA, CPU]
+    assert calls[-1][0] == [(CUDA, ARENA), CPU] and session.get_providers() == [CUDA, CPU]
     lines = _tensorrt_lines(capsys.readouterr().err)
     assert len(lines) == 1 and "predict jobs only" in lines[0] and CUDA in lines[0]
 

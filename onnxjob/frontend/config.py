@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 
 from onnxjob.errors import missing_api
-from onnxjob.frontend import ranks, scope
+from onnxjob.frontend import ranks, views
 from onnxjob.frontend.function_desc import FunctionDesc
 from onnxjob.frontend.namespaces import ApiNamespace
 from onnxjob.runtime.session import default_session
@@ -16,7 +16,7 @@ from onnxjob.runtime.session import default_session
 # OneFlow flags that only tune OneFlow's own runtime (kernels, memory planning, fusion,
 # collective grouping): accepted and ignored, since they change no number a job computes.
 _IGNORED_FLAGS = {
-    "enable_cudnn", "cudnn_buf_limit_mbyte", "cudnn_conv_force_fwd_algo",
+    "enable_cudnn", "cudnn_conv_force_fwd_algo",
     "cudnn_conv_force_bwd_data_algo", "cudnn_conv_force_bwd_filter_algo",
     "cudnn_conv_heuristic_search_algo",
     "enable_cudnn_fused_normalization_add_relu", "enable_inplace", "enable_inplace_in_reduce_struct",
@@ -156,6 +156,7 @@ class FunctionConfig:
     `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)`,
     `enable_cuda_graph(False)` (runtime/cuda_graph.py), OneFlow's
     `cudnn_conv_use_deterministic_algo_only(True)` (onnxruntime's deterministic compute),
+    OneFlow's `cudnn_buf_limit_mbyte(n)` (a bound on cuDNN's workspaces: runtime/backend.py),
     `freeze_variables_after(n)` (runtime/frozen.py), OneFlow's `use_tensorrt(True)` (predict
     jobs on onnxruntime's TensorRT EP where available: runtime/backend.py) and `prefetch(n)` (how many batches a
     job that makes its own data prepares ahead, runtime/pipeline.py; 0 = inline).
@@ -184,6 +185,7 @@ class FunctionConfig:
                                   "default_distribute_strategy", "default_placement_scope",
                                   "passes", "disable_passes", "dump_passes", "execution_provider",
                                   "cudnn_conv_algo_search", "enable_cuda_graph", "freeze_variables_after",
+                                  "cudnn_buf_limit_mbyte",
                                   "cudnn_conv_use_deterministic_algo_only",
                                   "indexed_slices_optimizer_conf", "prefetch",
                                   "dynamic_batch", "use_tensorrt", "all_reduce_fp16",
@@ -196,7 +198,7 @@ class FunctionConfig:
                 print("WARNING: function_config.default_distribute_strategy has been deprecated. "
                       "Please use function_config.default_logical_view instead.")
             if name in ("default_logical_view", "default_distribute_strategy"):
-                assert scope.is_view(value), (
+                assert views.is_view(value), (
                     "default_logical_view takes flow.scope.mirrored_view() or "
                     "flow.scope.consistent_view()")
                 self.flags["default_logical_view"] = value
@@ -258,6 +260,7 @@ class _ProcessConfig:
         self.debug_mode = False
         self.random_seed = None
         self.tf32 = None        # enable_tensor_float_32_compute; None: onnxruntime's default
+        self.memory_limit_mbyte = None  # device_memory_limit_mbyte; None: unbounded
         self.env_initialized = False
 
 
@@ -271,7 +274,8 @@ def started_session(sync=False):
     if not session.is_running:
         c = process_config
         ranks.before_session_start(c.cpu_device_num, c.machines, c.ctrl_port)
-    session.start(seed=process_config.random_seed, tf32=process_config.tf32)
+    session.start(seed=process_config.random_seed, tf32=process_config.tf32,
+                  memory_limit_mbyte=process_config.memory_limit_mbyte)
     if sync:
         session.sync()
     return session
@@ -333,6 +337,15 @@ class _ConfigModule:
         c.cpu_device_num = int(n)
         ranks.on_cpu_device_num(c.cpu_device_num, c.machines, c.ctrl_port)
 
+    @staticmethod
+    def _memory_limit(mbyte):
+        """A step that needs more raises DeviceMemoryError; None: no bound."""
+        if mbyte is not None and (isinstance(mbyte, bool) or not isinstance(mbyte, int)
+                                  or mbyte <= 0):
+            raise ValueError(f"device_memory_limit_mbyte takes a count of MiB > 0 or None, "
+                             f"got {mbyte!r}")
+        process_config.memory_limit_mbyte = mbyte
+
     def __init__(self):
         c = process_config
         self.gpu_device_num = _setter(self._gpu)
@@ -347,6 +360,8 @@ class _ConfigModule:
         self.seed = _setter(lambda s: setattr(c, "random_seed", int(s)))
         # TF32 convolutions and matmuls on the CUDA EP (on by default there, as in OneFlow)
         self.enable_tensor_float_32_compute = _setter(lambda v=True: setattr(c, "tf32", bool(v)))
+        # a bound on the memory onnxruntime's arenas take (runtime/backend.py set_memory_limit)
+        self.device_memory_limit_mbyte = _setter(self._memory_limit)
         for name in _IGNORED_CONFIG:
             setattr(self, name, _ignored())
         self.collective_boxing = ApiNamespace(

@@ -32,6 +32,19 @@ def eager_execution_enabled():
     return False
 
 
+def enable_eager_execution(value=True):
+    """OneFlow's eager mode; onnxjob runs lazy job functions only."""
+    if value:
+        raise NotImplementedError("onnxjob runs lazy job functions only; eager execution "
+                                  "is not supported")
+
+
+def enable_typing_check(value=True):
+    """flow.experimental.enable_typing_check: accepted for compatibility (onnxjob always
+    checks the annotations it is given)."""
+    return None
+
+
 def current_machine_id():
     return 0
 

@@ -7,7 +7,7 @@ import weakref
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.frontend import results, scope
+from onnxjob.frontend import results, scope, ssp
 from onnxjob.frontend.fast_call import NOT_INLINE, make_fast_call
 from onnxjob import typing as tp
 from onnxjob.frontend.config import FunctionConfig, process_config, started_session
@@ -138,6 +138,7 @@ class JobFunction:
         args = [_placeholders(builder, ann, pname, split)
                 for pname, ann in zip(self.param_names, self.param_annotations)]
         qat.start(builder, self)   # function_config.enable_qat: fake quantization (ops/qat.py)
+        ssp.start(builder, self)   # function_config.enable_ssp: stale variable reads
         ret = self.func(*args)
         blobs = []
         if self.has_return_annotation:

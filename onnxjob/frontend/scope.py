@@ -1,6 +1,9 @@
 """`flow.scope`: name spaces, placement (advisory) and logical views."""
 import threading
 
+from onnxjob.frontend.helpers import current_scope as scope_of_op
+from onnxjob.frontend.views import (consistent_view, consistent_view_enabled,  # noqa: F401
+                                    is_view, mirrored_view, mirrored_view_enabled)
 from onnxjob.graph.name_scope import full_name, namespace, namespace_prefix  # noqa: F401
 
 _state = threading.local()
@@ -87,54 +90,8 @@ def placement_tracker(config, device):
     return in_effect
 
 
-class _View:
-    def __init__(self, name):
-        self.name = name
-
-    def __enter__(self):
-        if not hasattr(_state, "views"):
-            _state.views = []
-        _state.views.append(self)
-        return self
-
-    def __exit__(self, *exc):
-        _state.views.pop()
-        return False
-
-    def __repr__(self):
-        return f"flow.scope.{self.name}()"
-
-
-_MIRRORED, _CONSISTENT = _View("mirrored_view"), _View("consistent_view")
-
-
-def mirrored_view():
-    return _MIRRORED
-
-
-def consistent_view():
-    return _CONSISTENT
-
-
-def is_view(obj):
-    return obj is _MIRRORED or obj is _CONSISTENT
-
-
-def mirrored_view_enabled():
-    """Whether the innermost open `with flow.scope.*_view():` block is the mirrored one
-    (False outside any block: the consistent view is OneFlow's default)."""
-    views = getattr(_state, "views", None)
-    return bool(views) and views[-1] is _MIRRORED
-
-
-def consistent_view_enabled():
-    """The opposite of `mirrored_view_enabled()`."""
-    return not mirrored_view_enabled()
-
-
 def current_scope():
     """The deprecated spelling of flow.current_scope()."""
-    from onnxjob.frontend.helpers import current_scope as scope_of_op
     return scope_of_op()
 
 

@@ -10,18 +10,21 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.frontend import scope
 from onnxjob.graph.tracer import op
+from onnxjob.ops.experimental import ssp_variable_proxy
 
 
-def enabled(builder):
-    job = getattr(builder, "job_function", None)
-    return job is not None and job.is_train and bool(job.config.get("enable_ssp", False))
+def start(builder, job):
+    """Make `builder` read the variables of `job` stale (`stale_read`) when it is a train
+    job under enable_ssp (frontend/job_function.py, before its body is traced)."""
+    if job.is_train and bool(job.config.get("enable_ssp", False)):
+        builder.variable_reader = stale_read
 
 
 def stale_read(builder, name, var):
-    """What the job's ops read for variable `name` (Blob `var`): `var` itself, or under
-    enable_ssp its stale value (one per variable and job)."""
+    """What the job's ops read for variable `name` (Blob `var`) under enable_ssp: its
+    stale value (one per variable and job) where it is trainable and floating, else `var`."""
     spec = builder.variable_specs[name]
-    if not (spec.trainable and dtypes.is_floating(var.np_dtype) and enabled(builder)):
+    if not (spec.trainable and dtypes.is_floating(var.np_dtype)):
         return var
     reads = builder.__dict__.setdefault("ssp_reads", {})
     if name not in reads:
@@ -33,7 +36,6 @@ def stale_read(builder, name, var):
                 "flow.experimental.scope.config(ssp_num_stages=n, ssp_stage_id=i) block with "
                 f"0 <= i < n (got ssp_num_stages={stages}, ssp_stage_id={stage}), as OneFlow "
                 "requires")
-        from onnxjob.ops.experimental import ssp_variable_proxy
         _, value = ssp_variable_proxy(var, buffer_size=stages - stage)
         reads[name] = op("onnxjob.SspStaleRead", var, value)
     return reads[name]

@@ -4,7 +4,7 @@ import numpy as np
 from onnxjob import dtypes
 from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.compat.zero_d_inputs import as_vector
-from onnxjob.frontend import initializers, scope, ssp
+from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.distribute import Distribute, assert_is_valid_distribute
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import current_builder
@@ -46,9 +46,12 @@ class regularizers:
 
 def variable_blob(spec, reuse=True):
     """What the job being traced reads for variable `spec` (created on first use): its
-    Blob, or under function_config.enable_ssp its stale value (frontend/ssp.py)."""
+    Blob, or what the job's variable reader makes of it (under function_config.enable_ssp
+    its stale value: frontend/ssp.py, which is built from ops and so sits above them)."""
     builder = current_builder("flow.get_variable")
-    return ssp.stale_read(builder, spec.name, _variable(builder, spec, reuse))
+    blob = _variable(builder, spec, reuse)
+    read = builder.variable_reader
+    return blob if read is None else read(builder, spec.name, blob)
 
 
 def _variable(builder, spec, reuse):

@@ -37,22 +37,8 @@ from onnx import helper, numpy_helper
 
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.collectives import DOMAIN
-
-WHOLE, SUM, MEAN = "whole", "partial sum", "partial mean"
-
-
-class Split(tuple):
-    """The kind of a value split on `axis` (see the module docstring for `inner`)."""
-    __slots__ = ()
-
-    def __new__(cls, axis, inner=1):
-        return super().__new__(cls, (axis, inner))
-
-    axis = property(lambda self: self[0])
-    inner = property(lambda self: self[1])
-
-    def __repr__(self):
-        return f"split(axis={self.axis}, inner={self.inner})"
+from onnxjob.graph.split_kinds import MEAN, SUM, WHOLE, Split
+from onnxjob.graph.split_rules import RULES as _RULES
 
 
 class SplitError(TraceError):
@@ -287,7 +273,6 @@ def split_batch(model, placeholder_names, rank, ranks, job_name):
     return {o.name: rewriter.kinds[o.name] for o in model.graph.output}
 
 
-
 def kind_while_tracing(graph, value, placeholder_names, ranks, job_name):
     """The kind `value` of an onnx_ir `graph` still being traced would have on `ranks`
     data-parallel ranks (None where the graph so far cannot be split): the graph up to
@@ -304,5 +289,3 @@ def kind_while_tracing(graph, value, placeholder_names, ranks, job_name):
         return split_batch(proto, placeholder_names, 0, ranks, job_name)[value.name]
     except SplitError:
         return None
-
-from onnxjob.graph.split_rules import RULES as _RULES  # noqa: E402  (the rules use _Rewriter)

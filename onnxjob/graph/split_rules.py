@@ -8,8 +8,8 @@ with `rw.finish(node, output kinds)`; `rw.fail(why)` stops the split naming the 
 import numpy as np
 from onnx import TensorProto, helper
 
-from onnxjob.graph.split_batch import MEAN, SUM, WHOLE, Split
 from onnxjob.graph.primitives.collectives import DOMAIN
+from onnxjob.graph.split_kinds import MEAN, SUM, WHOLE, Split
 
 PARTIAL = (SUM, MEAN)
 _FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}

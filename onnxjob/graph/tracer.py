@@ -249,6 +249,9 @@ class GraphBuilder:
         # ops/qat.py's QatTracer while a job under function_config.enable_qat is traced:
         # its `consume` sees the inputs of every node emitted
         self.qat = None
+        # (builder, name, Blob) -> what the job's ops read for a variable, where that is not
+        # the variable itself: frontend/ssp.py's stale read under function_config.enable_ssp
+        self.variable_reader = None
         self._counter = itertools.count()
         self._const_cache = {}
         self._used_names = set()   # node names

@@ -15,6 +15,8 @@ from onnxjob.errors import TraceError
 from onnxjob.io import ofrecord
 from onnxjob.ops import image as image_ops
 from onnxjob.ops.host import RECORD, TENSOR_BUFFER, check_host_value, host_value
+from onnxjob.ops.ofrecord_data import ofrecord_image_decoder, ofrecord_raw_decoder, ofrecord_reader
+from onnxjob.ops.random import coin_flip
 from onnxjob.ops.shapes import squeeze
 from onnxjob.ops.tensor_buffer import tensor_buffer_to_tensor
 
@@ -104,11 +106,9 @@ class BlobConf:
 
     def decode_blob(self, input_blob, batch_size):
         """This blob decoded from the records `input_blob` (ofrecord_reader's)."""
-        from onnxjob.ops import data
-        from onnxjob.ops.random import coin_flip
         if isinstance(self.codec, ImageCodec):
             color_space = self.codec.color_space()
-            image = data.ofrecord_image_decoder(input_blob, self.name, color_space=color_space)
+            image = ofrecord_image_decoder(input_blob, self.name, color_space=color_space)
             mirror = coin_flip(batch_size) if self.codec.do_mirror() else None
             do_resize, width, height = self.codec.do_resize()
             if not do_resize:
@@ -122,8 +122,8 @@ class BlobConf:
                     std=preprocess.std_values, output_dtype=self.dtype)
             return image
         if isinstance(self.codec, RawCodec):
-            return data.ofrecord_raw_decoder(input_blob, self.name, shape=self.shape,
-                                             dtype=self.dtype, truncate=self.codec.truncate)
+            return ofrecord_raw_decoder(input_blob, self.name, shape=self.shape,
+                                        dtype=self.dtype, truncate=self.codec.truncate)
         raise NotImplementedError(f"BlobConf {self.name!r}: codec must be an ImageCodec or a "
                                   f"RawCodec, got {self.codec!r}")
 
@@ -132,12 +132,11 @@ def ofrecord_loader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefi
                     part_name_suffix_length=-1, shuffle=False, shuffle_buffer_size=1024,
                     name=None):
     """The older name of flow.data.ofrecord_reader (`shuffle` is its random_shuffle)."""
-    from onnxjob.ops import data
-    return data.ofrecord_reader(ofrecord_dir, batch_size=batch_size,
-                                data_part_num=data_part_num, part_name_prefix=part_name_prefix,
-                                part_name_suffix_length=part_name_suffix_length,
-                                random_shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size,
-                                name=name)
+    return ofrecord_reader(ofrecord_dir, batch_size=batch_size, data_part_num=data_part_num,
+                           part_name_prefix=part_name_prefix,
+                           part_name_suffix_length=part_name_suffix_length,
+                           random_shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size,
+                           name=name)
 
 
 def decode_ofrecord(ofrecord_dir, blobs, batch_size=1, data_part_num=1,
@@ -176,19 +175,17 @@ def ofrecord_image_classification_reader(ofrecord_dir, image_feature_name, label
     turns its label buffer into a tensor and squeezes it, in every version), ready for
     flow.nn.sparse_softmax_cross_entropy_with_logits. The decode-thread arguments tune
     OneFlow's reader; onnxjob decodes on its own decode threads."""
-    from onnxjob.ops import data
     api = "flow.data.ofrecord_image_classification_reader"
     if not isinstance(label_feature_name, str):
         raise TraceError(f"{api}: label_feature_name must be a str, got {label_feature_name!r}")
-    records = data.ofrecord_reader(ofrecord_dir, batch_size=batch_size,
-                                   data_part_num=data_part_num,
-                                   part_name_prefix=part_name_prefix,
-                                   part_name_suffix_length=part_name_suffix_length,
-                                   random_shuffle=random_shuffle,
-                                   shuffle_buffer_size=shuffle_buffer_size,
-                                   shuffle_after_epoch=shuffle_after_epoch, name=name)
+    records = ofrecord_reader(ofrecord_dir, batch_size=batch_size,
+                              data_part_num=data_part_num, part_name_prefix=part_name_prefix,
+                              part_name_suffix_length=part_name_suffix_length,
+                              random_shuffle=random_shuffle,
+                              shuffle_buffer_size=shuffle_buffer_size,
+                              shuffle_after_epoch=shuffle_after_epoch, name=name)
     check_host_value(records, api, RECORD)
-    images = data.ofrecord_image_decoder(records, image_feature_name, color_space=color_space)
+    images = ofrecord_image_decoder(records, image_feature_name, color_space=color_space)
 
     def labels(batch):
         return [(where, _label(where, ofrecord.decode_record(record, where), label_feature_name))

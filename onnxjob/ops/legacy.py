@@ -14,6 +14,8 @@ import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
+from onnxjob.frontend import initializers, scope, variables
+from onnxjob.frontend.variables import assign
 from onnxjob.graph.primitives.elementwise import FLOATS
 from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
@@ -122,27 +124,6 @@ def fused_self_attention_query_mul_key_and_value(x, head_size, alpha=1.0, name=N
     prefix = "" if name is None else name + "/"
     return (_named(qmk, prefix + "query_mul_key" if name else None),
             _named(v, prefix + "value" if name else None))
-
-
-def fused_scale_tril_softmax_dropout(x, diagonal=0, fill_value=0, scale=1, rate=0.0,
-                                     noise_shape=None, seed=None, name=None):
-    """softmax(tril(x * scale, diagonal, fill_value)) over the last axis, then dropout:
-    kept values (probability 1 - rate) are scaled by 1 / (1 - rate). As in OneFlow, the mask
-    is drawn in predict jobs too (the op has no train-only switch)."""
-    from onnxjob.ops.math import fused_scale_tril
-    api = "flow.math.fused_scale_tril_softmax_dropout"
-    _blob(x, api, allowed=FLOATS)
-    if not isinstance(rate, numbers.Real) or not 0.0 <= rate < 1.0:
-        raise TraceError(f"{api}: rate must be in [0, 1), got {rate!r}")
-    if noise_shape is not None:
-        raise TraceError(f"{api}: noise_shape is not supported (as in OneFlow)")
-    y = op("Softmax", fused_scale_tril(x, diagonal, fill_value, scale), axis=-1)
-    if rate > 0:
-        mask = _random.random_mask_like(x, rate, seed)
-        keep = op("Mul", op("Cast", mask, to=dtypes.from_numpy(x.np_dtype).ir_dtype.value),
-                  as_blob(1.0 / (1.0 - rate), like=y))
-        y = op("Mul", y, keep)
-    return _named(y, name)
 
 
 # -- face recognition ------------------------------------------------------------------------
@@ -354,7 +335,6 @@ def categorical_ordinal_encode(table, size, input_tensor, hash_precomputed=True,
                          f"(2 * capacity), got shape {table.shape}")
     if tuple(size.shape) != (1,):
         raise TraceError(f"{api}: size must be a variable of shape (1,), got {size.shape}")
-    from onnxjob.frontend.variables import assign
     new_table, new_size, ids = _ordinal_encode(table, size, x)
     assign(table, new_table)
     assign(size, new_size)
@@ -444,7 +424,6 @@ def categorical_ordinal_encoder(input_tensor, capacity, hash_precomputed=True,
                                 name="CategoricalOrdinalEncoder"):
     """categorical_ordinal_encode with its own table and size variables (non-trainable,
     zero-initialised) under the namespace `name`, as OneFlow's layer."""
-    from onnxjob.frontend import initializers, scope, variables
     _positive_int(capacity, "flow.layers.categorical_ordinal_encoder", "capacity")
     x = _blob(input_tensor, "flow.layers.categorical_ordinal_encoder", "input_tensor", _INDEX)
     dtype = dtypes.from_numpy(x.np_dtype)

@@ -13,11 +13,13 @@ from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.compat.zero_d_inputs import as_vector, as_vectors
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
-from onnxjob.graph.primitives.elementwise import FLOATS, cast
+from onnxjob.graph.primitives.elementwise import FLOATS, cast, gelu_derivative
 from onnxjob.graph.primitives.shape_ops import dim_of, shape_of, zeros_of
 from onnxjob.graph.registry import broadcast_shape
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.ops import qat
+from onnxjob.ops import random as _random
+from onnxjob.ops.legacy import count_not_finite  # noqa: F401  (flow.math.count_not_finite)
 
 _INTS = (np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int64))
 _ARITHMETIC = FLOATS + _INTS
@@ -345,22 +347,16 @@ def log_sigmoid(x, name=None):
 
 
 def gelu(x, name=None):
-    """x * Phi(x) = x (1 + erf(x / sqrt(2))) / 2 (the exact GELU)."""
+    """x * Phi(x) = x (1 + erf(x / sqrt(2))) / 2 (the exact GELU); its gradient reads x
+    alone (graph/primitives/elementwise.py)."""
     _check_dtype(x, "flow.math.gelu")
-    half_x = op("Mul", x, as_blob(0.5, like=x))
-    cdf2 = op("Add", as_blob(1, like=x),
-              op("Erf", op("Mul", x, as_blob(0.7071067811865476, like=x))))
-    return op("Mul", half_x, cdf2, name=name)
+    return op("onnxjob.Gelu", x, name=name)
 
 
 def gelu_grad(x, dy, name=None):
     """dy * d gelu / dx = dy * (Phi(x) + x * phi(x))."""
     _check_dtype(x, "flow.math.gelu_grad")
-    cdf = op("Mul", as_blob(0.5, like=x), op("Add", as_blob(1, like=x), op(
-        "Erf", op("Mul", x, as_blob(0.7071067811865476, like=x)))))
-    pdf = op("Mul", as_blob(0.3989422804014327, like=x),
-             op("Exp", op("Mul", op("Mul", x, x), as_blob(-0.5, like=x))))
-    return op("Mul", dy, op("Add", cdf, op("Mul", x, pdf)), name=name)
+    return op("Mul", dy, gelu_derivative(x), name=name)
 
 
 def sigmoid_grad(y, dy, name=None):
@@ -643,6 +639,26 @@ def fused_scale_tril(x, diagonal=0, fill_value=0, scale=1, name=None):
     return op("Where", _tril_mask(x, diagonal), scaled, _fill_scalar(x, fill_value), name=name)
 
 
+def fused_scale_tril_softmax_dropout(x, diagonal=0, fill_value=0, scale=1, rate=0.0,
+                                     noise_shape=None, seed=None, name=None):
+    """softmax(tril(x * scale, diagonal, fill_value)) over the last axis, then dropout:
+    kept values (probability 1 - rate) are scaled by 1 / (1 - rate). As in OneFlow, the mask
+    is drawn in predict jobs too (the op has no train-only switch)."""
+    api = "flow.math.fused_scale_tril_softmax_dropout"
+    _check_dtype(x, api, FLOATS)
+    if not isinstance(rate, numbers.Real) or not 0.0 <= rate < 1.0:
+        raise TraceError(f"{api}: rate must be in [0, 1), got {rate!r}")
+    if noise_shape is not None:
+        raise TraceError(f"{api}: noise_shape is not supported (as in OneFlow)")
+    y = op("Softmax", fused_scale_tril(x, diagonal, fill_value, scale), axis=-1)
+    if rate > 0:
+        mask = _random.random_mask_like(x, rate, seed)
+        keep = op("Mul", op("Cast", mask, to=dtypes.from_numpy(x.np_dtype).ir_dtype.value),
+                  as_blob(1.0 / (1.0 - rate), like=y))
+        y = op("Mul", y, keep)
+    return _named(y, name)
+
+
 def _segment_sum(data, segment_ids, num_segments, axis, api):
     """The segment sum; float16 data (OneFlow's GPU kernel takes it) is summed in float32
     and rounded once, onnxruntime's scatter-add having no float16 kernel."""
@@ -704,8 +720,5 @@ def unsorted_batch_segment_sum(data, segment_ids, num_segments, name=None):
     out_shape = batch + (int(num_segments),) + data.shape[len(batch) + 1:]
     return op("Reshape", summed, int64_constant(data, out_shape), name=name)
 
-
-from onnxjob.ops.legacy import (count_not_finite,  # noqa: E402,F401
-                                fused_scale_tril_softmax_dropout)
 
 __getattr__ = missing_api("flow.math")

@@ -8,10 +8,10 @@ from onnxjob.ops.activations import *  # noqa: F401,F403
 from onnxjob.ops.conv import *  # noqa: F401,F403
 from onnxjob.ops.losses import *  # noqa: F401,F403
 from onnxjob.ops.normalization import *  # noqa: F401,F403
-from onnxjob.ops.math import fused_scale_tril, tril  # noqa: F401
+from onnxjob.ops.math import (fused_scale_tril, fused_scale_tril_softmax_dropout,  # noqa: F401
+                              tril)
 from onnxjob.ops.dropout import dropout  # noqa: F401
-from onnxjob.ops.legacy import (fused_scale_tril_softmax_dropout,  # noqa: F401
-                                fused_self_attention_query_mul_key_and_value)
+from onnxjob.ops.legacy import fused_self_attention_query_mul_key_and_value  # noqa: F401
 from onnxjob.ops.module import Module  # noqa: F401
 from onnxjob.ops.random import random_mask_like  # noqa: F401
 

@@ -17,10 +17,12 @@ from onnxjob import settings
 from .align_broadcast_ranks import AlignBroadcastRanks
 from .auto_mixed_precision import AutoMixedPrecision
 from .batch_norm_statistics import BatchNormStatistics
+from .default_pipeline import default_pass_names, default_pipeline, final_passes
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
+from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
 from .split_channel_reductions import SplitChannelReductions
 
@@ -42,27 +44,17 @@ def default_passes(device=None):
     or debug one pass at a time (a name that is no default pass raises SettingsError).
     """
     skip = set(settings.get("SKIP_PASSES"))
-    return [p for p in _default_pipeline(device) if type(p).__name__ not in skip]
+    return [p for p in default_pipeline(device) if type(p).__name__ not in skip]
 
 
-def default_pass_names():
-    """Class names of the default passes on any device (what ONNXJOB_SKIP_PASSES takes)."""
-    return sorted({type(p).__name__
-                   for device in ("cpu", "cuda") for p in _default_pipeline(device)})
-
-
-def _default_pipeline(device):
-    return [
-        FoldReshapes(),
-        FoldTransposeIntoGemm(),
-        MaskBeforeMaxUnpool(),
-        *([KeepOnCuda(), SplitChannelReductions()] if device == "cuda"
-          else [ReluMaskAsMul(), BatchNormStatistics()]),
-        AlignBroadcastRanks(),
-        common.CommonSubexpressionEliminationPass(),
-        common.RemoveUnusedNodesPass(),
-        common.TopologicalSortPass(),
-    ]
+def _final_stage():
+    """The final passes not skipped (ONNXJOB_SKIP_PASSES) and the clean-up after them,
+    or None."""
+    skip = set(settings.get("SKIP_PASSES"))
+    passes = [p for p in final_passes() if type(p).__name__ not in skip]
+    if not passes:
+        return None
+    return ir_passes.PassManager(passes + [common.RemoveUnusedNodesPass()], steps=1)
 
 
 def build_pipeline(config=None, device=None):
@@ -130,8 +122,9 @@ def run_default_pipeline(model, config=None, device=None):
     if dump_dir:
         _save(model, dump_dir, "before")
     result = build_pipeline(config, device)(model)
-    if amp is not None:
-        result = ir_passes.PassResult(model, amp(model).modified or result.modified)
+    for stage in (amp, _final_stage()):
+        if stage is not None:
+            result = ir_passes.PassResult(model, stage(model).modified or result.modified)
     if dump_dir:
         _save(model, dump_dir, "after")
         print(format_op_count_diff(model.graph.name, before, op_counts(model)))
@@ -159,7 +152,7 @@ def op_counts(model):
 
 
 __all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormStatistics", "FoldReshapes",
-           "FoldTransposeIntoGemm", "KeepOnCuda", "MaskBeforeMaxUnpool", "ReluMaskAsMul",
+           "FoldTransposeIntoGemm", "KeepOnCuda", "MaskBeforeMaxUnpool", "RecomputeCheapValues", "ReluMaskAsMul",
            "SplitChannelReductions",
            "build_pipeline", "default_passes", "dump_folder", "format_op_count_diff",
            "has_user_passes", "mixed_precision_type", "op_counts", "register_pass",

@@ -153,10 +153,18 @@ def cuda_provider_options(config, tf32=None):
     EXHAUSTIVE, benchmarks every algorithm on the first run (slow start, fastest steps).
     `tf32` (flow.config.enable_tensor_float_32_compute, else ONNXJOB_CUDA_TF32=0/1, else
     onnxruntime's default: on) lets convolutions and matmuls round inputs to TF32.
+    OneFlow's `cudnn_buf_limit_mbyte(n)` bounds cuDNN's workspaces: onnxruntime offers two
+    bounds, 32 MiB (`cudnn_conv_use_max_workspace` 0) or whatever the fastest algorithm
+    asks (1, its default), so a job that sets a limit gets the 32 MiB one (said once when
+    n is smaller still); unset, onnxruntime's default stands. The arena grows by exactly
+    the size requested, as the CPU's (`_exact_cpu_arena`), bounded by
+    flow.config.device_memory_limit_mbyte (`memory_limit_bytes`).
     """
-    options = {}
+    options = {"arena_extend_strategy": "kSameAsRequested"}
     if cuda_device_id():
         options["device_id"] = str(cuda_device_id())
+    if memory_limit_bytes():
+        options["gpu_mem_limit"] = str(memory_limit_bytes())
     if tf32 is None:
         tf32 = settings.get("CUDA_TF32")
     if tf32 is not None:
@@ -168,9 +176,43 @@ def cuda_provider_options(config, tf32=None):
             raise ValueError(f"cudnn_conv_algo_search must be EXHAUSTIVE, HEURISTIC or DEFAULT, "
                              f"got {search!r}")
         options["cudnn_conv_algo_search"] = search
+    workspace_limit = config.get("cudnn_buf_limit_mbyte")
+    if workspace_limit is not None:
+        options["cudnn_conv_use_max_workspace"] = "0"
+        if workspace_limit < SMALL_CUDNN_WORKSPACE_MBYTE:
+            say_workspace_bound(int(workspace_limit))
     if config.get("use_tensorrt"):
         options[TENSORRT_REQUEST] = tensorrt_provider_options(config)
     return options
+
+
+# onnxruntime's cuDNN workspace bound with cudnn_conv_use_max_workspace=0
+SMALL_CUDNN_WORKSPACE_MBYTE = 32
+
+
+@functools.lru_cache(maxsize=None)
+def say_workspace_bound(limit_mbyte):
+    """Say once that onnxruntime's smallest cuDNN workspace bound is above `limit_mbyte`."""
+    print(f"onnxjob: function_config.cudnn_buf_limit_mbyte({limit_mbyte}): onnxruntime bounds "
+          f"cuDNN's workspaces at {SMALL_CUDNN_WORKSPACE_MBYTE} MiB at the least; that bound "
+          "is used", file=sys.stderr)
+    return limit_mbyte
+
+
+# flow.config.device_memory_limit_mbyte, in bytes (None: no limit); set by Session.start
+_memory_limit = [None]
+
+
+def set_memory_limit(mbyte):
+    """Bound the memory onnxruntime's arenas may take (flow.config.device_memory_limit_mbyte;
+    None: unbounded): each CUDA session's arena, and the CPU arena the process's CPU
+    sessions share (registered with the first of them, so the bound in force then stays)."""
+    _memory_limit[0] = None if mbyte is None else int(mbyte) << 20
+
+
+def memory_limit_bytes():
+    """The arena bound set by `set_memory_limit`, in bytes, or None."""
+    return _memory_limit[0]
 
 
 def tensorrt_provider_options(config):
@@ -281,6 +323,15 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
     opts.use_deterministic_compute = bool(
         deterministic or settings.get("DETERMINISTIC"))
     opts.graph_optimization_level = optimization_level(is_train, device)
+    if device == "cuda":
+        # nodes run in the graph's own order (Kahn's algorithm, ties by node index: the
+        # order graph/memory_plan.py plans in, where ResNet50's AMP step at batch 8 peaks
+        # at 368 MiB, 400 MiB in onnxruntime's default depth-first walk from the outputs).
+        # CPU sessions keep the default order: they are written to and read from the
+        # session cache, whose file holds the nodes in the order they ran
+        # (`_cached_session`); both orders peaked alike there (ResNet50 batch 16: 2.31
+        # and 2.33 GB, bench_memory.py)
+        opts.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     threads = threads or settings.get("NUM_THREADS")
     if threads:
         opts.intra_op_num_threads = threads
@@ -292,20 +343,26 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
     # follow each other within microseconds, so they still find the threads awake.
     opts.add_session_config_entry("session.intra_op.spin_duration_us",
                                   str(settings.get("SPIN_US")))
-    if is_train and device == "cpu":
+    if is_train:
         # The memory pattern plans one block for every intermediate of the run and keeps it
-        # beside the arena: a ResNet50 batch-32 train step peaked at 7.2 GB with it and
-        # 4.7 GB without (PyTorch: 4.2 GB), at the same step time (bench/bench_memory.py).
+        # beside the arena: a ResNet50 batch-32 train step on the CPU peaked at 7.2 GB with
+        # it and 4.7 GB without (PyTorch: 4.2 GB), at the same step time
+        # (bench/bench_memory.py). Off on every device, so that a step holds what
+        # graph/memory_plan.py plans on the CPU and on CUDA alike.
         opts.enable_mem_pattern = False
-    if device == "cpu" and _exact_cpu_arena():
+    if device == "cpu" and _exact_cpu_arena(memory_limit_bytes()):
         opts.add_session_config_entry("session.use_env_allocators", "1")
     return opts
 
 
-@functools.lru_cache(maxsize=None)
-def _exact_cpu_arena():
-    """Register, once per process, the CPU arena that onnxjob's CPU sessions share;
-    False where onnxruntime refuses (another CPU allocator is registered already).
+_cpu_arena = []     # the CPU arena's registration: [(limit it was made with, registered)]
+
+
+def _exact_cpu_arena(limit=None):
+    """Register, once per process, the CPU arena that onnxjob's CPU sessions share, bounded
+    by `limit` bytes (None: unbounded; the bound of the first registration stays, said once
+    when another is asked for later); False where onnxruntime refuses (another CPU
+    allocator is registered already).
 
     It grows by exactly the size requested (onnxruntime's default doubles each new region),
     so a step's regions are the sizes its tensors need and the next steps reuse them: a
@@ -315,13 +372,31 @@ def _exact_cpu_arena():
     Shared, a predict job run between train steps reuses the train step's memory: ResNet50
     at batch 32, train + predict, peaked at 4.6 GB instead of 5.1 GB.
     """
+    if _cpu_arena:
+        made_with, registered = _cpu_arena[0]
+        if limit != made_with:
+            _say_cpu_arena_bound(made_with)
+        return registered
     memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
                                ort.OrtMemType.DEFAULT)
+    config = {"arena_extend_strategy": 1}
+    if limit:
+        config["max_mem"] = int(limit)
     try:
-        ort.create_and_register_allocator(memory, ort.OrtArenaCfg({"arena_extend_strategy": 1}))
+        ort.create_and_register_allocator(memory, ort.OrtArenaCfg(config))
+        registered = True
     except Exception:    # onnxruntime's own error types
-        return False
-    return True
+        registered = False
+    _cpu_arena.append((limit, registered))
+    return registered
+
+
+@functools.lru_cache(maxsize=None)
+def _say_cpu_arena_bound(made_with):
+    bound = "no bound" if made_with is None else f"{made_with >> 20} MiB"
+    print(f"onnxjob: the CPU sessions of this process share one arena, made by the first of "
+          f"them with {bound}; flow.config.device_memory_limit_mbyte set since then applies to "
+          "CUDA sessions only", file=sys.stderr)
 
 
 def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=False,
@@ -445,6 +520,28 @@ def _cached_session(cache_path, model_bytes, is_train, device, deterministic, pr
 
 
 _NODE_NAME = re.compile(r"node with name '([^']*)'")
+# onnxruntime's words when an allocation fails: its arena's bound (BFCArena), the device's
+# memory (cudaMalloc through the arena), cuBLAS/cuDNN workspaces, the host's malloc
+_ARENA_BOUND = re.compile(r"Available memory of (\d+) is smaller than requested bytes of (\d+)")
+_FAILED_REQUEST = re.compile(r"Failed to allocate memory for requested buffer of size (\d+)")
+_OUT_OF_MEMORY = re.compile(r"out of memory|ALLOC_FAILED|bad_alloc|cudaErrorMemoryAllocation",
+                            re.IGNORECASE)
+_RUNNING_NODE = re.compile(r"while running (\w+) node\. Name:'([^']*)'")
+
+
+def memory_failure(error):
+    """When `error` (raised by an onnxruntime run) says an allocation failed: {"requested":
+    bytes or None, "available": bytes left in the arena or None, "op": (op type, node
+    name) or None}; else None."""
+    text = str(error)
+    bound, failed = _ARENA_BOUND.search(text), _FAILED_REQUEST.search(text)
+    if not (bound or failed or _OUT_OF_MEMORY.search(text)):
+        return None
+    running = _RUNNING_NODE.search(text)
+    return {"requested": int(bound.group(2)) if bound else
+            int(failed.group(1)) if failed else None,
+            "available": int(bound.group(1)) if bound else None,
+            "op": running.groups() if running else None}
 
 
 def session_error(error, model):

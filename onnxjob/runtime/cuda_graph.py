@@ -110,8 +110,8 @@ class CudaGraphRunner:
         try:
             self._session.run_with_iobinding(self._bindings[p], self._run_options[p])
         except Exception as e:   # onnxruntime's own exception types
-            if self._captured[p]:
-                raise
+            if self._captured[p] or backend.memory_failure(e) is not None:
+                raise   # (out of memory: the step fails, graphs stay on)
             raise CaptureFailed(str(e).strip().splitlines()[0]) from e
         self._captured[p] = True
         if self._state:

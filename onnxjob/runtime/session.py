@@ -16,7 +16,8 @@ import zlib
 import numpy as np
 import onnx
 
-from onnxjob.runtime import backend, cuda_graph, data_parallel, distributed, mirrored_step
+from onnxjob.runtime import (backend, cuda_graph, data_parallel, distributed, mirrored_step,
+                             out_of_memory)
 from onnxjob.graph.compiler import compile_job
 from onnxjob.graph.tracer import VariableRegistry
 from onnxjob.runtime.executor import Executor
@@ -160,13 +161,22 @@ class JobRuntime:
 
     def run(self, feeds):
         """One run: `feeds` are the placeholders' arrays; the host pipeline adds its inputs;
-        returns the user outputs and watched values (variables are updated in place)."""
+        returns the user outputs and watched values (variables are updated in place).
+        A run that cannot get memory raises DeviceMemoryError (runtime/out_of_memory.py)
+        and changes no variable."""
         if self._pipeline is not None:
             feeds.update(self._pipeline.next_feeds())
         frozen = self._frozen.session_for_call() if self._frozen is not None else None
-        if frozen is not None:
-            return frozen(feeds)
-        return self._run(feeds)
+        try:
+            if frozen is not None:
+                return frozen(feeds)
+            return self._run(feeds)
+        except Exception as e:   # onnxruntime's own exception types
+            failure = backend.memory_failure(e)
+            if failure is None:
+                raise
+            raise out_of_memory.device_memory_error(
+                self.job.name, self.device, failure, self.compiled) from e
 
     def _one_device_of_mirrored(self, feeds):
         return self.run_devices([feeds])[0]
@@ -283,12 +293,14 @@ class Session(VariableRegistry):
         self.variable_values[name] = backend.to_device(array, self.device)
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self, seed=None, tf32=None):
+    def start(self, seed=None, tf32=None, memory_limit_mbyte=None):
         """Compile every registered job (definition order) and initialise variables.
 
         `seed` (flow.config.seed) makes the initial values and every job's random nodes
         reproducible; None draws fresh entropy. `tf32`
-        (flow.config.enable_tensor_float_32_compute) allows TF32 math on the CUDA EP."""
+        (flow.config.enable_tensor_float_32_compute) allows TF32 math on the CUDA EP;
+        `memory_limit_mbyte` (flow.config.device_memory_limit_mbyte) bounds onnxruntime's
+        arenas."""
         if self.is_running:
             return
         with self._start_lock, _cyclic_gc_paused():
@@ -299,6 +311,7 @@ class Session(VariableRegistry):
                 requested = requested or job.config.get("execution_provider")
             self.device = backend.choose_device(requested)
             self.tf32 = tf32
+            backend.set_memory_limit(memory_limit_mbyte)
             self.data_parallel = distributed.enabled()
             if self.data_parallel:
                 # binds a rank on CUDA to its GPU before any variable is placed there

@@ -12,29 +12,29 @@ import unittest
 
 from onnxjob.compat.unittest_helpers import env
 from onnxjob.compat.unittest_helpers.env import device_num, node_size
+from onnxjob.frontend.helpers import enable_eager_execution, enable_typing_check
+from onnxjob.runtime.session import clear_default_session
 
 
 class _ClearDefaultSession:
     def setUp(self):
-        import onnxjob
-        onnxjob.clear_default_session()
-        onnxjob.enable_eager_execution(False)
+        clear_default_session()
+        enable_eager_execution(False)
 
 
 class TestCase(unittest.TestCase):
     """A unittest.TestCase whose setUp clears the default session (OneFlow's TestCase)."""
 
     def setUp(self):
-        import onnxjob
         if env.has_node_list() or (device_num() > 1 and
                                    os.getenv("ONEFLOW_TEST_MULTI_PROCESS") == "1"):
             raise NotImplementedError("flow.unittest.TestCase: onnxjob runs on one machine and "
                                       "device; multi-node / multi-process test environments "
                                       "(ONEFLOW_TEST_NODE_LIST, ONEFLOW_TEST_MULTI_PROCESS) "
                                       "are not supported")
-        onnxjob.clear_default_session()
-        onnxjob.enable_eager_execution(env.eager_execution_enabled())
-        onnxjob.experimental.enable_typing_check(env.typing_check_enabled())
+        clear_default_session()
+        enable_eager_execution(env.eager_execution_enabled())
+        enable_typing_check(env.typing_check_enabled())
 
 
 def skip_unless(n, d):
