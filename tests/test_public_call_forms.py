@@ -6,10 +6,9 @@ buffers for the image and detection ops, and tiny OFRecord, OneRec, Megatron and
 files written here for the readers. Then `None` for each parameter whose default is None
 (OneFlow reads None there as "the default").
 
-The documented form must run (or, for the names listed in REFUSED, raise onnxjob's
-UnsupportedAPIError-style error naming the line). A None form may give a result or one of
-the errors OneFlow's users meet: onnxjob's own (naming the line) or an AssertionError as
-OneFlow asserts. A raw TypeError / AttributeError / KeyError / IndexError / ValueError ...
+The documented form must run. A None form may give a result or one of the errors
+OneFlow's users meet: onnxjob's own (naming the line) or an AssertionError as OneFlow
+asserts. A raw TypeError / AttributeError / KeyError / IndexError / ValueError ...
 raised inside onnxjob fails the test. A function whose arguments cannot be built here is
 skipped with the reason."""
 import inspect
@@ -46,8 +45,6 @@ NOT_OPS = {"global_function", "clear_default_session", "sync_default_session", "
            "user_op_builder", "consistent_user_op_builder", "user_op_module_builder",
            "consistent_user_op_module_builder", "empty_initializer", "load_mnist",
            "load_mnist_subset", "device_prior_placement", "fixed_placement"}
-# the documented form raises onnxjob's error naming the line (onnxjob does not run it)
-REFUSED = {}
 
 FLOATS = np.linspace(0.1, 0.9, 512, dtype=np.float32)
 INTS = (np.arange(512) % 2).astype(np.int32)      # valid indices for any axis of size >= 2
@@ -386,10 +383,7 @@ def test_documented_forms_raise_no_raw_python_error(space, name, required, nones
     try:
         _call(fn, space, name, required, {}, files)
     except OnnxJobError as e:
-        if name not in REFUSED:
-            pytest.fail(f"{space}.{name}'s documented form failed: {type(e).__name__}: {e}")
-    else:
-        assert name not in REFUSED, f"{space}.{name} ran; REFUSED says onnxjob refuses it"
+        pytest.fail(f"{space}.{name}'s documented form failed: {type(e).__name__}: {e}")
     for param in nones:
         flow.clear_default_session()
         try:
