@@ -192,14 +192,26 @@ def test_shape_error_names_user_line():
 
 
 def test_blob_in_python_control_flow():
+    # OneFlow's lazy blob defines no __bool__: any blob is true, also a comparison's (the
+    # spec's "not usable as booleans" is stricter than OneFlow); that trap warns, naming
+    # the line. len() and iteration raise TypeError, as for OneFlow's blobs.
     @flow.global_function()
     def foo(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
         if x > 0:
-            return x
+            return x + 1
         return x
 
-    with pytest.raises(ConcreteBlobError, match=THIS_FILE):
-        foo(np.zeros(2, np.float32))
+    with pytest.warns(UserWarning, match=THIS_FILE):
+        np.testing.assert_array_equal(foo(np.zeros(2, np.float32)), [1, 1])
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def bar(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return x[len(x)]
+
+    with pytest.raises(ConcreteBlobError, match=THIS_FILE) as e:
+        bar(np.zeros(2, np.float32))
+    assert isinstance(e.value, TypeError)
 
 
 def test_train_job_without_optimizer_and_predict_job_with_minimize():

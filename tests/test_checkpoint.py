@@ -196,12 +196,27 @@ def test_symlinked_entries_are_not_followed(tmp_path):
     assert "output-bias-link" not in flow.checkpoint.get(str(tmp_path / "c"))
 
 
-def test_missing_snapshot_done_is_rejected(tmp_path):
+def test_a_folder_of_out_files_without_snapshot_done_or_meta_loads(tmp_path):
+    # what a pruning script writes: <variable>/out only; OneFlow's loader reads every
+    # subfolder with an `out` file and takes shape and dtype from the variable
     define_jobs(mlp)
-    flow.checkpoint.save(str(tmp_path / "c"))
-    os.remove(tmp_path / "c" / "snapshot_done")
-    with pytest.raises(CheckpointError, match="snapshot_done"):
-        flow.checkpoint.get(str(tmp_path / "c"))
+    before = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    root = tmp_path / "pruned"
+    pruned = {}
+    for name in ("hidden-weight", "output-bias"):
+        pruned[name] = (before[name] * 0.5 + 1).astype(before[name].dtype)
+        (root / name).mkdir(parents=True)
+        pruned[name].astype(pruned[name].dtype.newbyteorder("<")).tofile(root / name / "out")
+    (root / "notes").mkdir()                       # no `out`: not a variable
+    assert sorted(flow.checkpoint.get(str(root))) == ["hidden-weight", "output-bias"]
+    flow.train.CheckPoint().load(str(root))
+    after = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    for name, value in after.items():
+        np.testing.assert_array_equal(value, pruned.get(name, before[name]))
+    # a file of the wrong size for the variable is refused, naming it
+    np.zeros(3, "<f4").tofile(root / "output-bias" / "out")
+    with pytest.raises(CheckpointError, match="output-bias"):
+        flow.train.CheckPoint().load(str(root))
 
 
 @pytest.mark.parametrize("damage", ["truncated", "shape", "dtype"])

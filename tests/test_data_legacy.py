@@ -108,18 +108,25 @@ def test_preprocessor_arguments_are_checked():
     assert flow.data.ImageCodec().do_resize() == (False, -1, -1)
 
 
-def test_image_classification_reader_and_tensor_buffer_to_tensor(data_dir):
+def test_image_classification_reader_labels_feed_the_loss(data_dir):
+    # OneFlow's reader returns the labels as an int32 (N,) blob (tensor_buffer_to_tensor
+    # and squeeze inside it): straight into the loss, as programs use it
     @flow.global_function()
-    def job() -> Tuple[tp.Numpy, tp.Numpy]:
+    def job() -> Tuple[tp.Numpy, tp.Numpy, tp.Numpy]:
         image, label = flow.data.ofrecord_image_classification_reader(
             data_dir, "encoded", "class/label", batch_size=3, color_space="RGB")
-        label = flow.tensor_buffer_to_tensor(label, dtype=flow.int32, instance_shape=[1])
         image, _, _ = flow.image.Resize(image, target_size=(9, 11))
-        return image, label
+        flat = flow.reshape(flow.cast(image, flow.float), [3, -1])
+        logits = flow.slice(flat, [None, 0], [None, 16]) / 255
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(label, logits)
+        return image, label, loss
 
-    image, label = job()
-    np.testing.assert_array_equal(label, [[10], [11], [12]])
+    image, label, loss = job()
+    np.testing.assert_array_equal(label, [10, 11, 12])
     assert label.dtype == np.int32
+    logits = image.reshape(3, -1)[:, :16].astype(np.float32) / 255
+    log_softmax = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    np.testing.assert_allclose(loss, -log_softmax[np.arange(3), [10, 11, 12]], rtol=1e-5)
     np.testing.assert_array_equal(image, np.stack([resized(p, 9, 11)
                                                    for p in PICTURES]))
 

@@ -155,3 +155,26 @@ def test_in_top_k_of_dynamic_blobs_with_different_largest_shapes():
     p = np.float32([[0.1, 0.5, 0.2], [0.9, 0.3, 0.4], [0.2, 0.1, 0.7], [0.3, 0.2, 0.1]])
     t = np.int32([1, 1, 1, 5])
     np.testing.assert_array_equal(job([t], [p])[0], np.int8([1, 0, 0, 0]))
+
+
+def test_local_blobs_say_whether_they_are_dynamic_as_oneflows():
+    # OneFlow's own pool tests read `b.is_dynamic` in an unannotated watch_diff handler
+    # and then numpy_list()[0] or numpy(); a job without a return annotation alike
+    seen = {}
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((7, 2)), n: tp.Numpy.Placeholder((1,), dtype=flow.int32)):
+        w = flow.get_variable("w", (7, 2), initializer=flow.ones_initializer())
+        y = x * w
+        flow.watch_diff(w, lambda b: seen.setdefault("diff", b))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(y)
+        return y, flow.sync_dynamic_resize(y, n)
+
+    x = np.arange(14, dtype=np.float32).reshape(7, 2)
+    static, dynamic = job(x, np.int32([3])).get()
+    assert (static.is_dynamic, dynamic.is_dynamic, seen["diff"].is_dynamic) == (False, True,
+                                                                               False)
+    np.testing.assert_array_equal(dynamic.numpy_list()[0], x[:3])
+    np.testing.assert_array_equal(static.ndarray(), x)
+    np.testing.assert_array_equal(seen["diff"].numpy(), x)
+    assert static.parallel_num() == 1 and len(static.ndarray_list()) == 1

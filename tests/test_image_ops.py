@@ -501,9 +501,9 @@ def _decoded(records, color_space="BGR"):
                                               output_layout="CHW"), "output_layout"),
     (lambda r: flow.image.CropMirrorNormalize(
         _decoded(r), crop_h=4, crop_w=4,
-        mirror_blob=flow.constant(1, shape=(4,), dtype=flow.int8)), "int8 \\(4,\\) blob from"),
-    (lambda r: flow.image.CropMirrorNormalize(flow.constant(1, shape=(4, 5, 5, 3),
-                                                            dtype=flow.uint8)), "takes a tensor"),
+        mirror_blob=flow.constant(1, shape=(4,), dtype=flow.int8)), "read on the host"),
+    (lambda r: flow.image.CropMirrorNormalize(flow.constant(1, shape=(4, 5, 5), dtype=flow.uint8)),
+     "takes a tensor"),
     (lambda r: flow.image.CropMirrorNormalize(
         flow.image.Resize(_decoded(r), target_size=[8, 8])[0], color_space="GRAY"),
      "has 3 channels, color_space gives 1"),

@@ -6,11 +6,25 @@ onnxjob runs a job on one device, so a scheme changes no number: `split(axis)`,
 `layers.dense(model_distribute=...)` and `parallel_cast` accept.
 `mirrored_strategy()` / `consistent_strategy()` are the deprecated spellings of
 `flow.scope.mirrored_view()` / `consistent_view()` and return those objects.
+
+The distribution surface of OneFlow's lazy blobs is installed on Blob here, as OneFlow's
+framework registers it on its blob classes: `with_distribute` & co. (a hint the compiler
+reads, which changes no value), `distribute`, `split_axis`, `parallel_size`,
+`with_gradient_distribute`, and the ones OneFlow 0.2-0.4 had (`batch_axis`,
+`has_batch_axis()`, `disable_boxing`, `with_boxing_disabled`, `lbi`, `blob_name`,
+`job_name`, `IdenticalTo`).
 """
 import traceback
+import types
 
 from onnxjob.errors import missing_api
 from onnxjob.frontend import scope
+from onnxjob.graph.split_batch import Split, kind_while_tracing
+from onnxjob.graph.tracer import Blob, op
+
+
+# OneFlow's split axis of a blob that is not split (py_blob_desc.h)
+INVALID_SPLIT_AXIS = -22
 
 
 class Distribute:
@@ -102,5 +116,115 @@ def consistent_strategy_enabled():
     _deprecated("consistent_strategy_enabled", "consistent_view_enabled")
     return not scope.mirrored_view_enabled()
 
+
+# -- the lazy blob's distribution surface -------------------------------------------------
+
+def _hinted(blob, distribute, gradient_distribute=None):
+    """`blob` through an Identity that carries the hint (a new Blob, as OneFlow's
+    with_distribute returns a new blob object of the same logical blob)."""
+    assert_is_valid_distribute(distribute)
+    out = op("Identity", blob)
+    out.distribute_hint = distribute
+    return out
+
+
+def _with_distribute(self, distribute):
+    """This blob with the distribution hint `distribute` (flow.distribute.split(axis),
+    broadcast() or auto()): how a consumer on several devices should read it. The values
+    are the same; on one device, and on onnxjob's data-parallel ranks (whose split is
+    found from the graph, graph/split_batch.py), the hint changes nothing."""
+    return _hinted(self, distribute)
+
+
+def _with_split_distribute(self, axis):
+    """`with_distribute(flow.distribute.split(axis))`."""
+    return _hinted(self, split(axis))
+
+
+def _with_broadcast_distribute(self):
+    """`with_distribute(flow.distribute.broadcast())`."""
+    return _hinted(self, broadcast())
+
+
+def _with_gradient_distribute(self, distribute):
+    """`flow.parallel_cast(self, gradient_distribute=distribute)`: a hint for the
+    gradient's distribution; the values, and the gradient, are unchanged."""
+    assert_is_valid_distribute(distribute)
+    return op("Identity", self)
+
+
+def _distribute(self):
+    """The distribution hint given with with_distribute (auto() when none was)."""
+    return self.distribute_hint or auto()
+
+
+def _parallel_size(self):
+    """How many devices the blob lies on (OneFlow: its placement's parallel_num): the
+    world size of a data-parallel train step; else the device count of the
+    flow.scope.placement it was made under, 1 without one."""
+    ranks = self.builder.data_parallel_ranks
+    if ranks:
+        return ranks
+    return scope.device_count(self.placement.device_name()) if self.placement else 1
+
+
+def _split_axis(self):
+    """The axis the blob is split on across its devices, OneFlow's producer view;
+    INVALID_SPLIT_AXIS (-22) when it is not split. On one device OneFlow 0.5 makes every
+    blob broadcast (OneFlow <= 0.4 said split(0) there), so -22; on data-parallel ranks,
+    the axis that carries this rank's rows (a placeholder's batch axis, what is computed
+    row by row from it), -22 for whole values and partial sums."""
+    ranks = self.builder.data_parallel_ranks
+    if not ranks or ranks < 2:
+        return INVALID_SPLIT_AXIS
+    axis = _rows_axis(self, ranks)
+    return INVALID_SPLIT_AXIS if axis is None else axis
+
+
+def _rows_axis(blob, ranks):
+    """The axis of `blob` that carries the placeholders' rows when the job traced so far
+    is split over `ranks` (graph/split_batch.py's rules), or None (a value the rows do not
+    index: a variable's, a sum over the batch)."""
+    builder = blob.builder
+    variables = {v.value.name for v in builder.variables.values()}
+    placeholders = [v.name for v in builder.graph.inputs if v.name not in variables]
+    kind = kind_while_tracing(builder.graph, blob.value, placeholders, ranks,
+                              builder.job_name)
+    return kind.axis if isinstance(kind, Split) else None
+
+
+def _batch_axis(self):
+    """OneFlow <= 0.3's batch axis: the axis that indexes the placeholders' rows (0 for a
+    placeholder; moved by a transpose, gone after a reduction over it), None where there
+    is none (variables, sums over the batch)."""
+    return _rows_axis(self, 2)
+
+
+def _identical_to(self, other):
+    """OneFlow's IdenticalTo: the same logical blob, shape, split and dynamism."""
+    return (isinstance(other, Blob) and self.value is other.value and
+            self.shape == other.shape and self.is_dynamic == other.is_dynamic)
+
+
+def _install_blob_surface():
+    Blob.with_distribute = _with_distribute
+    Blob.with_split_distribute = _with_split_distribute
+    Blob.with_broadcast_distribute = _with_broadcast_distribute
+    Blob.with_gradient_distribute = _with_gradient_distribute
+    Blob.distribute = property(_distribute)
+    Blob.parallel_size = property(_parallel_size)
+    Blob.split_axis = property(_split_axis)
+    Blob.batch_axis = property(_batch_axis)
+    Blob.has_batch_axis = lambda self: _batch_axis(self) is not None
+    Blob.disable_boxing = property(lambda self: None)
+    Blob.with_boxing_disabled = lambda self, val=True: op("Identity", self)
+    Blob.lbi = property(lambda self: types.SimpleNamespace(op_name=self.op_name,
+                                                           blob_name=self.blob_name))
+    Blob.blob_name = property(lambda self: "out")
+    Blob.job_name = property(lambda self: self.builder.job_name)
+    Blob.IdenticalTo = _identical_to
+
+
+_install_blob_surface()
 
 __getattr__ = missing_api("flow.distribute")

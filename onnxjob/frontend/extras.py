@@ -2,13 +2,11 @@
 initializer, the job-set memory strategy, unique names and system assign."""
 import itertools
 
+from onnxjob.frontend.distribute import INVALID_SPLIT_AXIS  # noqa: F401  (flow.INVALID_SPLIT_AXIS)
 from onnxjob.frontend.function_desc import FunctionDesc
 from onnxjob.frontend.initializers import Initializer
 from onnxjob.frontend.variables import assign
 from onnxjob.graph.tracer import current_builder
-
-# OneFlow's split axis of a blob that is not split (py_blob_desc.h)
-INVALID_SPLIT_AXIS = -22
 
 _unique_ids = itertools.count()
 

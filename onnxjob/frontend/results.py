@@ -10,11 +10,12 @@ from onnxjob.graph.tracer import Blob
 class Leaf:
     """One graph output, converted on the way back per its leaf annotation."""
 
-    __slots__ = ("kind", "index")
+    __slots__ = ("kind", "index", "is_dynamic")
 
-    def __init__(self, kind, index):
+    def __init__(self, kind, index, is_dynamic=False):
         self.kind = kind
         self.index = index
+        self.is_dynamic = is_dynamic
 
 
 def _mismatch(ret, annotation, job_name, extra=""):
@@ -39,7 +40,7 @@ def flatten(ret, annotation, job_name, blobs):
                 "only fixed shaped blob compatible to oneflow.typing.Numpy. you can change "
                 "annotation to oneflow.typing.ListNumpy or oneflow.typing.ListListNumpy")
         blobs.append(ret)
-        return Leaf(annotation, len(blobs) - 1)
+        return Leaf(annotation, len(blobs) - 1, ret.is_dynamic)
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is tp.Bundle:
         return _flatten_bundle(ret, args[0], job_name, blobs)
@@ -84,7 +85,7 @@ def flatten_unannotated(ret, blobs):
         return None
     if isinstance(ret, Blob):
         blobs.append(ret)
-        return Leaf(None, len(blobs) - 1)
+        return Leaf(None, len(blobs) - 1, ret.is_dynamic)
     if isinstance(ret, (tuple, list)):
         return type(ret)(flatten_unannotated(r, blobs) for r in ret)
     if isinstance(ret, dict):
@@ -92,7 +93,7 @@ def flatten_unannotated(ret, blobs):
     raise AssertionError(f"a job may return Blobs or nested tuple/list/dict of Blobs, got {type(ret)}")
 
 
-def convert_leaf(kind, values):
+def convert_leaf(kind, values, is_dynamic=False):
     """The caller's value of one output; `values` holds one array per device."""
     if kind is tp.Numpy:
         return values[0]
@@ -100,7 +101,7 @@ def convert_leaf(kind, values):
         return list(values)
     if kind is tp.ListListNumpy:
         return [list(v) for v in values]
-    return LocalBlob(values)
+    return LocalBlob(values, is_dynamic)
 
 
 def build(tree, values):
@@ -108,7 +109,7 @@ def build(tree, values):
     if tree is None:
         return None
     if isinstance(tree, Leaf):
-        return convert_leaf(tree.kind, values[tree.index])
+        return convert_leaf(tree.kind, values[tree.index], tree.is_dynamic)
     if isinstance(tree, tuple):
         return tuple(build(t, values) for t in tree)
     if isinstance(tree, list):
@@ -117,11 +118,22 @@ def build(tree, values):
 
 
 class LocalBlob:
-    """A fetched value of an unannotated job: `.numpy()`, `.numpy_list()`, ndarray methods."""
+    """A fetched value of an unannotated job (or of flow.watch's handler without an
+    annotation): `.numpy()`, `.numpy_list()`, `.is_dynamic`, `.parallel_num()`, the
+    deprecated `.ndarray()` / `.ndarray_list()`, and the ndarray's methods, as OneFlow's."""
 
-    def __init__(self, per_device):
+    def __init__(self, per_device, is_dynamic=False):
         self._per_device = per_device
         self._array = per_device[0]
+        self._is_dynamic = bool(is_dynamic)
+
+    @property
+    def is_dynamic(self):
+        """Whether the blob was dynamic (its numpy_list() entries hold the actual rows)."""
+        return self._is_dynamic
+
+    def parallel_num(self):
+        return len(self._per_device)
 
     def numpy(self, parallel_id=None):
         """The value (of device `parallel_id`, as OneFlow's `blob.numpy(0)`)."""
@@ -132,6 +144,10 @@ class LocalBlob:
 
     def numpy_list(self):
         return list(self._per_device)
+
+    # OneFlow's deprecated spellings of numpy() / numpy_list()
+    ndarray = numpy
+    ndarray_list = numpy_list
 
     def numpy_lists(self):
         return [list(v) for v in self._per_device]

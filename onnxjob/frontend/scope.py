@@ -29,13 +29,31 @@ class _Placement:
         return False
 
 
-def placement(device_tag, machine_device_ids="0:0"):
+def placement(device_tag, machine_device_ids="0:0", hierarchy=None):
+    """A placement scope: ops inside run on `device_tag` ("cpu" / "gpu") devices
+    `machine_device_ids`, laid out as `hierarchy` (OneFlow's 2-D device grid, e.g. [2, 2]);
+    advisory, onnxjob runs a job on one execution provider."""
+    if hierarchy is not None and not (isinstance(hierarchy, (list, tuple)) and all(
+            isinstance(d, int) and d > 0 for d in hierarchy)):
+        raise ValueError(f"hierarchy must be a list of positive ints, got {hierarchy!r}")
     return _Placement(device_tag, machine_device_ids)
 
 
 def current_placement():
     stack = getattr(_state, "placements", None)
     return stack[-1] if stack else None
+
+
+def device_count(machine_device_ids):
+    """How many devices "machine:devices" strings name ("0:0-3" is 4, ["0:0", "1:0-1"] 3),
+    as OneFlow's parallel_num."""
+    total = 0
+    for entry in [machine_device_ids] if isinstance(machine_device_ids, str) \
+            else machine_device_ids:
+        devices = str(entry).split(":")[-1]
+        low, _, high = devices.partition("-")
+        total += int(high or low) - int(low) + 1
+    return total
 
 
 class ParallelConf:

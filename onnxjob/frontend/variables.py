@@ -3,6 +3,7 @@ import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.compat.generations import positional_is, two_generations
+from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.distribute import Distribute, assert_is_valid_distribute
 from onnxjob.errors import TraceError
@@ -88,12 +89,13 @@ def _get_variable_is_old(args):
                   "model_name", "random_seed", "distribute", "reuse"), _get_variable_is_old)
 def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regularizer=None,
                  trainable=None, model_name=None, random_seed=None, nd_sbp=None,
-                 distribute=None, reuse=True):
+                 distribute=None, reuse=True, parallel_distribution=None):
     """A variable shared by name across the session's jobs (spec §5.5).
 
     `initializer` is an onnxjob initializer (flow.*_initializer) or OneFlow's
     `initializer_conf_pb2.InitializerConf` message. `nd_sbp` / `distribute` (a
     flow.distribute scheme) are accepted; onnxjob keeps the whole variable on one device.
+    `parallel_distribution` is OneFlow 0.4's name of `nd_sbp`.
     """
     if distribute is not None:
         assert_is_valid_distribute(distribute)
@@ -112,12 +114,15 @@ def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regul
 
 
 def assign(ref, value, dtype=None, name=None):
-    """Set variable `ref` to `value` after this run (a state update, as in OneFlow)."""
+    """Set variable `ref` to `value` after this run (a state update, as in OneFlow); a 0-d
+    `value` sets a (1,) variable, as OneFlow <= 0.4's one-element full reductions did
+    (compat/zero_d_inputs.py)."""
     builder = current_builder("flow.assign")
     names = [n for n, b in builder.variables.items() if b is ref]
     if not names:
         raise TraceError(f"flow.assign: the first argument must be a variable of this job "
                          f"(from flow.get_variable), got {getattr(ref, 'name', ref)!r}")
+    value = as_vector(value, where=tuple(ref.shape) == (1,))
     if tuple(value.shape) != tuple(ref.shape) or value.np_dtype != ref.np_dtype:
         raise TraceError(f"flow.assign: value {value.shape} {value.np_dtype} does not fit "
                          f"variable {names[0]!r} {ref.shape} {ref.np_dtype}")

@@ -22,7 +22,7 @@ def _make_handler(blob, handler_or_prompt):
     assert len(params) == 1, "watch callback should accept only one parameter"
     ann = params[0].annotation
     if ann is inspect.Parameter.empty:
-        return lambda values: handler_or_prompt(LocalBlob(values))
+        return lambda values: handler_or_prompt(LocalBlob(values, blob.is_dynamic))
     if ann is tp.Numpy:
         if blob.is_dynamic:
             raise AssertionError(

@@ -32,6 +32,7 @@ gathered, partial sums summed, partial means averaged, whole ones taken as they 
 """
 import numpy as np
 import onnx
+import onnx_ir as ir
 from onnx import helper, numpy_helper
 
 from onnxjob.errors import TraceError
@@ -271,3 +272,20 @@ def split_batch(model, placeholder_names, rank, ranks, job_name):
     rewriter.run()
     return {o.name: rewriter.kinds[o.name] for o in model.graph.output}
 
+
+def kind_while_tracing(graph, value, placeholder_names, ranks, job_name):
+    """The kind `value` of an onnx_ir `graph` still being traced would have on `ranks`
+    data-parallel ranks (None where the graph so far cannot be split): the graph up to
+    here is split as the whole step will be, with `value` as its one output."""
+    outputs = list(graph.outputs)
+    graph.outputs.clear()
+    graph.outputs.append(value)
+    try:
+        proto = ir.to_proto(ir.Model(graph, ir_version=8))  # compiler.IR_VERSION
+    finally:
+        graph.outputs.clear()
+        graph.outputs.extend(outputs)
+    try:
+        return split_batch(proto, placeholder_names, 0, ranks, job_name)[value.name]
+    except SplitError:
+        return None

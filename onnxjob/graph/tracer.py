@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import random
 import threading
+import warnings
 
 import numpy as np
 import onnx_ir as ir
@@ -45,11 +46,14 @@ class TracedNode:
 class Blob:
     """A value inside a job body: static shape and dtype, no data.
 
-    Supports `+ - * / %`, unary `-` and comparisons with Blobs and Python scalars.
+    Supports `+ - * / %`, unary `-` and comparisons with Blobs and Python scalars. The
+    distribution surface of OneFlow's blobs (`with_distribute`, `split_axis`,
+    `parallel_size`, ...) is installed by frontend/distribute.py.
     """
 
     __slots__ = ("value", "shape", "np_dtype", "is_dynamic", "is_tensor_list", "producer",
-                 "builder", "host_node", "given_op_name", "placement", "__weakref__")
+                 "builder", "host_node", "given_op_name", "placement", "distribute_hint",
+                 "__weakref__")
 
     def __init__(self, builder, value, shape, np_dtype, producer=None, is_dynamic=False,
                  is_tensor_list=False):
@@ -62,6 +66,7 @@ class Blob:
         self.is_tensor_list = is_tensor_list
         self.host_node = None  # for graph inputs fed by the host pipeline (add_source)
         self.given_op_name = None  # the op's name flow.user_op_builder gave (op_name)
+        self.distribute_hint = None  # blob.with_distribute's (frontend/distribute.py)
         # the placement scope it was made under (frontend/scope.py), for parallel_conf
         self.placement = builder.placement_in_effect() if builder.placement_in_effect else None
 
@@ -98,27 +103,46 @@ class Blob:
     def __repr__(self):
         return f"Blob(name={self.name!r}, shape={self.shape}, dtype={self.dtype.__name__})"
 
-    # -- refuse Python control flow on traced values ---------------------------------
+    # -- Python protocols, as OneFlow's lazy blobs have them ----------------------------
     def __bool__(self):
-        raise ConcreteBlobError(
-            f"{user_location()}: the truth value of a traced Blob {self.name} is not known "
-            "while the job is traced; Python `if`/`while`/`and`/`or` cannot depend on it. "
-            "Use flow.math.where / comparisons that produce Blobs instead.")
+        # OneFlow's lazy blob defines neither __bool__ nor __len__, so Python takes any
+        # blob as true (`if bias_blob:` is a test for None); a comparison's int8 blob in an
+        # `if` is a trap, hence a warning once per line
+        if self.np_dtype == np.int8:
+            _warn_truth_of_flag_once(self)
+        return True
 
     def __iter__(self):
         raise ConcreteBlobError(
             f"{user_location()}: cannot iterate over traced Blob {self.name} of shape "
-            f"{self.shape}; index it with flow.slice / flow.gather or split it explicitly.")
+            f"{self.shape} (OneFlow's lazy blobs are not iterable either); index it with "
+            "flow.slice / flow.gather or split it explicitly.")
+
+    def __contains__(self, item):
+        raise ConcreteBlobError(
+            f"{user_location()}: `in` on traced Blob {self.name}: its values are not known "
+            "while the job is traced (OneFlow's lazy blobs are not containers either)")
 
     def __len__(self):
         raise ConcreteBlobError(
-            f"{user_location()}: len() of a traced Blob is not available; use blob.shape[0] "
+            f"{user_location()}: len() of a traced Blob is not available (OneFlow's lazy "
+            f"blobs have no len()); use blob.shape[0] "
             f"(= {self.shape[0] if self.shape else 'scalar'}) instead.")
 
     __hash__ = object.__hash__
 
     def __index__(self):
-        raise ConcreteBlobError(f"{user_location()}: a traced Blob cannot be used as an index")
+        raise ConcreteBlobError(f"{user_location()}: a traced Blob cannot be used as an index "
+                                "(its value is not known while the job is traced)")
+
+    def _no_number(self, kind):
+        raise ConcreteBlobError(f"{user_location()}: {kind}() of traced Blob {self.name}: its "
+                                "value is not known while the job is traced (a job returns "
+                                "it, e.g. as tp.Numpy)")
+
+    def __float__(self): return self._no_number("float")
+    def __int__(self): return self._no_number("int")
+    def __complex__(self): return self._no_number("complex")
 
     # -- operators ----------------------------------------------------------------------
     def _binary(self, op_type, other, reverse=False):
@@ -155,6 +179,22 @@ class Blob:
 
     def __ne__(self, o):
         return op("Cast", op("Not", self._binary("Equal", o)), to=ir.DataType.INT8.value)
+
+
+_warned_truth_lines = set()
+
+
+def _warn_truth_of_flag_once(blob):
+    """Warn, once per user line, that an int8 blob (a comparison's) in a truth test is
+    always true: OneFlow's lazy blobs are, whatever their values."""
+    where = user_location()
+    if where in _warned_truth_lines:
+        return
+    _warned_truth_lines.add(where)
+    warnings.warn(f"{where}: the truth value of traced Blob {blob.name} (int8, as a "
+                  "comparison gives) is always True in a job, as for OneFlow's lazy blobs: "
+                  "the test does not look at its values (flow.math.where selects by them)",
+                  stacklevel=3)
 
 
 class VariableRegistry:
@@ -296,6 +336,10 @@ class GraphBuilder:
         location = location or self.location_override or short_location()
         for i, x in enumerate(inputs):
             if x is not None and not isinstance(x, Blob):
+                # a value of the host pipeline (ops/host.HostValue) says what it is
+                if hasattr(type(x), "as_graph_input"):
+                    inputs[i] = x = x.as_graph_input(op_type)
+                    continue
                 raise TraceError(f"{op_type}: input {i} is {type(x).__name__}, expected a Blob")
             if x is not None and x.builder is not self:
                 raise TraceError(f"{op_type}: input {x.name} belongs to another job's graph; "

@@ -69,15 +69,17 @@ class FileBackedVariable:
 
 
 def get(path):
-    """The variables saved under `path`: {name: entry} (or one entry if path/out exists)."""
+    """The variables saved under `path`: {name: entry} for every subfolder that holds an
+    `out` file (or one entry if path/out exists). As OneFlow's loader, neither
+    `snapshot_done` nor the `meta` files are needed (a script that writes `<name>/out` files
+    itself leaves them out); an entry without `meta` takes its shape and dtype from the
+    variable it is loaded into. (onnxjob's own saves are atomic: a save that did not
+    complete leaves no folder.)"""
     started_session(sync=False)
     if not os.path.isdir(path):
         raise AssertionError(f"Directory {path} doesn't exist!")
     if os.path.isfile(os.path.join(path, "out")):
         return FileBackedVariable(path)
-    if not os.path.isfile(os.path.join(path, "snapshot_done")):
-        raise CheckpointError(f"{path} has no snapshot_done marker: the save that wrote it did "
-                              "not complete")
     entries = {}
     for name in sorted(os.listdir(path)):
         sub = os.path.join(path, name)

@@ -12,6 +12,7 @@ layout's order, each an int or a (before, after) pair, e.g. [[0, 0], [0, 0], [1,
 Dtypes: float32 and float64, as OneFlow's CPU kernels (float64 runs as exact float64
 formulations, see graph/primitives/conv.py and pooling.py); other dtypes raise TraceError.
 """
+import numbers
 import numpy as np
 
 from onnxjob.compat.generations import positional_is, two_generations
@@ -28,9 +29,15 @@ __all__ = ["bias_add", "conv1d", "conv2d", "conv3d", "compat_conv2d", "conv2d_tr
 
 
 def spatial_tuple(value, ndims, what):
-    """An int or a sequence of 1 or `ndims` ints, as a list of `ndims` ints."""
-    if isinstance(value, int):
-        return [value] * ndims
+    """An int or a sequence of 1 or `ndims` ints, as a list of `ndims` ints; None is 1 (as
+    OneFlow's `_GetSequence` reads the pools' ksize and strides)."""
+    if value is None:
+        value = 1
+    if isinstance(value, numbers.Integral):
+        return [int(value)] * ndims
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value):
+        raise TraceError(f"{what} must be an int or {ndims} ints, got {value!r}")
     values = [int(v) for v in value]
     if len(values) == 1:
         return values * ndims
@@ -109,6 +116,10 @@ def from_channels_first(y, channels_last):
 
 def convolution(x, filters, strides, padding, data_format, dilations, groups, bias, name, ndims):
     """An N-d convolution in OneFlow's terms, emitted as one ONNX Conv (+ layout moves)."""
+    for what, value in (("input", x), ("filters", filters)):
+        if not isinstance(value, Blob):    # (flow.layers.conv*d takes a filter count)
+            raise TraceError(f"a {ndims}-D convolution (flow.nn.conv{ndims}d) takes the "
+                             f"{what} as a Blob, got {value!r}")
     if len(x.shape) != ndims + 2 or len(filters.shape) != ndims + 2:
         raise TraceError(f"a {ndims}-D convolution needs a {ndims + 2}-D input and weight, "
                          f"got {x.shape} and {filters.shape}")

@@ -10,12 +10,15 @@ buffers in one op.
 """
 import numpy as np
 
+from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.io import ofrecord
 from onnxjob.ops import image as image_ops
 from onnxjob.ops.host import RECORD, TENSOR_BUFFER, check_host_value, host_value
 from onnxjob.ops.ofrecord_data import ofrecord_image_decoder, ofrecord_raw_decoder, ofrecord_reader
 from onnxjob.ops.random import coin_flip
+from onnxjob.ops.shapes import squeeze
+from onnxjob.ops.tensor_buffer import tensor_buffer_to_tensor
 
 
 class ImagePreprocessor:
@@ -167,10 +170,11 @@ def ofrecord_image_classification_reader(ofrecord_dir, image_feature_name, label
                                          shuffle_after_epoch=False, color_space="BGR",
                                          decode_buffer_size_per_thread=32,
                                          num_decode_threads_per_machine=None, name=None):
-    """(images, labels) of each batch of records: tensor buffers of the decoded (H, W, C)
-    uint8 images in `color_space` and of int32 (1,) labels (flow.tensor_buffer_to_tensor
-    turns them into an (N, 1) blob). The decode-thread arguments tune OneFlow's reader;
-    onnxjob decodes on its own decode threads."""
+    """(images, labels) of each batch of records: a tensor buffer of the decoded (H, W, C)
+    uint8 images in `color_space`, and the labels as an int32 (N,) blob (OneFlow's reader
+    turns its label buffer into a tensor and squeezes it, in every version), ready for
+    flow.nn.sparse_softmax_cross_entropy_with_logits. The decode-thread arguments tune
+    OneFlow's reader; onnxjob decodes on its own decode threads."""
     api = "flow.data.ofrecord_image_classification_reader"
     if not isinstance(label_feature_name, str):
         raise TraceError(f"{api}: label_feature_name must be a str, got {label_feature_name!r}")
@@ -189,7 +193,8 @@ def ofrecord_image_classification_reader(ofrecord_dir, image_feature_name, label
 
     label = host_value(f"{name or 'OFRecordImageClassificationReader'}_label", labels,
                        [records], batch_size, TENSOR_BUFFER, api)
-    return images, label
+    label = tensor_buffer_to_tensor(label, dtype=dtypes.int32, instance_shape=[1])
+    return images, squeeze(label, axis=[-1])
 
 
 __all__ = ["BlobConf", "ImageCodec", "ImagePreprocessor", "ImageResizePreprocessor",

@@ -13,13 +13,14 @@ from onnxjob.runtime.pipeline import HostNode
 def megatron_gpt_mmap_data_loader(data_file_prefix, seq_length, num_samples, batch_size,
                                   dtype=dtypes.int64, shuffle=True, random_seed=None,
                                   split_sizes=None, split_index=None, nd_sbp=None,
-                                  start_from_saved_progress=False, name=None):
+                                  start_from_saved_progress=False, name=None,
+                                  parallel_distribution=None):
     """A (batch_size, seq_length + 1) blob of `dtype` per run: the next samples of the
     dataset `data_file_prefix`.idx/.bin, laid out for `num_samples` samples of split
     `split_index` of `split_sizes` (weights, default one split), shuffled with
     `random_seed` (default: from the job's seed stream). Running past the samples laid out
-    raises, as OneFlow's reader does. `nd_sbp` places OneFlow's reader; onnxjob reads the
-    whole batch in one process."""
+    raises, as OneFlow's reader does. `nd_sbp` (OneFlow 0.4: `parallel_distribution`)
+    places OneFlow's reader; onnxjob reads the whole batch in one process."""
     api = "flow.data.megatron_gpt_mmap_data_loader"
     if start_from_saved_progress:
         raise TraceError(f"{api}: start_from_saved_progress keeps the reader's position in a "

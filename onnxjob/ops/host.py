@@ -8,10 +8,11 @@ A HostValue that becomes a fixed-shape array is turned into a graph input with
 it back with `host_node_of` (CropMirrorNormalize reads CoinFlip's Blob).
 """
 from onnxjob import dtypes
-from onnxjob.errors import TraceError
+from onnxjob.errors import TraceError, UnsupportedAPIError
 from onnxjob.io.ofrecord import RecordError
 from onnxjob.graph.tracer import Blob, current_builder
 from onnxjob.runtime.pipeline import HostNode
+from onnxjob.source_info import user_location
 
 
 class HostValue:
@@ -29,6 +30,27 @@ class HostValue:
     @property
     def shape(self):
         return self.dims or (self.batch_size,)
+
+    @property
+    def is_dynamic(self):
+        return False
+
+    def as_graph_input(self, api):
+        """What a graph op gets for this value: none, as in OneFlow, whose ops take no
+        record or tensor_buffer blobs; the error says how to make one it takes."""
+        raise UnsupportedAPIError(
+            f"{user_location()}: {api} takes a blob of numbers; {self!r} is a "
+            f"{self.dtype.__name__} blob of the data pipeline (records or variable-size "
+            "items), which OneFlow's graph ops do not take either: make it a fixed-shape blob "
+            "with flow.tensor_buffer_to_tensor(x, dtype, instance_shape), a decoder "
+            "(flow.data.OFRecordRawDecoder, ofrecord_image_decoder + flow.image.Resize) or "
+            "flow.image.CropMirrorNormalize")
+
+    def __getattr__(self, name):
+        # a Blob attribute an op reads (np_dtype, builder, ...): the same explanation
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self.as_graph_input(f"this op (reading .{name})")
 
     def __repr__(self):
         return f"HostValue({self.node.name}, batch {self.batch_size}, {self.dtype.__name__})"

@@ -3,14 +3,15 @@
 They take the decoders' tensor buffers (ops/data.py: a list of (where, (H, W, C) image)
 made each run) and give tensor buffers, or fixed-shape arrays that become graph inputs
 (Resize to a fixed size, CropMirrorNormalize, batch_align; CropMirrorNormalize also reads
-such a host-fed uint8 batch, and flow.random.CoinFlip as its mirror). The pixel work is
+such a host-fed uint8 batch, and flow.random.CoinFlip as its mirror, and runs as graph ops on
+a uint8 batch computed in the graph, e.g. by flow.cast). The pixel work is
 io/images.py: OpenCV's resize coefficients, OneFlow's crop and normalize arithmetic.
 """
 import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
-from onnxjob.graph.tracer import Blob
+from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.io import images as image_io
 from onnxjob.io.ofrecord import RecordError
 from onnxjob.ops.host import (TENSOR_BUFFER, HostValue, check_host_value, checked_args,
@@ -187,6 +188,17 @@ def CropMirrorNormalize(input_blob, mirror_blob=None, color_space="BGR", output_
         _check_per_image(mirror_blob, n, "mirror_blob", api)
         inputs.append(mirror_blob)
     nchw = output_layout == "NCHW"
+    in_graph = [isinstance(v, Blob) and v.host_node is None for v in inputs]
+    if isinstance(input_blob, HostValue) and any(in_graph):
+        raise TraceError(f"{api}: the mirror flags of a tensor buffer's images are read on "
+                         "the host, where a blob computed in the graph cannot go; use "
+                         "flow.random.CoinFlip's, or resize the images to one size first")
+    if any(in_graph):
+        # a batch (or mirror flags) computed in the graph: OneFlow's
+        # crop_mirror_normalize_from_uint8 takes any uint8 (N, H, W, C) blob
+        return _crop_mirror_normalize_in_graph(input_blob, mirror_blob, out_h, out_w,
+                                               crop_pos_y, crop_pos_x, mean_vec, inv_std,
+                                               nchw, name)
 
     def normalize_one(item):
         (where, img), mirror = item
@@ -210,6 +222,29 @@ def CropMirrorNormalize(input_blob, mirror_blob=None, color_space="BGR", output_
 crop_mirror_normalize = CropMirrorNormalize
 
 
+def _crop_mirror_normalize_in_graph(x, mirror, out_h, out_w, crop_pos_y, crop_pos_x, mean,
+                                    inv_std, nchw, name):
+    """CropMirrorNormalize of a uint8 (N, H, W, C) Blob as graph ops, with the window of
+    image_io.crop_mirror_normalize (the same for every image: the batch has one size)."""
+    _, in_h, in_w, _ = x.shape
+    y0 = int(np.float32(in_h - out_h) * np.float32(crop_pos_y))
+    x0 = int(np.float32(in_w - out_w) * np.float32(crop_pos_x))
+    window = op("Slice", x, int64_constant(x, [y0, x0]),
+                int64_constant(x, [y0 + out_h, x0 + out_w]), int64_constant(x, [1, 2]))
+    if mirror is not None:
+        mirrored = op("Slice", window, int64_constant(x, [-1]),
+                      int64_constant(x, [-(2 ** 62)]), int64_constant(x, [2]),
+                      int64_constant(x, [-1]))
+        flags = op("Reshape", op("Cast", mirror, to=9),      # 9: BOOL
+                   int64_constant(x, [-1, 1, 1, 1]))
+        window = op("Where", flags, mirrored, window)
+    pixels = op("Cast", window, to=1)                      # 1: FLOAT
+    out = op("Mul", op("Sub", pixels, as_blob(mean, like=pixels)),
+             as_blob(inv_std, like=pixels))
+    return op("Transpose", out, perm=[0, 3, 1, 2], name=name) if nchw else \
+        op("Identity", out, name=name)
+
+
 def _per_channel(values, channels, label, api):
     values = np.asarray(values, np.float32).reshape(-1)
     if values.size not in (1, channels):
@@ -224,24 +259,22 @@ def _crop_shape(value, channels, crop_h, crop_w, api):
             raise TraceError(f"{api}: crop_h and crop_w are required for a tensor buffer of "
                              f"images (their sizes vary), got {crop_h}x{crop_w}")
         return value.batch_size, crop_h, crop_w
-    if (isinstance(value, Blob) and value.host_node is not None and value.np_dtype == np.uint8
-            and len(value.shape) == 4):
+    if isinstance(value, Blob) and value.np_dtype == np.uint8 and len(value.shape) == 4:
         n, h, w, c = value.shape
         if c != channels:
             raise TraceError(f"{api}: the input has {c} channels, color_space gives {channels}")
         if crop_h <= 0 or crop_w <= 0:
             return n, h, w
         return n, min(crop_h, h), min(crop_w, w)
-    raise TraceError(f"{api} takes a tensor buffer of images or a uint8 (N, H, W, C) batch "
-                     f"from a data op (flow.image.Resize, ImageDecoderRandomCropResize), got "
-                     f"{value!r}")
+    raise TraceError(f"{api} takes a tensor buffer of images or a uint8 (N, H, W, C) blob "
+                     f"(OneFlow's kernels take no other), got {value!r}")
 
 
 def _check_per_image(value, n, label, api):
-    """`value`, a host-fed int8 (N,) Blob (flow.random.CoinFlip) read per image."""
-    if not (isinstance(value, Blob) and value.host_node is not None
-            and value.np_dtype == np.int8 and tuple(value.shape) == (n,)):
-        raise TraceError(f"{api}: {label} must be an int8 ({n},) blob from the host, such as "
+    """`value`, an int8 (N,) Blob (flow.random.CoinFlip's, or any other) read per image."""
+    if not (isinstance(value, Blob) and value.np_dtype == np.int8
+            and tuple(value.shape) == (n,)):
+        raise TraceError(f"{api}: {label} must be an int8 ({n},) blob, such as "
                          f"flow.random.CoinFlip(batch_size={n}), got {value!r}")
 
 
@@ -269,7 +302,8 @@ def random_crop(input_blob, num_attempts=10, seed=None, random_area=None,
         window = image_io.random_crop_window(*img.shape[:2], generators[slot], *crop_args)
         return where, image_io.crop(img, window)
 
-    return host_value(name, lambda batch: image_io.map_ordered(crop_one, enumerate(batch)),
+    return host_value(name or "ImageRandomCrop",
+                      lambda batch: image_io.map_ordered(crop_one, enumerate(batch)),
                       [input_blob], input_blob.batch_size, TENSOR_BUFFER, api)
 
 

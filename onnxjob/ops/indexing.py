@@ -6,6 +6,7 @@ Shape and gradient rules: onnxjob/graph/primitives/shape_ops.py.
 import numpy as np
 
 from onnxjob import dtypes
+from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.ops._array_common import INDEX_DTYPES
@@ -23,7 +24,9 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     axes are all but the last axis of `indices`, whatever `batch_dims` says: with b =
     rank(indices) - 1, out[i.., k] = params[i.., indices[i.., k], ...] for the first b
     axes shared (BERT's masked-LM positions call it with batch_dims=2 on (B, P) indices).
+    0-d `params` are their one-element vector, as OneFlow <= 0.4's (compat/zero_d_inputs.py).
     """
+    params = as_vector(params)
     if not isinstance(indices, Blob):
         indices = as_blob(np.asarray(indices, np.int64), like=params, dtype=np.int64)
     rank = len(params.shape)
@@ -66,7 +69,9 @@ def _nd_indices(indices, like, api):
 
 
 def gather_nd(params, indices, name=None):
-    """Slices of `params` at the index tuples in the last axis of `indices`."""
+    """Slices of `params` at the index tuples in the last axis of `indices` (0-d `params`:
+    their one-element vector, compat/zero_d_inputs.py)."""
+    params = as_vector(params)
     return op("GatherND", params, _nd_indices(indices, params, "gather_nd"), name=name)
 
 
@@ -92,7 +97,9 @@ def tensor_scatter_nd_add(params, indices, updates, name=None):
 
 
 def dim_gather(input, dim, index, name=None):
-    """out[i][j][k] = input[index[i][j][k]][j][k] for dim 0 (and so on for other dims)."""
+    """out[i][j][k] = input[index[i][j][k]][j][k] for dim 0 (and so on for other dims); a
+    0-d `input` beside a vector index is its one-element vector (compat/zero_d_inputs.py)."""
+    input = as_vector(input, where=len(index.shape) == 1)
     if len(input.shape) != len(index.shape):
         raise TraceError(f"dim_gather: input {input.shape} and index {index.shape} must have "
                          "the same number of axes")

@@ -10,6 +10,7 @@ import numbers
 import numpy as np
 
 from onnxjob.compat.generations import positional_is, two_generations
+from onnxjob.compat.zero_d_inputs import as_vector, as_vectors
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.graph.primitives.elementwise import FLOATS, cast, gelu_derivative
@@ -41,6 +42,8 @@ def named_op(op_type, *inputs, name=None, **attrs):
 
 
 def _check_dtype(x, api, allowed=FLOATS):
+    if hasattr(type(x), "as_graph_input"):     # a value of the data pipeline explains itself
+        x = x.as_graph_input(api)
     if not isinstance(x, Blob):
         raise TraceError(f"{api} takes a Blob, got {type(x).__name__}")
     if x.np_dtype not in allowed:
@@ -228,8 +231,9 @@ def squared_difference(x, y, name=None):
 
 
 def add_n(inputs, name=None):
-    """The sum of a list of Blobs of one shape and dtype."""
-    inputs = list(inputs)
+    """The sum of a list of Blobs of one shape and dtype (0-d Blobs beside (1,) ones are
+    one-element vectors: compat/zero_d_inputs.py)."""
+    inputs = as_vectors(inputs, mixed_only=True)
     if not inputs:
         raise TraceError("flow.math.add_n takes a non-empty list of Blobs")
     for x in inputs[1:]:
@@ -378,23 +382,26 @@ def polyval(coeffs, x, name=None):
 # -- reductions ---------------------------------------------------------------------------
 
 def _axes(x, axis, api):
-    """OneFlow's reduction axes: None = all, an int, or a sequence (empty = none)."""
+    """`x` and OneFlow's reduction axes: None = all, an int, or a sequence (empty = none).
+    A 0-d `x` given axes is the one-element vector OneFlow <= 0.4 had there
+    (compat/zero_d_inputs.py), so a reduction of it over axis 0 is again 0-d."""
     if axis is None:
-        return list(range(len(x.shape)))
+        return x, list(range(len(x.shape)))
     if isinstance(axis, numbers.Integral):
         axis = [axis]
     if not isinstance(axis, (list, tuple)):
         raise TraceError(f"{api}: axis must be None, an int or a list of ints, got {axis!r}")
+    x = as_vector(x, where=bool(axis))
     for a in axis:
         if not -len(x.shape) <= a < len(x.shape):
             raise TraceError(f"{api}: axis {a} is out of range for a Blob of rank {len(x.shape)}")
-    return [int(a) for a in axis]
+    return x, [int(a) for a in axis]
 
 
 def _reduce(op_type, api, allowed, doc):
     def f(input_tensor, axis=None, keepdims=False, name=None):
         _check_dtype(input_tensor, api, allowed)
-        axes = _axes(input_tensor, axis, api)
+        input_tensor, axes = _axes(input_tensor, axis, api)
         if not axes:
             return input_tensor
         if op_type == "ReduceSum":
@@ -426,7 +433,7 @@ def reduce_euclidean_norm(input_tensor, axis=None, keepdims=False, name=None):
     """sqrt(sum(x^2)) over `axis` (None = all axes; `[]` gives |x|)."""
     api = "flow.math.reduce_euclidean_norm"
     _check_dtype(input_tensor, api)
-    axes = _axes(input_tensor, axis, api)
+    input_tensor, axes = _axes(input_tensor, axis, api)
     if not axes:
         return op("Abs", input_tensor, name=name)
     return op("ReduceL2", input_tensor, axes=axes, keepdims=int(keepdims), name=name)
@@ -435,7 +442,7 @@ def reduce_euclidean_norm(input_tensor, axis=None, keepdims=False, name=None):
 def _reduce_logical(reduction, api):
     def f(x, axis=None, keepdims=False, name=None):
         _check_dtype(x, api, _ARITHMETIC)
-        axes = _axes(x, axis, api)
+        x, axes = _axes(x, axis, api)
         truth = _to_int8(cast(x, np.bool_))
         if not axes:  # as OneFlow: x != 0
             return _named(truth, name)
@@ -453,7 +460,7 @@ reduce_all = _reduce_logical("ReduceMin", "flow.math.reduce_all")
 def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
     """mean((x - mean(x))^2) over `axis` (divides by the count; zeros for `axis=[]`)."""
     x = _check_dtype(input_tensor, "flow.math.reduce_variance")
-    axes = _axes(x, axis, "flow.math.reduce_variance")
+    x, axes = _axes(x, axis, "flow.math.reduce_variance")
     if not axes:
         return _named(_zeros_like(x), name)
     # NOTE: OneFlow computes mean(x^2) - mean(x)^2; the centered form is the same value
@@ -465,8 +472,10 @@ def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
 
 def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
     """sqrt(reduce_variance) over `axis` (zeros for `axis=[]`)."""
-    variance = reduce_variance(input_tensor, axis, keepdims)
-    if not _axes(input_tensor, axis, "flow.math.reduce_std"):
+    x, axes = _axes(_check_dtype(input_tensor, "flow.math.reduce_std"), axis,
+                    "flow.math.reduce_std")
+    variance = reduce_variance(x, axes, keepdims)
+    if not axes:
         return _named(variance, name)
     return op("Sqrt", variance, name=name)
 
@@ -474,8 +483,8 @@ def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
 def reduced_shape_elem_cnt(input_blob, axis=None, dtype=None, name=None):
     """The number of elements of `input_blob` over `axis` (all axes by default), as a
     0-d Blob of `dtype` (int32 by default)."""
-    axes = _axes(input_blob, axis, "flow.math.reduced_shape_elem_cnt")
-    count = int(np.prod([input_blob.shape[a] for a in axes]))
+    counted, axes = _axes(input_blob, axis, "flow.math.reduced_shape_elem_cnt")
+    count = int(np.prod([counted.shape[a] for a in axes]))
     np_dtype = dtypes.to_numpy(dtype) if dtype is not None else np.dtype(np.int32)
     count_blob = as_blob(np.array(count, np_dtype), like=input_blob, dtype=np_dtype)
     return op("Identity", count_blob, name=name)

@@ -150,7 +150,8 @@ def OFRecordImageDecoderRandomCrop(input_blob, blob_name, color_space="BGR", num
         window = images.random_crop_window(*image.shape[:2], generators[slot], *crop_args)
         return where, images.crop(image, window)
 
-    return host_value(name, lambda batch: images.map_ordered(decode_one, enumerate(batch)),
+    return host_value(name or "OFRecordImageDecoderRandomCrop",
+                      lambda batch: images.map_ordered(decode_one, enumerate(batch)),
                       [input_blob], input_blob.batch_size, TENSOR_BUFFER, api)
 
 

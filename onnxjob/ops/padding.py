@@ -5,6 +5,7 @@ Shape and gradient rules of Pad: onnxjob/graph/primitives/shape_ops.py.
 """
 import numpy as np
 
+from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import as_blob, int64_constant, op
 from onnxjob.ops.slicing import slice_v2
@@ -34,7 +35,9 @@ def _pairs(paddings, x, api):
 
 
 def pad(x, paddings, constant_value=0, name=None):
-    """`x` padded with `constant_value`; paddings holds a (before, after) pair per axis."""
+    """`x` padded with `constant_value`; paddings holds a (before, after) pair per axis (a
+    0-d `x` with one pair is its one-element vector: compat/zero_d_inputs.py)."""
+    x = as_vector(x, where=isinstance(paddings, (list, tuple)) and len(paddings) == 1)
     before, after = _pairs(paddings, x, "pad")
     return _pad(x, before, after, "constant", constant_value, name=name)
 

@@ -68,19 +68,18 @@ def parallel_num():
     placement = scope.current_placement()
     if placement is None:
         return 1
-    ids = placement.machine_device_ids
-    total = 0
-    for entry in ids if isinstance(ids, (list, tuple)) else [ids]:
-        devices = str(entry).split(":")[-1]
-        low, _, high = devices.partition("-")
-        total += int(high or low) - int(low) + 1
-    return total
+    return scope.device_count(placement.machine_device_ids)
 
 
-def hierarchical_parallel_cast(input, nd_sbp, grad_mode=None, grad_nd_sbp=None, name=None):
+def hierarchical_parallel_cast(input, nd_sbp=None, grad_mode=None, grad_nd_sbp=None, name=None,
+                               parallel_distribution=None, grad_parallel_distribution=None):
     """`input` laid out by the SBP signatures `nd_sbp` (one per level of the device
-    hierarchy): the values are unchanged, and on one device so is the layout."""
+    hierarchy): the values are unchanged, and on one device so is the layout. OneFlow 0.4
+    named `nd_sbp` and `grad_nd_sbp` `parallel_distribution` and
+    `grad_parallel_distribution`."""
     api = "flow.hierarchical_parallel_cast"
+    nd_sbp = nd_sbp if nd_sbp is not None else parallel_distribution
+    grad_nd_sbp = grad_nd_sbp if grad_nd_sbp is not None else grad_parallel_distribution
     if not isinstance(nd_sbp, (list, tuple)):
         raise TraceError(f"{api}: nd_sbp must be a list of SBP signatures, got {nd_sbp!r}")
     for value in list(nd_sbp) + list(grad_nd_sbp or []):

@@ -80,7 +80,7 @@ def coin_flip(batch_size=1, seed=None, probability=0.5, name="CoinFlip"):
     def flip():
         return (rng.random(batch_size) < probability).astype(np.int8)
 
-    return to_blob(name, flip, [], (batch_size,), np.int8, api)
+    return to_blob(name or "CoinFlip", flip, [], (batch_size,), np.int8, api)
 
 
 CoinFlip = coin_flip

@@ -7,6 +7,7 @@ onnxjob/graph/primitives/shape_ops.py.
 import numpy as np
 
 from onnxjob.compat.generations import positional_is, two_generations
+from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import resolve_reshape
@@ -62,11 +63,13 @@ def flatten(input, start_dim=0, end_dim=-1, name=None):
 
 
 def squeeze(input, axis=None, name=None):
-    """Remove the given axes of size 1 (all of them when `axis` is None)."""
-    rank = len(input.shape)
+    """Remove the given axes of size 1 (all of them when `axis` is None); a 0-d `input`
+    given an axis is its one-element vector (compat/zero_d_inputs.py)."""
     if axis is None:
         axes = [i for i, d in enumerate(input.shape) if d == 1]
     else:
+        input = as_vector(input, where=np.atleast_1d(axis).size > 0)
+        rank = len(input.shape)
         axes = [check_axis(a, rank, "squeeze") for a in np.atleast_1d(axis)]
         if len(set(axes)) != len(axes):   # OneFlow's squeeze shape rule refuses it too
             raise TraceError(f"squeeze: axis {list(np.atleast_1d(axis))} names an axis twice")
@@ -76,7 +79,9 @@ def squeeze(input, axis=None, name=None):
 
 
 def expand_dims(input, axis, name=None):
-    """Insert an axis of size 1 at `axis` (in [-rank-1, rank])."""
+    """Insert an axis of size 1 at `axis` (in [-rank-1, rank]); a 0-d `input` given an
+    axis beyond [-1, 0] is its one-element vector (compat/zero_d_inputs.py)."""
+    input = as_vector(input, where=isinstance(axis, int) and not -1 <= axis <= 0)
     axis = check_axis(axis, len(input.shape) + 1, "expand_dims")
     return op("Unsqueeze", input, int64_constant(input, [axis]), name=name)
 
@@ -87,6 +92,7 @@ def transpose(a, perm=None, conjugate=False, batch_axis_non_change=False, name=N
     fourth argument is the name) is accepted too."""
     if conjugate:
         raise TraceError("transpose: conjugate=True is not supported (as in OneFlow)")
+    a = as_vector(a, where=perm is not None and len(perm) == 1)   # compat/zero_d_inputs.py
     rank = len(a.shape)
     perm = list(range(rank))[::-1] if perm is None else [
         check_axis(p, rank, "transpose") for p in perm]

@@ -10,6 +10,7 @@ import builtins
 import numpy as np
 
 from onnxjob import dtypes
+from onnxjob.compat.zero_d_inputs import as_vector, as_vectors
 from onnxjob.errors import TraceError
 from onnxjob.graph.registry import normalize_axis
 from onnxjob.graph.tracer import Blob, int64_constant, op
@@ -24,7 +25,9 @@ __all__ = ["concat", "reverse", "slice", "slice_update", "slice_v2", "split", "s
 
 
 def concat(inputs=None, axis=0, max_dim_size=None, name=None, values=None):
-    """Concatenate Blobs along `axis` (`values=` is OneFlow 0.5's other spelling)."""
+    """Concatenate Blobs along `axis` (`values=` is OneFlow 0.5's other spelling); 0-d
+    Blobs among vectors, or only 0-d Blobs, are one-element vectors, as OneFlow <= 0.4's
+    full reductions were (compat/zero_d_inputs.py)."""
     if values is not None:
         if inputs is not None:
             raise TraceError("flow.concat takes `inputs` or `values`, not both")
@@ -33,6 +36,7 @@ def concat(inputs=None, axis=0, max_dim_size=None, name=None, values=None):
         raise TraceError(f"flow.concat takes a non-empty list of Blobs, got {inputs!r}")
     if len(inputs) == 1:
         return inputs[0]
+    inputs = as_vectors(inputs)
     out = op("Concat", *inputs, axis=int(axis), name=name)
     if max_dim_size is not None and out.is_dynamic:
         # OneFlow: a dynamic result's static (largest) size along `axis` is max_dim_size
@@ -43,8 +47,9 @@ def concat(inputs=None, axis=0, max_dim_size=None, name=None, values=None):
 
 
 def stack(inputs, axis=0, name=None):
-    """Stack same-shaped Blobs along a new axis `axis`."""
-    inputs = list(inputs)
+    """Stack same-shaped Blobs along a new axis `axis` (0-d Blobs beside (1,) ones, or 0-d
+    Blobs stacked along axis 1, are one-element vectors: compat/zero_d_inputs.py)."""
+    inputs = as_vectors(inputs, mixed_only=isinstance(axis, int) and -1 <= axis <= 0)
     first = inputs[0].shape
     if any(x.shape != first for x in inputs):
         raise TraceError(f"stack: every input must have shape {first}, got "
@@ -62,7 +67,9 @@ def split(x, num_or_size_splits, axis=0, name=None):
 
 
 def slice(x, begin, size, name=None):
-    """OneFlow slice: per-axis begin and size (None = whole axis, size -1 = to the end)."""
+    """OneFlow slice: per-axis begin and size (None = whole axis, size -1 = to the end); a
+    0-d `x` with one begin is its one-element vector (compat/zero_d_inputs.py)."""
+    x = as_vector(x, where=isinstance(begin, (list, tuple)) and len(begin) == 1)
     if not isinstance(begin, (list, tuple)) or len(begin) != len(x.shape):
         raise TraceError(f"slice: begin must be a list of {len(x.shape)} ints or None")
     if not isinstance(size, (list, tuple)) or len(size) != len(x.shape):
@@ -76,6 +83,10 @@ def slice(x, begin, size, name=None):
         b = 0 if b is None else b % dim   # a negative begin counts from the end
         tuples.append((b, dim if s in (None, -1) else min(b + s, dim), 1))
     return slice_v2(x, tuples, name=name)
+
+
+def _one_tuple(slice_tup_list):
+    return isinstance(slice_tup_list, (list, tuple)) and len(slice_tup_list) == 1
 
 
 def _slice_tuples(slice_tup_list, shape, api):
@@ -107,7 +118,9 @@ def _slice_tuples(slice_tup_list, shape, api):
 
 
 def slice_v2(x, slice_tup_list, name=None):
-    """Slice every axis by its (start, stop, step) tuple; missing axes are whole."""
+    """Slice every axis by its (start, stop, step) tuple; missing axes are whole (a 0-d `x`
+    with one tuple is its one-element vector: compat/zero_d_inputs.py)."""
+    x = as_vector(x, where=_one_tuple(slice_tup_list))
     tuples = _slice_tuples(slice_tup_list, x.shape, "slice_v2")
     if not tuples:   # a 0-d Blob: nothing to slice (ONNX Slice needs rank >= 1)
         return op("Identity", x, name=name)
@@ -120,6 +133,7 @@ def slice_v2(x, slice_tup_list, name=None):
 def reverse(input, axis, name=None):
     """`input` with the order of the entries along `axis` (an int or a list) reversed."""
     axes = [axis] if isinstance(axis, int) else axis
+    input = as_vector(input, where=bool(axes))     # compat/zero_d_inputs.py
     if not isinstance(axes, (list, tuple)) or not all(isinstance(a, int) for a in axes):
         raise TraceError(f"reverse: axis must be an int or a list of ints, got {axis!r}")
     tuples = [(None, None, None)] * len(input.shape)
@@ -129,10 +143,13 @@ def reverse(input, axis, name=None):
 
 
 def slice_update(x, update, slice_tup_list, name=None):
-    """`x` with its slice `slice_tup_list` replaced by `update` (x[start:stop:step] = update)."""
+    """`x` with its slice `slice_tup_list` replaced by `update` (x[start:stop:step] = update;
+    0-d Blobs where one-element vectors fit are those: compat/zero_d_inputs.py)."""
+    x = as_vector(x, where=_one_tuple(slice_tup_list))
     tuples = _slice_tuples(slice_tup_list, x.shape, "slice_update")
     ranges = [np.arange(*builtins.slice(*t).indices(d)) for t, d in zip(tuples, x.shape)]
     counts = tuple(len(r) for r in ranges)
+    update = as_vector(update, where=counts == (1,))
     if update.shape != counts or update.np_dtype != x.np_dtype:
         raise TraceError(f"slice_update: update must have shape {counts} and dtype "
                          f"{x.np_dtype}, got {update.shape} {update.np_dtype}")
