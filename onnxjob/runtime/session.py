@@ -92,7 +92,7 @@ class JobRuntime:
                            self._user_outputs + [o for _, o in self._state_items])
         if self.device == "cuda" and not compiled.has_sequences:
             self._run = self._run_cuda
-        elif self._in_place and self.device == "cpu":
+        elif self._in_place and self.device == "cpu" and not compiled.has_sequences:
             self._run = in_place.HostInPlaceStep(
                 self.ort_session, self._variable_inputs, self._state_items,
                 self._user_outputs, self._in_place, self.store).run
