@@ -744,6 +744,10 @@ def _squeeze(d):
     def ref(v):
         if axis is None:
             return np.squeeze(v)
+        if v.ndim == 0 and axis:
+            # a 0-d input given an axis is OneFlow <= 0.4's one-element vector
+            # (onnxjob/compat/zero_d_inputs.py)
+            v = v.reshape(1)
         a = _np_axes(axis, v.ndim)
         if any(v.shape[i] != 1 for i in a):
             raise Invalid

@@ -74,10 +74,14 @@ def get(path):
     `snapshot_done` nor the `meta` files are needed (a script that writes `<name>/out` files
     itself leaves them out); an entry without `meta` takes its shape and dtype from the
     variable it is loaded into. (onnxjob's own saves are atomic: a save that did not
-    complete leaves no folder.)"""
+    complete leaves no folder at its target, only its temporary folder, which is refused.)"""
     started_session(sync=False)
     if not os.path.isdir(path):
         raise AssertionError(f"Directory {path} doesn't exist!")
+    if os.path.basename(os.path.normpath(path)).startswith(SAVE_PREFIX) and \
+            not os.path.isfile(os.path.join(path, "snapshot_done")):
+        raise CheckpointError(f"{path} is the temporary folder of a save that did not complete "
+                              "(no snapshot_done): its variables may be partly written")
     if os.path.isfile(os.path.join(path, "out")):
         return FileBackedVariable(path)
     entries = {}
@@ -184,6 +188,8 @@ def save(path, var_dict=None):
 
 
 FAULT_POINT_ANNOUNCEMENT = "onnxjob checkpoint fault point:"
+# the name of a save's temporary folder begins so (renamed to the target once complete)
+SAVE_PREFIX = ".onnxjob-save-"
 
 
 def fault_point(name, folder):
@@ -210,7 +216,7 @@ def _write(path, session, var_dict):
         var_dict = {n: session.variable_numpy(n) for n in session.variable_specs}
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".onnxjob-save-", dir=parent)
+    tmp = tempfile.mkdtemp(prefix=SAVE_PREFIX, dir=parent)
     try:
         for name, value in var_dict.items():
             array = np.asarray(value.numpy() if hasattr(value, "numpy") else value, order="C")
