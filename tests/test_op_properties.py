@@ -293,6 +293,15 @@ def reduce_axes(d, rank):
     return [axis_of(d, rank) for _ in range(d.draw(st.integers(1, 3)))]
 
 
+def _as_0_4_vectors(vs):
+    """`vs` (arrays) with each 0-d one as the one-element vector OneFlow <= 0.4 had, where
+    every one has at most one axis and one is 0-d (onnxjob/compat/zero_d_inputs.py: 0-d
+    inputs of the ops such programs feed full reductions to)."""
+    if any(v.ndim == 0 for v in vs) and all(v.ndim <= 1 for v in vs):
+        return [v.reshape(1) if v.ndim == 0 else v for v in vs]
+    return list(vs)
+
+
 def _np_axes(axis, rank, repeats=False):
     """The axes normalized to [0, rank); Invalid for one out of range, or repeated unless
     `repeats`: ops that OneFlow applies axis by axis, where a repeat counts once (the
@@ -744,10 +753,8 @@ def _squeeze(d):
     def ref(v):
         if axis is None:
             return np.squeeze(v)
-        if v.ndim == 0 and axis:
-            # a 0-d input given an axis is OneFlow <= 0.4's one-element vector
-            # (onnxjob/compat/zero_d_inputs.py)
-            v = v.reshape(1)
+        if axis:    # a 0-d input given an axis: 0.4's one-element vector
+            (v,) = _as_0_4_vectors([v])
         a = _np_axes(axis, v.ndim)
         if any(v.shape[i] != 1 for i in a):
             raise Invalid
@@ -785,6 +792,7 @@ def _concat(d):
     def ref(*vs):
         if len(vs) == 1:   # OneFlow returns a lone input as it is (python/ops/array_ops.py:999)
             return vs[0]
+        vs = _as_0_4_vectors(vs)
         (a,) = _np_axes(axis, vs[0].ndim)
         if any(v.ndim != vs[0].ndim or np.delete(v.shape, a).tolist()
                != np.delete(vs[0].shape, a).tolist() for v in vs):
@@ -1044,6 +1052,8 @@ def _reverse(d):
     x = values(d, shape, d.draw(st.sampled_from(NUMERIC)))
 
     def ref(v):
+        if axis != []:      # a 0-d input given an axis: 0.4's one-element vector
+            (v,) = _as_0_4_vectors([v])
         return np.flip(v, _np_axes(axis, v.ndim, repeats=True))
     return Case(lambda v: flow.reverse(v, axis), [x], ref)
 
