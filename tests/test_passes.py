@@ -17,7 +17,7 @@ from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from onnxjob.graph import memory_plan
 from onnxjob.passes import (AlignBroadcastRanks, BatchNormStatistics, FoldReshapes,
                     FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool,
-                    MeanOfSquareAsSumSquare, RecomputeCheapValues, ReluMaskAsMul,
+                    SumSquareReductions, RecomputeCheapValues, ReluMaskAsMul,
                     ShareCastsThroughViews, SplitChannelReductions, op_counts)
 
 
@@ -472,23 +472,23 @@ def _centered_variance(x):
     return flow.math.reduce_mean(op("Mul", c, c), axis=[0, 2, 3], keepdims=True)
 
 
-def test_mean_of_square_as_sum_square():
-    check(MeanOfSquareAsSumSquare(), _centered_variance, [(4, 3, 5, 5)],
+def test_sum_square_reductions_of_a_mean():
+    check(SumSquareReductions(), _centered_variance, [(4, 3, 5, 5)],
           {"Mul": 1, "ReduceMean": 2}, {"ReduceSumSquare": 1, "ReduceMean": 1})
 
 
-def test_mean_of_square_leaves_a_square_read_elsewhere():
+def test_sum_square_reductions_leave_a_square_read_elsewhere():
     def fn(x):
         square = op("Mul", x, x)
         return op("Add", flow.math.reduce_mean(square, axis=[1], keepdims=True), square)
     model = build(fn, (4, 3))
-    assert not MeanOfSquareAsSumSquare()(model).modified
+    assert not SumSquareReductions()(model).modified
 
 
 def test_split_channel_reductions_of_a_sum_of_squares():
-    """The variance as MeanOfSquareAsSumSquare leaves it, split: the second step sums the
+    """The variance as SumSquareReductions leaves it, split: the second step sums the
     first's sums of squares (a ReduceSum)."""
-    both = ir_passes.PassManager([MeanOfSquareAsSumSquare(), SplitChannelReductions()], steps=1)
+    both = ir_passes.PassManager([SumSquareReductions(), SplitChannelReductions()], steps=1)
     check(both, _centered_variance, [(4, 3, 5, 5)], {"Mul": 1, "ReduceMean": 2},
           {"ReduceSumSquare": 1, "ReduceSum": 1, "ReduceMean": 2})
 
@@ -514,7 +514,17 @@ def test_share_casts_through_views_needs_a_cast_to_share():
     assert not ShareCastsThroughViews()(build(fn, (4, 3, 5, 5))).modified
 
 
-def test_mean_of_square_counts_a_repeated_axis_once():
-    check(MeanOfSquareAsSumSquare(),
+def test_sum_square_reductions_count_a_repeated_axis_once():
+    check(SumSquareReductions(),
           lambda x: flow.math.reduce_mean(op("Mul", x, x), axis=[0, -2], keepdims=False),
           [(3, 4)], {"Mul": 1, "ReduceMean": 1}, {"ReduceSumSquare": 1, "ReduceMean": 0})
+
+
+def test_sum_square_reductions_of_a_sum():
+    """An optimizer's norm: the sum of a tensor's square over every axis and over one."""
+    def fn(x):
+        r = op("Relu", x)
+        return op("Add", flow.math.reduce_sum(op("Mul", x, x)),
+                  flow.math.reduce_sum(flow.math.reduce_sum(op("Mul", r, r), axis=[1])))
+    check(SumSquareReductions(), fn, [(3, 4)], {"Mul": 2, "ReduceSum": 3},
+          {"ReduceSumSquare": 2, "ReduceSum": 1, "Mul": 0})

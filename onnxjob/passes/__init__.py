@@ -22,11 +22,11 @@ from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
-from .mean_of_square import MeanOfSquareAsSumSquare
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
 from .share_casts_through_views import ShareCastsThroughViews
 from .split_channel_reductions import SplitChannelReductions
+from .sum_square_reductions import SumSquareReductions
 
 _REGISTERED = []
 
@@ -156,8 +156,8 @@ def op_counts(model):
 
 __all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormStatistics", "FoldReshapes",
            "FoldTransposeIntoGemm", "KeepOnCuda", "MaskBeforeMaxUnpool",
-           "MeanOfSquareAsSumSquare", "RecomputeCheapValues", "ReluMaskAsMul",
-           "ShareCastsThroughViews", "SplitChannelReductions",
+           "RecomputeCheapValues", "ReluMaskAsMul", "ShareCastsThroughViews",
+           "SplitChannelReductions", "SumSquareReductions",
            "build_pipeline", "default_passes", "dump_folder", "format_op_count_diff",
            "has_user_passes", "mixed_precision_type", "op_counts", "register_pass",
            "run_default_pipeline"]

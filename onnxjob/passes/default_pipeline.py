@@ -9,7 +9,7 @@ from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
-from .mean_of_square import MeanOfSquareAsSumSquare
+from .sum_square_reductions import SumSquareReductions
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
 from .split_channel_reductions import SplitChannelReductions
@@ -23,9 +23,9 @@ def default_pipeline(device):
         MaskBeforeMaxUnpool(),
         # (before SplitChannelReductions splits the mean it matches; after
         # BatchNormStatistics, which matches the batch norm's mean of a square itself)
-        *([MeanOfSquareAsSumSquare(), KeepOnCuda(), SplitChannelReductions()]
+        *([SumSquareReductions(), KeepOnCuda(), SplitChannelReductions()]
           if device == "cuda" else
-          [ReluMaskAsMul(), BatchNormStatistics(), MeanOfSquareAsSumSquare()]),
+          [ReluMaskAsMul(), BatchNormStatistics(), SumSquareReductions()]),
         AlignBroadcastRanks(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),

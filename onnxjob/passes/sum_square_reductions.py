@@ -1,12 +1,13 @@
-"""MeanOfSquareAsSumSquare: the mean of a tensor's square in one pass over the tensor.
+"""SumSquareReductions: a sum or mean of a tensor's square in one pass over the tensor.
 
-Rewrite case (a batch norm's variance, graph/primitives/batch_norm.py: the mean of the
-centered activation's square):
+Rewrite cases, when the square is read by nothing else:
+    ReduceSum(Mul(c, c), axes, keepdims)   ->  ReduceSumSquare(c, axes, keepdims)
     ReduceMean(Mul(c, c), axes, keepdims)  ->  Mul(ReduceSumSquare(c, axes, keepdims), 1/n)
-with n the number of elements each output sums, when the square is read by nothing else.
-The square is no longer written and read back: a batch norm's forward moves two passes
-over the activation less (graph/traffic.py: ResNet50's float32 step at batch 64, 5.3 GiB
-less). The sum of squares is accumulated in the same precision as the mean was.
+with n the number of elements each output sums. The square is no longer written and read
+back (graph/traffic.py): a batch norm's variance (the mean of the centered activation's
+square: ResNet50's float32 step at batch 64, 5.3 GiB less) and an optimizer's norms (LAMB's
+|w| and |update| per variable, the global norm of clipping by it). The sum of squares is
+accumulated in the same precision as the sum or the mean was.
 A mean that a data-parallel step keeps as its rank's own (onnxjob.distributed.RankLocal,
 graph/primitives/collectives.py) is left alone: the rank's count of rows is decided when
 the step is split (graph/split_batch.py), after the passes, and ReduceMean divides by it.
@@ -19,7 +20,8 @@ from ._util import NodeEmitter, attr, has_single_use, reduce_axes, replace_value
 
 
 def _reduced(node, rank):
-    """The axes a ReduceMean of a rank-`rank` input reduces, or None when unknown."""
+    """The axes a ReduceSum or ReduceMean of a rank-`rank` input reduces, or None when
+    unknown."""
     axes = reduce_axes(node)
     if axes is None:
         computed = len(node.inputs) > 1 and node.inputs[1] is not None
@@ -39,18 +41,21 @@ def _kept_rank_local(value):
     return False
 
 
-class MeanOfSquareAsSumSquare(InPlacePass):
+class SumSquareReductions(InPlacePass):
     def call(self, model):
         graph = model.graph
         opset = model.opset_imports.get("", 1)
         modified = False
         for node in list(graph):
-            if node.op_type != "ReduceMean" or node.graph is None or node.domain != "":
+            if node.op_type not in ("ReduceSum", "ReduceMean") or node.graph is None or \
+                    node.domain != "":
                 continue
+            mean = node.op_type == "ReduceMean"
             square = node.inputs[0].producer()
             if square is None or square.op_type != "Mul" or \
                     square.inputs[0] is not square.inputs[1] or \
-                    not has_single_use(node.inputs[0]) or _kept_rank_local(node.outputs[0]):
+                    not has_single_use(node.inputs[0]) or \
+                    (mean and _kept_rank_local(node.outputs[0])):
                 continue
             shape, out_shape = static_shape(square.inputs[0]), static_shape(node.outputs[0])
             axes = _reduced(node, len(shape)) if shape is not None else None
@@ -66,9 +71,10 @@ class MeanOfSquareAsSumSquare(InPlacePass):
             else:
                 total = e.node("ReduceSumSquare", [square.inputs[0]], out_shape, dtype,
                                axes=axes, keepdims=keepdims)
-            mean = e.node("Mul", [total, e.const(np.array(1.0 / count, dtype.numpy()))],
-                          out_shape, dtype)
-            if replace_value(node.outputs[0], mean):
+            if mean:
+                total = e.node("Mul", [total, e.const(np.array(1.0 / count, dtype.numpy()))],
+                               out_shape, dtype)
+            if replace_value(node.outputs[0], total):
                 graph.remove(node, safe=True)
                 if not square.outputs[0].uses():
                     graph.remove(square, safe=True)
