@@ -21,7 +21,8 @@ script where no GPU is), e.g. `python bench/bench_gpu.py --device cpu --batch 2 
 --calls 1 --bert-layers 1 --bert-hidden 64 --bert-heads 2 --bert-seq 32 --bert-batch 2
 --bert-vocab 1000`.
 
-    [--rows lenet,resnet50,resnet50-amp,resnet50-amp-memory,bert-amp,bert-amp-memory | --amp]
+    [--rows lenet,resnet50,resnet50-amp,resnet50-amp-memory,resnet50-memory,bert-amp,
+            bert-amp-memory | --amp]
     [--batch 64] [--rounds 5] [--calls 10] [--algo-search EXHAUSTIVE|HEURISTIC|DEFAULT]
     [--cuda-options prefer_nhwc=1,...]
     [--cuda-graph both|on|off] [--loss-scale 65536] [--memory-steps 5] [--memory-timeout 300]
@@ -42,6 +43,8 @@ Rows (ROWS):
   the twin under torch.autocast("cuda", float16) + torch.amp.GradScaler with the same
   schedule (init_scale, x2 after 2000 good steps, /2 on an overflow);
 - resnet50-amp-memory: the peak device memory of both AMP train steps (below);
+- resnet50-memory: the same for the float32 train steps (SGD momentum, no loss scale, vs
+  the twin in float32);
 - bert-amp: OneFlow-Benchmark's BERT pretraining (pretrain.PreTrain, dropout 0 on both sides;
   base: hidden 768, 12 layers, 12 heads, seq 128, batch 32) train step under upstream's
   --use_fp16 settings (util.GetFunctionConfig, util.CreateOptimizer: LAMB, clipping, dynamic
@@ -93,7 +96,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 
-ROWS = ("lenet", "resnet50", "resnet50-amp", "resnet50-amp-memory", "bert-amp",
+ROWS = ("lenet", "resnet50", "resnet50-amp", "resnet50-amp-memory", "resnet50-memory",
+        "bert-amp",
         "bert-amp-memory")
 AMP_ROWS = ("resnet50-amp", "resnet50-amp-memory", "bert-amp", "bert-amp-memory")
 
@@ -346,10 +350,10 @@ def memory_probe(args):
     result = {"side": side, "model": model, "device": args.device}
     if side == "onnxjob":
         import onnxjob as flow
-        if model == "resnet50":
+        if model.startswith("resnet50"):
             from common import resnet_batch
             config = job_config(flow, False, args)
-            job = resnet_train_job(flow, config, args.batch, amp=True,
+            job = resnet_train_job(flow, config, args.batch, amp=model == "resnet50",
                                    loss_scale=args.loss_scale)
             feeds = resnet_batch(args.batch)
         else:
@@ -366,11 +370,11 @@ def memory_probe(args):
             job(*feeds)
     else:
         values = dict(np.load(args.weights))
-        if model == "resnet50":
+        if model.startswith("resnet50"):
             from bench_resnet import torch_side
             from common import resnet_batch
             x, y = resnet_batch(args.batch)
-            step, _ = torch_side(torch, values, x, y, args.device, amp=True,
+            step, _ = torch_side(torch, values, x, y, args.device, amp=model == "resnet50",
                                  init_scale=args.loss_scale)
         else:
             import onnxjob as flow
@@ -497,9 +501,12 @@ def main():
     started = time.perf_counter()
     # the memory probes first: fresh processes while this one has not touched the GPU
     memory = {}
-    for model, row in (("resnet50", "resnet50-amp-memory"), ("bert", "bert-amp-memory")):
+    for model, row in (("resnet50", "resnet50-amp-memory"), ("resnet50-fp32", "resnet50-memory"),
+                       ("bert", "bert-amp-memory")):
         if row in args.rows:
             label = (f"peak memory, ResNet50 b{args.batch} AMP train step" if model == "resnet50"
+                     else f"peak memory, ResNet50 b{args.batch} float32 train step"
+                     if model == "resnet50-fp32"
                      else f"peak memory, {bert_settings(args)[0]} train step")
             memory[label] = measure_memory(args, model)
             print(memory_line(label, memory[label]), flush=True)

@@ -14,7 +14,7 @@
 #              onnxruntime put on the CPU (profile_step.py), weight-gradient formulations
 #   serving    bench_serving.py on CUDA, two data-parallel ranks sharing the GPU
 #   stages     the synchronized-batch-norm step's stage schedules on CUDA (bench_stages.py)
-#   bert       bench_gpu.py's BERT AMP row and both peak-memory rows
+#   bert       bench_gpu.py's BERT AMP row and the peak-memory rows (ResNet50 AMP and fp32, BERT)
 #   "CMD"      anything else is run as a command with the same setup
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -63,7 +63,8 @@ case "$1" in
     timeout "$(left 570)" python3 bench/bench_stages.py --device cuda --rounds 10 \
       --schedules "sink,overlap + sink" 2>&1 | tee "$out/stages_overlap.log" ;;
   bert)
-    timeout "$(left 570)" python3 bench/bench_gpu.py --rows bert-amp,resnet50-amp-memory,bert-amp-memory \
+    timeout "$(left 570)" python3 bench/bench_gpu.py \
+      --rows bert-amp,resnet50-amp-memory,resnet50-memory,bert-amp-memory \
       --json "$out/gpu_bert.json" 2>&1 | tee "$out/gpu_bert.log" ;;
   *) eval "$1" ;;
 esac
