@@ -170,3 +170,42 @@ def test_a_predict_job_sees_the_values_written_in_place():
     assert not np.array_equal(w, np.ones(3, np.float32))
     np.testing.assert_array_equal(predict(x), x * w)
     flow.clear_default_session()
+
+
+def test_the_cuda_step_writes_in_place_as_the_cpu_step(monkeypatch):
+    """The CUDA step's binding (runtime/session.py _run_cuda: the variables' OrtValues as
+    inputs and, for the in-place ones, as outputs) run here over CPU OrtValues: the same
+    losses and variables as the CPU step, bit for bit, and each in-place variable keeps
+    the OrtValue it had (the one that owns its memory)."""
+    import onnxruntime as ort
+
+    def steps(cuda_binding):
+        flow.clear_default_session()
+        flow.config.seed(3)
+        job = _conv_net_job(flow.function_config(), OPTIMIZERS["adam_dynamic_loss_scale"])
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+        y = rng.integers(0, 5, 4).astype(np.int32)
+        job(x, y)
+        session = default_session()
+        runtime = session.runtimes["job"]
+        if not cuda_binding:
+            return [job(x, y) for _ in range(4)], {
+                k: v.numpy() for k, v in flow.get_all_variables().items()}
+        store = session.variable_values
+        for name in list(store):
+            store[name] = ort.OrtValue.ortvalue_from_numpy(np.array(store[name]))
+        kept = {v: store[v] for v in runtime._in_place}
+        feeds = dict(zip(runtime.compiled.placeholder_names, (x, y)))
+        losses = [runtime._run_cuda(dict(feeds))[0]]
+        assert kept and all(store[v] is value for v, value in kept.items())
+        losses += [runtime._run_cuda(dict(feeds))[0] for _ in range(3)]
+        return losses, {k: v.numpy() for k, v in store.items()}
+
+    losses, values = steps(cuda_binding=True)
+    their_losses, their_values = steps(cuda_binding=False)
+    for ours, theirs in zip(losses, their_losses):
+        np.testing.assert_array_equal(ours, theirs)
+    for name, value in their_values.items():
+        np.testing.assert_array_equal(values[name], value, err_msg=name)
+    flow.clear_default_session()

@@ -214,7 +214,11 @@ class JobRuntime:
         with interrupt_deferred() if self._in_place else contextlib.nullcontext():
             self.ort_session.run_with_iobinding(binding)
             outs = binding.get_outputs()
-            self.store.replace_all(self._state_names, outs[n:])
+            # an in-place variable keeps the OrtValue it had (which owns its memory)
+            store = self.store
+            store.replace_all(self._state_names, [
+                store[v] if v in self._in_place else o
+                for v, o in zip(self._state_names, outs[n:])])
         return [o.numpy() for o in outs[:n]]
 
     def _run_cuda_graph(self, feeds):
