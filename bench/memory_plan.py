@@ -1,7 +1,7 @@
 """The memory a train step plans for (onnxjob/graph/memory_plan.py), beside PyTorch's.
 
     python bench/memory_plan.py [resnet50|bert] [--batch 8] [--amp] [--device cuda|cpu]
-        [--top 10] [--no-torch] [--bert-layers 12 --bert-hidden 768 --bert-heads 12
+        [--top 10] [--no-torch] [--json PATH] [--bert-layers 12 --bert-hidden 768 --bert-heads 12
         --bert-seq 128 --bert-vocab 30522]
 
 Compiles the train job for `--device` (default cuda: the graph the CUDA EP runs, compiled
@@ -20,6 +20,7 @@ tensors, so this predicts the GPU's ratio without a GPU; bench_gpu.py's memory r
 measure the device itself.
 """
 import argparse
+import json
 import os
 import sys
 
@@ -40,7 +41,7 @@ def parse(argv=None):
     p.add_argument("--top", type=int, default=10)
     p.add_argument("--no-torch", dest="torch", action="store_false")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--json", default=None, help="also write the numbers to this file")
+    p.add_argument("--json", default=None, help="also write the numbers to this file (JSON)")
     p.add_argument("--bert-layers", type=int, default=12)
     p.add_argument("--bert-hidden", type=int, default=768)
     p.add_argument("--bert-heads", type=int, default=12)
@@ -74,20 +75,33 @@ def define_job(args):
     return job, synthetic_batch(args.batch, config)
 
 
-def compiled_plan(job, device):
-    """(plans by order, CompiledGraph) of `job` compiled for `device` without running it."""
-    from onnxjob.graph import memory_plan
+def compile_for(job, device):
+    """The CompiledGraph of `job` compiled for `device` without running it."""
     from onnxjob.graph.compiler import compile_job
     from onnxjob.runtime.session import default_session
     session = default_session()
     session.device = device
     compiled = compile_job(session.jobs[job.job.name], session, 0)
     session.device = None       # (the session starts on this machine's device later)
+    return compiled
+
+
+def plans_of(compiled):
+    """{order: MemoryPlan} of a compiled train job (its loss, its in-place state)."""
+    from onnxjob.graph import memory_plan
     graph = compiled.model.graph
     loss = [v for v in graph.outputs if v.name in compiled.output_names]
     in_place = [compiled.state_outputs[v] for v in compiled.in_place]
     return {order: memory_plan.plan(graph, order, loss, in_place)
-            for order in memory_plan.ORDERS}, compiled
+            for order in memory_plan.ORDERS}
+
+
+def compiled_model(argv=None):
+    """(args, CompiledGraph) of the command line's model, compiled for --device."""
+    args = parse(argv)
+    os.environ.setdefault("ONNXJOB_NUM_THREADS", str(args.threads))
+    job, _ = define_job(args)
+    return args, compile_for(job, args.device)
 
 
 def torch_step_memory(args, values):
@@ -152,11 +166,9 @@ def twin_step(torch, args, values):
 
 
 def main(argv=None):
-    args = parse(argv)
-    os.environ.setdefault("ONNXJOB_NUM_THREADS", str(args.threads))
     import onnxjob as flow
-    job, _ = define_job(args)
-    plans, _ = compiled_plan(job, args.device)
+    args, compiled = compiled_model(argv)
+    plans = plans_of(compiled)
     title = (f"{args.model} train step, batch {args.batch}, {'AMP' if args.amp else 'float32'}, "
              f"compiled for {args.device}")
     print(title)
@@ -174,16 +186,21 @@ def main(argv=None):
     print(f"  live at the peak ({args.device} order), by producer:")
     for (op, dtype), count, nbytes in plan.breakdown(args.top):
         print(f"    {op:22s} {dtype:9s} {count:5d} values {nbytes / MIB:9.1f} MiB")
-    if not args.torch:
-        return
-    # the session starts (on this machine's device) and draws the weights the twin takes
-    values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
-    peak, saved = torch_step_memory(args, values)
-    print(f"PyTorch twin on the CPU ({'autocast float16' if args.amp else 'float32'}): peak "
-          f"allocated during forward + backward {peak / MIB:.1f} MiB (activations and "
-          f"gradients), saved for the backward {saved / MIB:.1f} MiB")
-    print(f"ratio, onnxjob's planned peak / PyTorch's measured peak: "
-          f"{plan.peak_bytes / peak:.2f}")
+    result = {order: {"peak": p.peak_bytes, "held": p.held_bytes, "outputs": p.output_bytes,
+                      "saved": p.saved_bytes} for order, p in plans.items()}
+    if args.torch:
+        # the session starts (on this machine's device) and draws the weights the twin takes
+        values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+        peak, saved = torch_step_memory(args, values)
+        print(f"PyTorch twin on the CPU ({'autocast float16' if args.amp else 'float32'}): peak "
+              f"allocated during forward + backward {peak / MIB:.1f} MiB (activations and "
+              f"gradients), saved for the backward {saved / MIB:.1f} MiB")
+        print(f"ratio, onnxjob's planned peak / PyTorch's measured peak: "
+              f"{plan.peak_bytes / peak:.2f}")
+        result["torch"] = {"peak": peak, "saved": saved}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ def reference_bytes(compiled):
     for the layers of `compiled` (a CompiledGraph; the module docstring says how)."""
     from onnxjob.graph.memory_plan import value_bytes
     from onnxjob.graph.traffic import origin
+    from onnxjob.passes.auto_mixed_precision import MARKER
     graph = compiled.model.graph
     estimate = collections.Counter()
     for node in graph:
@@ -65,20 +66,16 @@ def reference_bytes(compiled):
     params = sum(value_bytes(v) or 0 for v in trainable)
     # a fused update reads each variable, its state and its gradient, writes them back
     estimate["optimizer"] += 2 * state + params
-    if graph.metadata_props.get("onnxjob.mixed_precision") or any(
-            n.op_type == "Cast" and n.inputs[0] in trainable for n in graph):
+    if MARKER in compiled.model.metadata_props:     # (autocast casts the weights)
         estimate["casts (weights to half)"] += sum(3 * (value_bytes(v) or 0) // 2
                                                    for v in trainable)
     return estimate
 
 
 def main(argv=None):
-    from memory_plan import define_job, compiled_plan, parse
-    args = parse(argv)
-    os.environ.setdefault("ONNXJOB_NUM_THREADS", str(args.threads))
+    from memory_plan import compiled_model
     from onnxjob.graph.traffic import traffic
-    job, _ = define_job(args)
-    _, compiled = compiled_plan(job, args.device)
+    args, compiled = compiled_model(argv)
     graph = compiled.model.graph
     step = traffic(graph)
     print(f"{args.model} train step, batch {args.batch}, {'AMP' if args.amp else 'float32'}, "

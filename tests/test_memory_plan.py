@@ -93,13 +93,13 @@ def resnet50_plans():
     the CUDA EP here without a GPU."""
     sys.path.insert(0, os.path.join(HERE, "..", "bench"))
     import onnxjob as flow
-    from memory_plan import compiled_plan, parse, define_job   # bench/memory_plan.py
+    from memory_plan import compile_for, define_job, parse, plans_of   # bench/memory_plan.py
     plans = {}
     for amp in (False, True):
         flow.clear_default_session()
         args = parse(["resnet50", "--batch", "2"] + (["--amp"] if amp else []))
         job, _ = define_job(args)
-        plans[amp] = compiled_plan(job, "cuda")[0]["model"]
+        plans[amp] = plans_of(compile_for(job, "cuda"))["model"]
     flow.clear_default_session()
     return plans
 

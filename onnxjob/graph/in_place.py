@@ -22,6 +22,8 @@ clipping by the global norm) qualify, weights included; without such a dependenc
 weight's gradient for the previous layer (its dgrad) reads it outside the update's
 ancestors, and only the optimizer's own slots qualify.
 """
+import collections
+
 from onnxjob.graph.memory_plan import ALIAS_OPS
 
 # nodes whose output onnxruntime may replace by their input in their readers
@@ -64,9 +66,7 @@ def in_place_state(graph, variable_inputs, state_outputs):
     bits, index = _ancestor_bits(nodes)
     inputs = {v.name: v for v in graph.inputs}
     outputs = {v.name: v for v in graph.outputs}
-    counted = {}
-    for value in graph.outputs:
-        counted[id(value)] = counted.get(id(value), 0) + 1
+    counted = collections.Counter(id(v) for v in graph.outputs)
     safe = set()
     for variable, out_name in state_outputs.items():
         w, new = inputs.get(variable_inputs.get(variable)), outputs.get(out_name)

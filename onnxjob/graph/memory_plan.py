@@ -10,18 +10,18 @@ forward keeps only for the backward.
 The plan counts tensors only. Graph inputs (variables, optimizer state, feeds) are held
 between steps and graph outputs (the next state, the loss) are written into buffers bound
 before the step (IOBinding, CUDA graphs: runtime/cuda_graph.py): both are reported apart
-from the intermediates' peak, and a step's device memory is their sum. Not counted: cuDNN/cuBLAS workspaces and
-other scratch memory a kernel asks for while it runs, the arena's rounding and
-fragmentation, and onnxruntime's in-place reuse of a dying input's buffer (which only lowers
-a transient). It is the same on every execution provider, so a bound on it can be
+from the intermediates' peak, and a step's device memory is their sum. Not counted:
+cuDNN/cuBLAS workspaces and other scratch memory a kernel asks for while it runs, the
+arena's rounding and fragmentation, and onnxruntime's in-place reuse of a dying input's
+buffer (which only lowers a transient). It is the same on every execution provider, so a bound on it can be
 checked without a GPU (tests/test_memory_plan.py) and compared with a GPU's measured peak
 (bench/memory_plan.py, bench/bench_gpu.py).
 
 Orders (`execution_order`):
 - "model": the graph's own node order. onnxruntime's priority-based order
   (`ExecutionOrder.PRIORITY_BASED`: Kahn's algorithm, ties broken by node index) runs a
-  topologically sorted graph in exactly this order; onnxjob's sessions ask for it
-  (runtime/backend.py), so this is the order a step runs in.
+  topologically sorted graph in exactly this order; onnxjob's CUDA sessions ask for it
+  (runtime/backend.py), so this is the order a CUDA step runs in.
 - "onnxruntime-default": onnxruntime's default order (a reverse depth-first walk from the
   nodes nobody reads, inputs visited by node index: `Graph::ReverseDFSFrom`).
 """
@@ -218,8 +218,10 @@ def plan(graph, order="model", forward_outputs=(), in_place_outputs=()):
                       for b in peak_set), key=lambda lv: -lv.nbytes)
     held_bytes = sum(value_bytes(v) or 0 for v in {id(v): v for v in list(graph.inputs) + list(
         graph.initializers.values())}.values())
-    in_place = {id(v) for v in graph.outputs if v.name in set(in_place_outputs)}
-    output_bytes = sum(size[b][2] for b in bound if b not in in_place)
+    in_place_names = set(in_place_outputs)
+    in_place = {buffer_of[id(v)] for v in graph.outputs
+                if v.name in in_place_names and id(v) in buffer_of}
+    output_bytes = sum(size[b][2] for b in bound - in_place)
     return MemoryPlan(nodes, timeline, max(peak, 0), peak_index, at_peak, held_bytes,
                       output_bytes, sum(size[b][2] for b in saved - bound), unsized, buffer_of,
                       last_read)

@@ -37,11 +37,12 @@ ROUNDS = 8
 
 
 class _Chain:
-    """The nodes to copy to make `value` again after the peak (earliest first), or None
-    when it cannot be made from values that are live there anyway."""
+    """`build(value)` collects in `nodes` (earliest first) the nodes to copy to make
+    `value` again at position `first_late` of `plan`'s order, and says whether it can be
+    made there from values that are live there anyway."""
 
-    def __init__(self, plan, position, first_late):
-        self.plan, self.position, self.first_late = plan, position, first_late
+    def __init__(self, plan, first_late):
+        self.plan, self.first_late = plan, first_late
         self.nodes = []
 
     def build(self, value):
@@ -104,7 +105,7 @@ class RecomputeCheapValues(InPlacePass):
                     else []
                 if not late:
                     continue
-                chain = _Chain(plan, position, min(position[id(n)] for n, _ in late))
+                chain = _Chain(plan, min(position[id(n)] for n, _ in late))
                 if chain.build(value):
                     moves.append((chain.nodes, value, late))
             if not moves:

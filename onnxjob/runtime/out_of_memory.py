@@ -22,9 +22,10 @@ def _where(model, op):
     return f" ({op_type})"
 
 
-def device_memory_error(job_name, device, failure, compiled):
+def device_memory_error(job_name, device, failure, compiled, in_place=()):
     """A DeviceMemoryError for a step of `job_name` on `device` that failed with
-    `failure` (backend.memory_failure's dict); `compiled`: the job's CompiledGraph."""
+    `failure` (backend.memory_failure's dict); `compiled`: the job's CompiledGraph,
+    `in_place`: the variables its steps write in place."""
     model = compiled.model
     asked = failure["requested"]
     asked = f"asked for {_size(asked)}" if asked is not None else "could not allocate"
@@ -33,8 +34,8 @@ def device_memory_error(job_name, device, failure, compiled):
     limit = backend.memory_limit_bytes()
     bound = (f" (bound: flow.config.device_memory_limit_mbyte({limit >> 20}))"
              if limit else "")
-    plan = memory_plan.plan(model.graph, forward_outputs=[
-        v for v in model.graph.outputs if v.name in compiled.output_names])
+    plan = memory_plan.plan(model.graph, in_place_outputs=[
+        compiled.state_outputs[v] for v in in_place])
     where = "the GPU" if device == "cuda" else "the CPU"
     return DeviceMemoryError(
         f"job {job_name!r} ran out of memory on {where}: a node{_where(model, failure['op'])} "

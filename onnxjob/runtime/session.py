@@ -52,6 +52,10 @@ class JobRuntime:
         self._pipeline = PipelineRunner(HostPipeline(compiled.sources),
                                         prefetch_depth(job.config)) if compiled.sources else None
         self._frozen = None
+        # the variables a step writes in place (graph/in_place.py; OneFlow's
+        # function_config.enable_inplace(False) turns it off); mirrored and data-parallel
+        # steps write none
+        self._in_place = frozenset()
         if not self._user_outputs and not self._state_items:
             # a `-> None` predict job without watches: nothing to compute (and onnxruntime
             # refuses a graph without outputs)
@@ -81,10 +85,8 @@ class JobRuntime:
             return
         self._graph = None
         self._uncaptured = None     # a plain session for feeds the captured graphs do not fit
-        # the variables a step writes in place (graph/in_place.py; OneFlow's
-        # function_config.enable_inplace(False) turns it off)
-        self._in_place = compiled.in_place if job.config.get("enable_inplace", True) \
-            else frozenset()
+        if job.config.get("enable_inplace", True):
+            self._in_place = compiled.in_place
         graph_obstacle = cuda_graph.obstacle(job, compiled) if self.device == "cuda" else ""
         self.ort_session, captures = self._create_session(use_cuda_graph=graph_obstacle is None)
         # graph output order is user outputs, watches, then state: checked, not assumed
@@ -188,7 +190,7 @@ class JobRuntime:
             if failure is None:
                 raise
             raise out_of_memory.device_memory_error(
-                self.job.name, self.device, failure, self.compiled) from e
+                self.job.name, self.device, failure, self.compiled, self._in_place) from e
 
     def _one_device_of_mirrored(self, feeds):
         return self.run_devices([feeds])[0]
