@@ -81,3 +81,17 @@ def test_cuda_provider_options_takes_a_dict():
     import onnxjob as flow
     with pytest.raises(ValueError, match="takes a dict"):
         flow.function_config().cuda_provider_options("prefer_nhwc=1")
+
+
+def test_oneflow_s_heuristic_search_flag_picks_cudnn_s_algorithm_search():
+    """OneFlow's cudnn_conv_heuristic_search_algo, when a job sets it, is cuDNN's search;
+    onnxjob's own cudnn_conv_algo_search wins where both are set."""
+    import onnxjob as flow
+    assert "cudnn_conv_algo_search" not in backend.cuda_provider_options({})
+    for flag, search in ((True, "HEURISTIC"), (False, "EXHAUSTIVE")):
+        config = flow.function_config()
+        config.cudnn_conv_heuristic_search_algo(flag)
+        assert config.function_desc.cudnn_conv_heuristic_search_algo is flag
+        assert backend.cuda_provider_options(config)["cudnn_conv_algo_search"] == search
+        config.cudnn_conv_algo_search("default")
+        assert backend.cuda_provider_options(config)["cudnn_conv_algo_search"] == "DEFAULT"

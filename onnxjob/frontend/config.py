@@ -18,7 +18,6 @@ from onnxjob.runtime.session import default_session
 _IGNORED_FLAGS = {
     "enable_cudnn", "cudnn_conv_force_fwd_algo",
     "cudnn_conv_force_bwd_data_algo", "cudnn_conv_force_bwd_filter_algo",
-    "cudnn_conv_heuristic_search_algo",
     "enable_cudnn_fused_normalization_add_relu", "enable_inplace_in_reduce_struct",
     "enable_reused_mem", "enable_nccl", "use_nccl_inter_node_communication",
     "all_reduce_group_num", "all_reduce_lazy_ratio", "all_reduce_group_size_warmup",
@@ -153,7 +152,8 @@ class FunctionConfig:
     `qat.moving_min_max_stop_update_after_iters(int)` and `qat.target_backend("" |
     "tensorrt" | "cambricon")` (onnxjob/ops/qat.py, docs/quantization.md).
     onnxjob adds `passes(list)` (extra graph passes), `disable_passes(bool)`,
-    `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)`,
+    `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)` (OneFlow's
+    `cudnn_conv_heuristic_search_algo(bool)` picks HEURISTIC or EXHAUSTIVE where it is unset),
     `enable_cuda_graph(False)` (runtime/cuda_graph.py), OneFlow's
     `cudnn_conv_use_deterministic_algo_only(True)` (onnxruntime's deterministic compute),
     OneFlow's `cudnn_buf_limit_mbyte(n)` (a bound on cuDNN's workspaces: runtime/backend.py),
@@ -191,6 +191,7 @@ class FunctionConfig:
                                   "cudnn_buf_limit_mbyte", "enable_inplace",
                                   "cuda_provider_options",
                                   "cudnn_conv_use_deterministic_algo_only",
+                                  "cudnn_conv_heuristic_search_algo",
                                   "indexed_slices_optimizer_conf", "prefetch",
                                   "dynamic_batch", "use_tensorrt", "all_reduce_fp16",
                                   "all_reduce_group_min_mbyte", "enable_ssp", "enable_qat",

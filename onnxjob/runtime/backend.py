@@ -151,6 +151,9 @@ def cuda_provider_options(config, tf32=None):
 
     `cudnn_conv_algo_search("EXHAUSTIVE"|"HEURISTIC"|"DEFAULT")`: onnxruntime's default,
     EXHAUSTIVE, benchmarks every algorithm on the first run (slow start, fastest steps).
+    Where it is unset, OneFlow's `cudnn_conv_heuristic_search_algo(True|False)`, when the
+    job sets it, asks for HEURISTIC (cuDNN's own pick, no benchmarking: OneFlow's default)
+    or EXHAUSTIVE; a job that sets neither gets onnxruntime's default.
     `tf32` (flow.config.enable_tensor_float_32_compute, else ONNXJOB_CUDA_TF32=0/1, else
     onnxruntime's default: on) lets convolutions and matmuls round inputs to TF32.
     OneFlow's `cudnn_buf_limit_mbyte(n)` bounds cuDNN's workspaces: onnxruntime offers two
@@ -172,6 +175,9 @@ def cuda_provider_options(config, tf32=None):
     if tf32 is not None:
         options["use_tf32"] = "1" if tf32 else "0"
     search = config.get("cudnn_conv_algo_search")
+    heuristic = config.get("cudnn_conv_heuristic_search_algo")
+    if search is None and heuristic is not None:
+        search = "HEURISTIC" if heuristic else "EXHAUSTIVE"
     if search is not None:
         search = str(search).upper()
         if search not in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):
