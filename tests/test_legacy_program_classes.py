@@ -386,3 +386,14 @@ def test_session_calls_before_any_job_start_an_empty_session_as_oneflow(tmp_path
             return a + 1
     flow.clear_default_session()
     np.testing.assert_allclose(_run(lambda a: a + 1), X + 1)
+
+
+# -- refusals name the user's line ------------------------------------------------------------
+
+def test_calls_onnxjob_cannot_run_raise_unsupported_api_error_naming_the_line():
+    # eager mode, OneFlow's op-list serving: UnsupportedAPIError with this file's line
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:\\d+: flow.enable_eager"):
+        flow.enable_eager_execution(True)
+    flow.enable_eager_execution(False)      # lazy mode, as onnxjob runs: accepted
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:\\d+: .*InferenceSession"):
+        flow.serving.InferenceSession().open("job")
