@@ -43,6 +43,15 @@ class UnsupportedAPIError(OnnxJobError, AttributeError):
     `getattr(obj, name, default)` keep working)."""
 
 
+def unsupported_form(call, why):
+    """UnsupportedAPIError for a OneFlow call onnxjob provides but cannot run in the form
+    given (`call`, e.g. "flow.enable_eager_execution(True)"), naming the user's file:line
+    and why."""
+    return UnsupportedAPIError(
+        f"{user_location()}: {call} is not supported by onnxjob: {why} "
+        "(docs/oneflow-scripts.md in onnxjob's repository says what is supported)")
+
+
 def missing_api(namespace, reasons=None, default=None):
     """A module-level `__getattr__` for the `flow.*` namespace `namespace` (PEP 562): an
     unknown name raises UnsupportedAPIError naming it and the user's file:line. `reasons`

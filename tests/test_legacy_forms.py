@@ -381,16 +381,28 @@ def test_initializer_conf_messages_initialize_variables(oneflow_alias, kind, fil
     assert check(job())
 
 
-def test_unsupported_initializer_conf_says_which(oneflow_alias):
-    from oneflow.core.job import initializer_conf_pb2
-    conf = initializer_conf_pb2.InitializerConf(range_conf=initializer_conf_pb2.RangeInitializerConf())
+def test_range_and_empty_initializer_confs_as_oneflow_kernel(oneflow_alias):
+    # OneFlow's RangeInitializer: start + j * stride at index j of `axis` (default -1),
+    # the same across the other axes; empty_conf leaves the (zeroed) allocation
+    from oneflow.core.job import initializer_conf_pb2 as pb
+    confs = {"r": pb.InitializerConf(range_conf=pb.RangeInitializerConf(start=0.5, stride=2)),
+             "r0": pb.InitializerConf(range_conf=pb.RangeInitializerConf(stride=-1, axis=0)),
+             "i": pb.InitializerConf(int_range_conf=pb.IntRangeInitializerConf(start=3)),
+             "e": pb.InitializerConf(empty_conf=pb.EmptyInitializerConf())}
 
     @flow.global_function()
-    def job() -> tp.Numpy:
-        return flow.get_variable("w", (3,), initializer=conf)
+    def job() -> Tuple[tp.Numpy, tp.Numpy, tp.Numpy, tp.Numpy]:
+        return (flow.get_variable("r", (2, 3), initializer=confs["r"]),
+                flow.get_variable("r0", (2, 3), initializer=confs["r0"]),
+                flow.get_variable("i", (4,), dtype=flow.int32, initializer=confs["i"]),
+                flow.get_variable("e", (2,), initializer=confs["e"]))
 
-    with pytest.raises(NotImplementedError, match="range_conf"):
-        job()
+    r, r0, i, e = job()
+    np.testing.assert_array_equal(r, [[0.5, 2.5, 4.5]] * 2)
+    np.testing.assert_array_equal(r0, [[0, 0, 0], [-1, -1, -1]])
+    assert i.dtype == np.int32
+    np.testing.assert_array_equal(i, [3, 4, 5, 6])
+    np.testing.assert_array_equal(e, [0, 0])
 
 
 def test_manual_seed_makes_initial_values_repeat():

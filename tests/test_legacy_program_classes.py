@@ -2,7 +2,9 @@
 OneFlow's documented behaviour: blob truthiness and protocols, distribution hints and
 properties, None meaning a default, 0-d results fed where OneFlow 0.4 had (1,), host values feeding graph
 ops (checkpoint folders without markers: test_checkpoint.py; the image reader's labels:
-test_data_legacy.py)."""
+test_data_legacy.py), session calls before any job (a reader's (N, 1) labels for the
+face-recognition ops: test_ops_legacy.py; every kind of the old API's learning_rate_decay:
+test_optimizers.py)."""
 import os
 import warnings
 from typing import Tuple
@@ -364,3 +366,34 @@ def test_a_record_blob_fed_to_a_graph_op_says_how_to_convert_it(tmp_path):
 
     with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}.*tensor_buffer_to_tensor"):
         job()
+
+
+# -- session calls before any job ------------------------------------------------------------
+
+def test_session_calls_before_any_job_start_an_empty_session_as_oneflow(tmp_path):
+    # OneFlow's checkpoint functions and CheckPoint.init start the default session even with
+    # no job defined (a validator that calls init() first); it has no variables, and a job
+    # defined afterwards is refused as OneFlow's AddJob refuses it
+    flow.clear_default_session()
+    assert flow.get_all_variables() == {}
+    flow.train.CheckPoint().init()
+    flow.checkpoint.save(str(tmp_path / "empty"))
+    assert os.listdir(tmp_path / "empty") == ["snapshot_done"]
+    flow.load_variables(flow.checkpoint.get(str(tmp_path / "empty")))
+    with pytest.raises(NotImplementedError, match="clear_default_session"):
+        @flow.global_function()
+        def job(a: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+            return a + 1
+    flow.clear_default_session()
+    np.testing.assert_allclose(_run(lambda a: a + 1), X + 1)
+
+
+# -- refusals name the user's line ------------------------------------------------------------
+
+def test_calls_onnxjob_cannot_run_raise_unsupported_api_error_naming_the_line():
+    # eager mode, OneFlow's op-list serving: UnsupportedAPIError with this file's line
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:\\d+: flow.enable_eager"):
+        flow.enable_eager_execution(True)
+    flow.enable_eager_execution(False)      # lazy mode, as onnxjob runs: accepted
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:\\d+: .*InferenceSession"):
+        flow.serving.InferenceSession().open("job")

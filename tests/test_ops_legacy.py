@@ -214,6 +214,22 @@ def test_combined_margin_loss_out_of_range_labels_pass_through():
         forward(lambda a, b: flow.combined_margin_loss(a, b), x, np.zeros(2, np.int32))
 
 
+def test_combined_margin_loss_takes_a_readers_n_by_1_labels():
+    # OneFlow checks only label.shape[0] == x.shape[0]; a raw decoder's shape=(1,) labels
+    # are (N, 1) and read one class per row, as (N,)
+    x = RNG.uniform(-0.9, 0.9, (4, 5)).astype(np.float32)
+    label = np.array([3, 0, 4, 1], np.int32)
+    fn = lambda a, b: flow.combined_margin_loss(a, b, 1.0, 0.5, 0.0)
+    np.testing.assert_allclose(forward(fn, x, label[:, None]), forward(fn, x, label))
+    np.testing.assert_allclose(forward(fn, x, label[:, None]),
+                               _np_margin(x, label, 1.0, 0.5, 0.0), rtol=1e-5, atol=1e-6)
+    check_finite_differences(fn, [x.astype(np.float64), label[:, None]], [True, False],
+                             np.random.default_rng(2))
+    for bad in (np.zeros((4, 2), np.int32), np.zeros((3, 1), np.int32)):
+        with pytest.raises(TraceError, match=THIS_FILE + ".*one class per row"):
+            forward(fn, x, bad)
+
+
 # -- distributed_partial_fc_sample -----------------------------------------------------------
 
 def test_distributed_partial_fc_sample():
@@ -237,6 +253,23 @@ def test_distributed_partial_fc_sample():
     assert len(touched) == num_sample and {2, 7, 15} <= set(touched.tolist())
     with pytest.raises(TraceError, match=THIS_FILE):
         forward(lambda w, l: flow.distributed_partial_fc_sample(w, l, 21)[0], weight, label)
+
+
+def test_distributed_partial_fc_sample_keeps_the_label_shape_as_oneflow():
+    # OneFlow's shape rule: mapped_label has label's shape, sampled_label label's shape with
+    # num_sample rows; an (N, 1) label samples as its (N,) values
+    weight = RNG.standard_normal((10, 3)).astype(np.float32)
+    label = np.array([[4], [9], [4]], np.int64)
+    mapped, sampled, sw = forward(
+        lambda w, l: list(flow.distributed_partial_fc_sample(w, l, 5)), weight, label)
+    assert mapped.shape == (3, 1) and sampled.shape == (5, 1) and sw.shape == (5, 3)
+    assert mapped.dtype == sampled.dtype == np.int64
+    np.testing.assert_array_equal(sampled[:2, 0], [4, 9])
+    np.testing.assert_array_equal(sampled[mapped[:, 0], 0], label[:, 0])
+    np.testing.assert_array_equal(sw, weight[sampled[:, 0]])
+    with pytest.raises(TraceError, match=THIS_FILE + ".*one class per row"):
+        forward(lambda w, l: flow.distributed_partial_fc_sample(w, l, 5)[0], weight,
+                np.zeros((3, 2), np.int64))
 
 
 # -- repeat / acc, unpack / pack -------------------------------------------------------------

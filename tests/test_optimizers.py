@@ -623,3 +623,59 @@ def test_old_api_adam_conf_defaults_to_bias_correction():
     job(A)
     ref = adam(bc=True)(W0.astype(np.float64), (A * W0 / 4).astype(np.float64), f32(0.1), 0, {})
     np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), ref, rtol=RTOL)
+
+
+# Every kind of OneFlow's LearningRateDecayConf given to the old API as a dict, with the
+# learning rate of train steps 0..4 written from learning_rate_schedule_kernel.cpp
+# (primary_lr 0.1; a piecewise_constant_conf's values replace it, its warmup starts from it).
+_LIN_COS = [0.1 * (((4 - t) / 4) * 0.5 * (1 + math.cos(math.pi * t / 4)) + 0.001)
+            for t in range(5)]
+OLD_API_DECAYS = {
+    "piecewise_scaling": ({"learning_rate_decay": {"piecewise_scaling_conf": {
+        "boundaries": [1, 3], "scales": [1.0, 0.5, 0.1]}}}, [0.1, 0.1, 0.05, 0.05, 0.01]),
+    "piecewise_constant": ({"learning_rate_decay": {"piecewise_constant_conf": {
+        "boundaries": [2], "values": [0.3, 0.2]}}}, [0.3, 0.3, 0.3, 0.2, 0.2]),
+    "inverse_time": ({"learning_rate_decay": {"inverse_time_conf": {
+        "decay_batches": 2, "decay_rate": 0.5}}}, [0.1 / (1 + 0.25 * t) for t in range(5)]),
+    "natural_exp_staircase": ({"learning_rate_decay": {"natural_exp_conf": {
+        "decay_batches": 2, "decay_rate": 0.5, "staircase": True}}},
+        [0.1 * math.exp(-0.5 * (t // 2)) for t in range(5)]),
+    "linear_cosine": ({"learning_rate_decay": {"linear_cosine_conf": {"decay_batches": 4}}},
+                      _LIN_COS),
+    "warmup_then_piecewise_constant": ({
+        "warmup_conf": {"linear_conf": {"warmup_batches": 2, "start_multiplier": 0.5}},
+        "learning_rate_decay": {"piecewise_constant_conf": {"boundaries": [3],
+                                                            "values": [0.4, 0.2]}}},
+        [0.05, 0.075, 0.4, 0.4, 0.2]),
+}
+
+
+@pytest.mark.parametrize("name", OLD_API_DECAYS)
+def test_old_api_learning_rate_decay_kinds(name):
+    conf, lrs = OLD_API_DECAYS[name]
+    job = old_api_job(dict(conf, naive_conf={}))
+    flow.load_variables({"w": W0})
+    w = W0.astype(np.float64)
+    for lr in lrs:
+        job(A)
+        w = w - f32(lr) * A * w / 4
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w, rtol=1e-5)
+
+
+@pytest.mark.parametrize("conf,match", [
+    ({"learning_rate_decay": {"piecewise_scaling_conf": {"boundaries": [10],
+                                                         "scales": [0.1]}},
+      "naive_conf": {}}, "one more of 'scales'"),
+    ({"learning_rate_decay": {"cosine_conf": {"alpha": 0.1}}, "naive_conf": {}},
+     "needs 'decay_batches'"),
+    ({"learning_rate_decay": {"step_conf": {"step_size": 2}}, "naive_conf": {}},
+     "not a kind of OneFlow's LearningRateDecayConf"),
+    ({"warmup_conf": {"constant_conf": {"warmup_batches": 2}}, "naive_conf": {}},
+     "needs 'multiplier'"),
+    ({"learning_rate_decay": {"cosine_conf": {"decay_batches": 4}}},
+     "exactly one optimizer"),
+])
+def test_old_api_malformed_confs_raise_trace_errors(conf, match):
+    job = old_api_job(conf)
+    with pytest.raises(TraceError, match=match):
+        job(A)

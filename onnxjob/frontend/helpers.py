@@ -3,6 +3,7 @@ flow.convert_oneflow_dtype_to_numpy_dtype, flow.Size, ...)."""
 import types
 
 from onnxjob import dtypes
+from onnxjob.errors import unsupported_form
 from onnxjob.frontend.config import process_config
 from onnxjob.runtime.session import default_session
 
@@ -35,8 +36,8 @@ def eager_execution_enabled():
 def enable_eager_execution(value=True):
     """OneFlow's eager mode; onnxjob runs lazy job functions only."""
     if value:
-        raise NotImplementedError("onnxjob runs lazy job functions only; eager execution "
-                                  "is not supported")
+        raise unsupported_form("flow.enable_eager_execution(True)",
+                               "onnxjob runs lazy job functions (@flow.global_function) only")
 
 
 def enable_typing_check(value=True):

@@ -107,7 +107,21 @@ def _constant(shape, np_dtype, value):
     return np.full(shape, value, np_dtype)
 
 
+def _range(shape, rng, draw, start, stride, axis):
+    """start + j * stride at index j of `axis`, the same across the other axes (OneFlow's
+    RangeInitializer of range_conf / int_range_conf)."""
+    if not shape or not -len(shape) <= axis < len(shape):
+        raise ValueError(f"InitializerConf.range_conf: axis {axis} is not an axis of the "
+                         f"variable's shape {tuple(shape)}")
+    axis %= len(shape)
+    line = start + np.arange(shape[axis]) * stride
+    view = [1] * len(shape)
+    view[axis] = shape[axis]
+    return np.broadcast_to(line.reshape(view), shape)
+
+
 _SAMPLERS = {
+    "range": _range,
     "truncated_normal": _truncated,
     "random_normal": lambda shape, rng, draw, mean, stddev: _normal(rng, mean, stddev, shape, draw),
     "random_uniform": _uniform,
@@ -207,6 +221,7 @@ def from_initializer_conf(conf):
     if kind == "variance_scaling_conf":
         return variance_scaling_initializer(c.scale, _VARIANCE_NORMS[c.variance_norm],
                                             _DISTRIBUTIONS[c.distribution], c.data_format)
-    raise NotImplementedError(f"flow.get_variable: InitializerConf.{kind} is not supported by "
-                              "onnxjob (constant, random uniform/normal, truncated normal, "
-                              "xavier, msra and variance scaling are)")
+    if kind in ("range_conf", "int_range_conf"):
+        return Initializer("range", start=c.start, stride=c.stride, axis=int(c.axis))
+    # empty_conf: OneFlow leaves the memory as allocated; onnxjob's allocations are zeroed
+    return Initializer("constant", value=0)

@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.errors import missing_api
+from onnxjob.errors import missing_api, unsupported_form
 from onnxjob.io.saved_model import META_FILE
 
 
@@ -172,9 +172,10 @@ class InferenceSession:
         return job["session"].run(names, feeds)
 
     def open(self, job_name, signature=None, batch_size=None):
-        raise NotImplementedError(
-            "InferenceSession.open/compile build a job from OneFlow's op lists, which onnxjob "
-            "cannot run: load an onnxjob saved model with load_saved_model")
+        raise unsupported_form(
+            "flow.serving.InferenceSession.open/compile",
+            "they build a job from OneFlow's op lists, which onnxjob cannot run: load an "
+            "onnxjob saved model with load_saved_model")
 
     compile = open
 

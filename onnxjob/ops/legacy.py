@@ -44,6 +44,19 @@ def _positive_int(value, api, what):
     return int(value)
 
 
+def _row_labels(label, api, rows=None):
+    """`label` as an (N,) Blob: OneFlow's face-recognition ops check only the label's first
+    axis (against x's `rows` where given) and read one label per row, so a reader's (N, 1)
+    labels (a raw decoder's `shape=(1,)`) pass as (N,)."""
+    shape = tuple(label.shape)
+    if (not shape or (rows is not None and shape[0] != rows)
+            or int(np.prod(shape[1:])) != 1):
+        n = "N" if rows is None else rows
+        raise TraceError(f"{api}: label must hold one class per row, ({n},) or ({n}, 1), "
+                         f"got {shape}")
+    return label if len(shape) == 1 else reshape_to(label, shape[:1])
+
+
 # -- count_not_finite ------------------------------------------------------------------------
 
 def _not_finite_count(x):
@@ -131,13 +144,14 @@ def fused_self_attention_query_mul_key_and_value(x, head_size, alpha=1.0, name=N
 def combined_margin_loss(x, label, m1=1, m2=0, m3=0, name=None):
     """The combined (ArcFace / CosFace / SphereFace) margin: x (N, C...) holds cosines; at each
     row's label the value becomes cos(m1 * acos(x) + m2) - m3, the rest passes through.
-    Labels outside [0, C) leave their row unchanged. Gradient: OneFlow's rule."""
+    Labels outside [0, C) leave their row unchanged. `label` holds one class per row: (N,)
+    or, as a reader's (N, 1) output, (N, 1, ...). Gradient: OneFlow's rule."""
     api = "flow.combined_margin_loss"
     _blob(x, api, allowed=FLOATS)
     _blob(label, api, "label", _INDEX)
-    if len(x.shape) < 2 or len(label.shape) != 1 or label.shape[0] != x.shape[0]:
-        raise TraceError(f"{api}: x must be (N, C, ...) and label (N,), got {x.shape} and "
-                         f"{label.shape}")
+    if len(x.shape) < 2:
+        raise TraceError(f"{api}: x must be (N, C, ...), got {x.shape}")
+    label = _row_labels(label, api, rows=x.shape[0])
     flat = reshape_to(x, (x.shape[0], int(np.prod(x.shape[1:]))))
     y, _theta = op("onnxjob.CombinedMarginLoss", flat, label, m1=float(m1), m2=float(m2),
                    m3=float(m3), num_outputs=2)
@@ -156,9 +170,10 @@ def distributed_partial_fc_sample(weight, label, num_sample, name=None):
     _blob(weight, api, "weight", FLOATS)
     _blob(label, api, "label", _INDEX)
     num_sample = _positive_int(num_sample, api, "num_sample")
-    if len(weight.shape) < 1 or len(label.shape) != 1:
-        raise TraceError(f"{api}: weight must be (C, ...) and label (N,), got {weight.shape} "
-                         f"and {label.shape}")
+    if len(weight.shape) < 1:
+        raise TraceError(f"{api}: weight must be (C, ...), got {weight.shape}")
+    label_shape = label.shape
+    label = _row_labels(label, api)
     classes = weight.shape[0]
     if num_sample > classes:
         raise TraceError(f"{api}: num_sample {num_sample} exceeds the {classes} classes of "
@@ -180,8 +195,12 @@ def distributed_partial_fc_sample(weight, label, num_sample, name=None):
     mapped = op("Gather", slot, lab, axis=0)
     to = dtypes.from_numpy(label.np_dtype).ir_dtype.value
     prefix = "" if name is None else name + "/"
+    # as OneFlow's shape rule: mapped_label has label's shape, sampled_label label's shape
+    # with num_sample rows
+    mapped = reshape_to(mapped, label_shape)
+    picked_label = reshape_to(picked, (num_sample,) + tuple(label_shape[1:]))
     return (op("Cast", mapped, to=to, name=prefix + "mapped_label" if name else None),
-            op("Cast", picked, to=to, name=prefix + "sampled_label" if name else None),
+            op("Cast", picked_label, to=to, name=prefix + "sampled_label" if name else None),
             _named(op("Gather", weight, picked, axis=0), prefix + "sampled_weight" if name
                    else None))
 

@@ -318,6 +318,10 @@ class Session(VariableRegistry):
     def start(self, seed=None, tf32=None, memory_limit_mbyte=None):
         """Compile every registered job (definition order) and initialise variables.
 
+        As OneFlow's session, one may start with no job yet (a checkpoint or
+        get_all_variables call before any global function): it has no variables, and jobs
+        defined afterwards are refused (see add_job).
+
         `seed` (flow.config.seed) makes the initial values and every job's random nodes
         reproducible; None draws fresh entropy. `tf32`
         (flow.config.enable_tensor_float_32_compute) allows TF32 math on the CUDA EP;
@@ -342,7 +346,6 @@ class Session(VariableRegistry):
             for job in self.jobs.values():
                 job_seed = None if seed is None else (seed ^ zlib.crc32(job.name.encode()))
                 compiled.append((job, compile_job(job, self, job_seed)))
-            assert self.jobs, "the session has no job function to run"
             if self.data_parallel:
                 self._init_variables(seed)
                 values = {n: self.variable_numpy(n) for n in self.variable_values}

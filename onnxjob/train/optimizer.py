@@ -575,6 +575,10 @@ def _from_old_api(train_conf):
     wd = conf.pop("weight_decay_conf", None)
     scheduler = _old_api_scheduler(lr, decay, _old_api_warmup(warm))
     clipping = by_global_norm(clip["clip_by_global_norm"]["clip_norm"]) if clip else None
+    if len(conf) != 1:
+        raise TraceError("model_update_conf needs exactly one optimizer (naive_conf, "
+                         "momentum_conf, rmsprop_conf, lars_conf, adam_conf, lazy_adam_conf or "
+                         f"lamb_conf), got {sorted(conf) or 'none'}")
     kind, args = next(iter(conf.items()))
     args = args or {}
     if kind == "naive_conf":
@@ -612,25 +616,71 @@ def _old_api_warmup(warm):
     if not warm:
         return None
     kind, args = next(iter(warm.items()))
+    args = args or {}
+    steps = _conf_field(args, "warmup_batches", kind, "warmup_conf")
     if kind == "linear_conf":
-        return warmup.linear(args["warmup_batches"], args.get("start_multiplier", 0.0))
-    return warmup.constant(args["warmup_batches"], args["multiplier"])
+        return warmup.linear(steps, args.get("start_multiplier", 0.0))
+    if kind == "constant_conf":
+        return warmup.constant(steps, _conf_field(args, "multiplier", kind, "warmup_conf"))
+    raise TraceError(f"warmup_conf {kind!r} is not a kind of OneFlow's WarmupConf "
+                     "(constant_conf, linear_conf)")
+
+
+_RATE_SCHEDULERS = {"exponential_conf": ExponentialScheduler,
+                    "inverse_time_conf": InverseTimeScheduler,
+                    "natural_exp_conf": NaturalExpScheduler}
+_DECAY_KINDS = ("piecewise_constant_conf", "piecewise_scaling_conf", "cosine_conf",
+                "linear_cosine_conf", "polynomial_conf") + tuple(_RATE_SCHEDULERS)
+
+
+def _conf_field(args, key, kind, conf="learning_rate_decay"):
+    """A required field of an old-API proto conf given as a dict."""
+    if key not in args:
+        raise TraceError(f"{conf} {kind!r} needs {key!r} (a required field of OneFlow's "
+                         "proto)")
+    return args[key]
 
 
 def _old_api_scheduler(lr, decay, w):
+    """The scheduler of model_update_conf's `learning_rate_decay`: every kind of OneFlow's
+    LearningRateDecayConf, as its learning_rate_schedule kernel computes it from
+    primary_lr (piecewise_constant_conf's values replace it; the warmup still starts from
+    it)."""
     if not decay:
         return PiecewiseConstantScheduler([], [lr], warmup=w)
     kind, args = next(iter(decay.items()))
-    steps = args.get("decay_batches", 1)
+    args = args or {}
+    if kind not in _DECAY_KINDS:
+        raise TraceError(f"learning_rate_decay {kind!r} is not a kind of OneFlow's "
+                         f"LearningRateDecayConf ({', '.join(_DECAY_KINDS)})")
+    if kind in ("piecewise_constant_conf", "piecewise_scaling_conf"):
+        # the proto holds every value / scale, the first included (for the scales usually
+        # 1, which flow.optimizer.PiecewiseScalingScheduler prepends itself): one more than
+        # the boundaries, as OneFlow's kernel checks
+        field = "values" if kind == "piecewise_constant_conf" else "scales"
+        boundaries, values = list(args.get("boundaries", [])), list(args.get(field, []))
+        if len(values) != len(boundaries) + 1:
+            raise TraceError(f"learning_rate_decay {kind!r} needs one more of {field!r} than "
+                             f"of 'boundaries', got {len(values)} and {len(boundaries)}")
+    if kind == "piecewise_constant_conf":
+        sched = PiecewiseConstantScheduler(boundaries, values, warmup=w)
+        sched.base_lr = lr
+        return sched
+    if kind == "piecewise_scaling_conf":
+        sched = PiecewiseScalingScheduler(lr, boundaries, values[1:], warmup=w)
+        sched.scales = values
+        return sched
+    steps = _conf_field(args, "decay_batches", kind)
     if kind == "cosine_conf":
         return CosineScheduler(lr, steps, args.get("alpha", 0.0), warmup=w)
+    if kind == "linear_cosine_conf":
+        return LinearCosineScheduler(lr, steps, args.get("num_periods", 0.5),
+                                     args.get("alpha", 0.0), args.get("beta", 0.001), warmup=w)
     if kind == "polynomial_conf":
         return PolynomialScheduler(lr, steps, args.get("end_learning_rate", 0.0001),
                                    args.get("power", 1.0), args.get("cycle", False), w)
-    if kind == "exponential_conf":
-        return ExponentialScheduler(lr, steps, args["decay_rate"], args.get("staircase", False),
-                                    w)
-    raise TraceError(f"learning_rate_decay {kind!r} is not supported")
+    return _RATE_SCHEDULERS[kind](lr, steps, _conf_field(args, "decay_rate", kind),
+                                  args.get("staircase", False), w)
 
 
 def resolve_optimizer(builder, job):

@@ -11,6 +11,7 @@ import os
 import unittest
 
 from onnxjob.compat.unittest_helpers import env
+from onnxjob.errors import unsupported_form
 from onnxjob.compat.unittest_helpers.env import device_num, node_size
 from onnxjob.frontend.helpers import enable_eager_execution, enable_typing_check
 from onnxjob.runtime.session import clear_default_session
@@ -28,10 +29,10 @@ class TestCase(unittest.TestCase):
     def setUp(self):
         if env.has_node_list() or (device_num() > 1 and
                                    os.getenv("ONEFLOW_TEST_MULTI_PROCESS") == "1"):
-            raise NotImplementedError("flow.unittest.TestCase: onnxjob runs on one machine and "
-                                      "device; multi-node / multi-process test environments "
-                                      "(ONEFLOW_TEST_NODE_LIST, ONEFLOW_TEST_MULTI_PROCESS) "
-                                      "are not supported")
+            raise unsupported_form(
+                "flow.unittest.TestCase in a multi-node / multi-process test environment "
+                "(ONEFLOW_TEST_NODE_LIST, ONEFLOW_TEST_MULTI_PROCESS)",
+                "its tests run on one machine and device")
         clear_default_session()
         enable_eager_execution(env.eager_execution_enabled())
         enable_typing_check(env.typing_check_enabled())
