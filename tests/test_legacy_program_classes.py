@@ -328,6 +328,55 @@ def test_a_returned_full_reduction_loss_is_0d_and_reads_as_a_number():
     np.testing.assert_allclose(w, 1 - 0.1 * (2 * x ** 2).sum(0) / x.size, rtol=1e-5)
 
 
+def _reductions_job():
+    """Jobs returning a full reduction, an argmax of a vector and a vector, in each way a
+    result reaches the host (annotated, unannotated LocalBlob, watched, one tp.Numpy)."""
+    flow.clear_default_session()
+    watched = {}
+
+    @flow.global_function()
+    def annotated(x: tp.Numpy.Placeholder((5,))) -> Tuple[tp.Numpy, tp.Numpy, tp.Numpy]:
+        total = flow.math.reduce_sum(x)
+        flow.watch(total, lambda v: watched.setdefault("numpy", v))
+        flow.watch(total, lambda v: watched.setdefault("local", v.numpy()))
+        return total, flow.math.argmax(x), x
+
+    @flow.global_function()
+    def unannotated(x: tp.Numpy.Placeholder((5,))):
+        return flow.math.reduce_max(x)
+
+    @flow.global_function()
+    def single(x: tp.Numpy.Placeholder((5,))) -> tp.Numpy:
+        return flow.math.reduce_mean(x)
+
+    return annotated, unannotated, single, watched
+
+
+def test_a_04_program_indexes_a_returned_0d_result_as_its_one_element_vector():
+    annotated, unannotated, single, watched = _reductions_job()
+    x = np.array([3, -1, 7, 2, 0.5], np.float32)
+    for _ in range(3):                   # the first call and the fast path of later ones
+        assert single(x)[0] == pytest.approx(2.3) and single(x).shape == ()
+        total, index, vector = annotated(x)
+        loss = total[0]                  # OneFlow <= 0.4 returned shape (1,)
+        assert isinstance(loss, np.float32) and loss == pytest.approx(11.5)
+        assert total[-1] == loss and index[0] == 2 and index[-1] == 2
+        np.testing.assert_array_equal(total[:1], [11.5])
+        assert total[0:1].shape == (1,) and total[(0,)] == loss
+        assert len(total) == 1 and list(total) == [loss] and [i for i in index] == [2]
+        # ... and OneFlow 0.5's 0-d reads are unchanged
+        assert total.shape == () and total.ndim == 0 and float(total) == 11.5
+        assert f"{total:.2f}" == "11.50" and total[()] == loss and total.item() == 11.5
+        assert total + 1 == 12.5 and repr(total) == repr(np.array(11.5, np.float32))
+        assert vector[0] == 3 and len(vector) == 5 and type(vector) is np.ndarray
+    with pytest.raises(IndexError):
+        total[1]                         # as the (1,) vector refuses it
+    assert watched["numpy"][0] == watched["local"][0] == pytest.approx(11.5)
+    blob = unannotated(x).get()
+    assert blob[0] == 7 and blob.numpy()[0] == 7 and len(blob) == 1
+    assert f"{blob.numpy():.1f}" == "7.0"
+
+
 # -- host values and graph values --------------------------------------------------------
 
 def test_crop_mirror_normalize_takes_a_uint8_batch_computed_in_the_graph():

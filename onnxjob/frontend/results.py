@@ -4,18 +4,21 @@ import typing
 import numpy as np
 
 from onnxjob import typing as tp
+from onnxjob.compat.zero_d_results import host_results
 from onnxjob.graph.tracer import Blob
 
 
 class Leaf:
-    """One graph output, converted on the way back per its leaf annotation."""
+    """One graph output, converted on the way back per its leaf annotation; `zero_d`:
+    whether the output is 0-d (the caller gets it as a ZeroDResult)."""
 
-    __slots__ = ("kind", "index", "is_dynamic")
+    __slots__ = ("kind", "index", "is_dynamic", "zero_d")
 
-    def __init__(self, kind, index, is_dynamic=False):
+    def __init__(self, kind, index, is_dynamic=False, zero_d=False):
         self.kind = kind
         self.index = index
         self.is_dynamic = is_dynamic
+        self.zero_d = zero_d
 
 
 def _mismatch(ret, annotation, job_name, extra=""):
@@ -40,7 +43,7 @@ def flatten(ret, annotation, job_name, blobs):
                 "only fixed shaped blob compatible to oneflow.typing.Numpy. you can change "
                 "annotation to oneflow.typing.ListNumpy or oneflow.typing.ListListNumpy")
         blobs.append(ret)
-        return Leaf(annotation, len(blobs) - 1, ret.is_dynamic)
+        return Leaf(annotation, len(blobs) - 1, ret.is_dynamic, ret.shape == ())
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is tp.Bundle:
         return _flatten_bundle(ret, args[0], job_name, blobs)
@@ -85,7 +88,7 @@ def flatten_unannotated(ret, blobs):
         return None
     if isinstance(ret, Blob):
         blobs.append(ret)
-        return Leaf(None, len(blobs) - 1, ret.is_dynamic)
+        return Leaf(None, len(blobs) - 1, ret.is_dynamic, ret.shape == ())
     if isinstance(ret, (tuple, list)):
         return type(ret)(flatten_unannotated(r, blobs) for r in ret)
     if isinstance(ret, dict):
@@ -95,6 +98,7 @@ def flatten_unannotated(ret, blobs):
 
 def convert_leaf(kind, values, is_dynamic=False):
     """The caller's value of one output; `values` holds one array per device."""
+    values = host_results(values)
     if kind is tp.Numpy:
         return values[0]
     if kind is tp.ListNumpy:
