@@ -12,7 +12,7 @@ import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp
-from onnxjob.errors import ConcreteBlobError, UnsupportedAPIError
+from onnxjob.errors import ConcreteBlobError, TraceError, UnsupportedAPIError
 from onnxjob.graph.tracer import current_builder
 from onnxjob.io import images as image_io
 from onnxjob.io import ofrecord
@@ -375,6 +375,95 @@ def test_a_04_program_indexes_a_returned_0d_result_as_its_one_element_vector():
     blob = unannotated(x).get()
     assert blob[0] == 7 and blob.numpy()[0] == 7 and len(blob) == 1
     assert f"{blob.numpy():.1f}" == "7.0"
+
+
+# -- OneFlow's internal modules that programs copy code from -----------------------------
+
+@pytest.fixture
+def oneflow_alias():
+    """`import oneflow...` resolving to onnxjob in this process, removed afterwards."""
+    import importlib
+    from onnxjob.compat import install_oneflow_alias, uninstall_oneflow_alias
+    install_oneflow_alias()
+    try:
+        yield importlib.import_module
+    finally:
+        uninstall_oneflow_alias()
+
+
+@pytest.mark.parametrize("framework", ["oneflow.python.framework",
+                                       "oneflow.compatible.single_client.framework"])
+@pytest.mark.parametrize("extension", ["oneflow_api", "oneflow._oneflow_internal"])
+def test_get_variables_for_current_job_splits_the_optimizers(oneflow_alias, framework,
+                                                               extension):
+    session_ctx = oneflow_alias(f"{framework}.session_context")
+    c_api_util = oneflow_alias(f"{framework}.c_api_util")
+    oneflow_api = oneflow_alias(extension)
+    flow.clear_default_session()
+    seen = {}
+
+    def variables_for_current_job():     # OneFlow's optimizer.GetVariablesForCurrentJob
+        sess = session_ctx.GetDefaultSession()
+        job_name = oneflow_api.JobBuildAndInferCtx_GetCurrentJobName()
+        assert c_api_util.JobBuildAndInferCtx_GetCurrentJobName() == job_name
+        seen["job"] = job_name
+        return list(sess.job_name2var_name2var_blob_[job_name].keys())
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.ones_initializer())
+        scale = flow.get_variable("scale", (1,), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_sum(x * w * scale)
+        rest = [v for v in variables_for_current_job() if v != "scale"]
+        sgd = flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                                 variables=rest)
+        sgd_scale = flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.01]),
+                                       variables=["scale"])
+        flow.optimizer.CombinedOptimizer([sgd, sgd_scale]).minimize(loss)
+        return loss
+
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    train(x)
+    assert seen["job"] == "train"
+    variables = flow.get_all_variables()
+    np.testing.assert_allclose(variables["w"].numpy(), 1 - 0.1 * x.sum(0))
+    np.testing.assert_allclose(variables["scale"].numpy(), [1 - 0.01 * x.sum()])
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:.*inside a job function"):
+        session_ctx.GetDefaultSession().job_name2var_name2var_blob_  # noqa: B018
+    with pytest.raises(TraceError, match=f"{THIS_FILE}:.*only be used inside a job"):
+        oneflow_api.JobBuildAndInferCtx_GetCurrentJobName()
+
+
+def test_op_code_copied_from_oneflow_reads_its_blob_classes_and_names(oneflow_alias):
+    remote_blob_util = oneflow_alias("oneflow.python.framework.remote_blob")
+    id_util = oneflow_alias("oneflow.compatible.single_client.framework.id_util")
+    distribute_util = oneflow_alias("oneflow.python.framework.distribute")
+    internal = oneflow_alias("oneflow._oneflow_internal")
+
+    def scaled(x: internal.BlobDesc, name: str = None) -> remote_blob_util.BlobDef:
+        name = name or id_util.UniqueStr("Scaled_")
+        assert isinstance(x, (remote_blob_util.ConsistentBlob, internal.LazyMirroredBlob))
+        return flow.math.multiply(x, 2.0, name=name)
+
+    names = {id_util.UniqueStr("Scaled_") for _ in range(3)}
+    assert len(names) == 3 and all(n.startswith("Scaled_") for n in names)
+    assert distribute_util.split(0).axis == 0
+    np.testing.assert_allclose(_run(lambda x: scaled(scaled(x))), 4 * X)
+
+
+@pytest.mark.parametrize("module, name", [
+    ("oneflow.python.framework.session_context", "TryCloseDefaultSession"),
+    ("oneflow_api", "GetDefaultSessionId"),
+    ("oneflow.python.framework.remote_blob", "EagerLogicalBlob"),
+])
+def test_internal_names_onnxjob_lacks_raise_naming_the_line(oneflow_alias, module, name):
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:.*{module}.{name} is not"):
+        getattr(oneflow_alias(module), name)
+    session = oneflow_alias("oneflow.python.framework.session_context").GetDefaultSession()
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:.*session.LaunchJob"):
+        session.LaunchJob  # noqa: B018
+    with pytest.raises(ModuleNotFoundError, match="oneflow.python.framework.hob"):
+        oneflow_alias("oneflow.python.framework.hob")
 
 
 # -- host values and graph values --------------------------------------------------------
