@@ -82,18 +82,26 @@ def _flatten_bundle(ret, leaf, job_name, blobs):
                          f"{job_name}.")
 
 
-def flatten_unannotated(ret, blobs):
-    """Old-style job without a return annotation: any nesting of Blobs."""
+def flatten_unannotated(ret, blobs, where="the job", path=""):
+    """Old-style job without a return annotation: any nesting of Blobs. `where` names
+    the job in the error (its name and the line that defines it), `path` the position
+    in its return value."""
     if ret is None:
         return None
     if isinstance(ret, Blob):
         blobs.append(ret)
         return Leaf(None, len(blobs) - 1, ret.is_dynamic, ret.shape == ())
     if isinstance(ret, (tuple, list)):
-        return type(ret)(flatten_unannotated(r, blobs) for r in ret)
+        return type(ret)(flatten_unannotated(r, blobs, where, f"{path}[{i}]")
+                         for i, r in enumerate(ret))
     if isinstance(ret, dict):
-        return {k: flatten_unannotated(v, blobs) for k, v in ret.items()}
-    raise AssertionError(f"a job may return Blobs or nested tuple/list/dict of Blobs, got {type(ret)}")
+        return {k: flatten_unannotated(v, blobs, where, f"{path}[{k!r}]")
+                for k, v in ret.items()}
+    # OneFlow's global_function refuses it too (NotImplementedError, "returns RemoteBlob
+    # or list/tuple/dict nested RemoteBlob only")
+    raise NotImplementedError(
+        f"{where} returns Blobs or list/tuple/dict nested Blobs only (as OneFlow's "
+        f"global_function); got {type(ret).__name__} {ret!r} at return value{path}")
 
 
 def convert_leaf(kind, values, is_dynamic=False):
