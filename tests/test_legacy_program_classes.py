@@ -466,6 +466,58 @@ def test_internal_names_onnxjob_lacks_raise_naming_the_line(oneflow_alias, modul
         oneflow_alias("oneflow.python.framework.hob")
 
 
+# -- function_config's nested option namespaces -----------------------------------------
+
+def test_tensorrt_options_turn_tensorrt_on_and_say_what_int8_does(monkeypatch):
+    from onnxjob.frontend import config as config_module
+    from onnxjob.runtime import backend, session_cache
+    monkeypatch.setattr(session_cache, "cache_dir", lambda: None)
+    monkeypatch.setattr(config_module, "_warned_flags", set())
+    fp16 = flow.function_config()
+    fp16.tensorrt.use_fp16()                       # OneFlow: also use_tensorrt(True)
+    assert fp16.function_desc.use_tensorrt is True
+    assert backend.tensorrt_provider_options(fp16) == {"trt_fp16_enable": "1"}
+    int8 = flow.function_config()
+    with pytest.raises(AssertionError, match="tensorrt.use_int8"):
+        int8.tensorrt.int8_calibration("./int8_calibration")   # OneFlow asserts it too
+    with pytest.warns(UserWarning, match="calibration table") as caught:
+        int8.tensorrt.use_int8()
+        int8.tensorrt.use_int8()                   # said once
+    assert len(caught) == 1 and caught[0].filename == __file__
+    int8.tensorrt.int8_calibration("./int8_calibration")
+    assert int8.function_desc.use_tensorrt is True
+    assert backend.tensorrt_provider_options(int8) == {}       # no int8 option
+    with pytest.raises(AssertionError, match="tensorrt.use_int9"):
+        int8.tensorrt.use_int9()
+
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict", function_config=int8)
+    def predict(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.math.tanh(x)
+
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(predict(x), np.tanh(x), rtol=1e-6)
+
+
+def test_static_memory_policy_white_list_reads_back_as_oneflows():
+    config = flow.function_config()
+    policies = config.static_mem_alloc_policy_white_list
+    assert config.static_mem_alloc_algo_white_list.show() == [
+        "use_mem_size_first_algo", "use_mutual_exclusion_first_algo", "use_time_line_algo"]
+    assert policies.has(policies.policy_mem_size_first())
+    assert not policies.has(policies.policy_time_line())
+    policies.add(policies.policy_time_line())
+    policies.remove(policies.policy_mutual_exclusion_first())
+    assert policies.has("use_time_line_algo")
+    assert not policies.has("use_mutual_exclusion_first_algo")
+    clone = config.clone()
+    clone.static_mem_alloc_policy_white_list.remove("use_time_line_algo")
+    assert policies.has("use_time_line_algo")  # a clone's list is its own
+    with pytest.raises(ValueError, match="use_time_line_algo"):
+        policies.add("use_fastest_algo")
+
+
 # -- host values and graph values --------------------------------------------------------
 
 def test_crop_mirror_normalize_takes_a_uint8_batch_computed_in_the_graph():
