@@ -17,6 +17,8 @@ from onnxjob.errors import missing_api as _missing_api
 from onnxjob.frontend import distribute, initializers, scope  # noqa: F401
 from onnxjob.frontend.config import (FunctionConfig, ExecutionConfig, config, env,  # noqa: F401
                                      function_config)
+from onnxjob.frontend.config import (cache_int8_calibration as _cache_int8_calibration,
+                                     write_int8_calibration as _write_int8_calibration)
 from onnxjob.frontend.helpers import (Size, convert_oneflow_dtype_to_numpy_dtype,  # noqa: F401
                                       current_machine_id, current_resource, current_scope,
                                       eager_execution_enabled, enable_eager_execution,
@@ -134,7 +136,8 @@ detection = _Namespace("flow.detection", object_bbox_flip=object_bbox_flip,
                        object_segmentation_polygon_to_mask=object_segmentation_polygon_to_mask)
 system = _Namespace("flow.system", assign=_system_assign)
 util = _Namespace("flow.util", unique_str=_unique_str)
-tensorrt = _Namespace("flow.tensorrt")   # refused names only (frontend/refusals.py)
+tensorrt = _Namespace("flow.tensorrt", cache_int8_calibration=_cache_int8_calibration,
+                      write_int8_calibration=_write_int8_calibration)
 autograd = _Namespace("flow.autograd", no_grad=no_grad)
 deprecated = _Namespace("flow.deprecated", variable_scope=scope.namespace,
                         nn=_Namespace("flow.deprecated.nn", Module=nn.Module))

@@ -497,7 +497,19 @@ def test_tensorrt_options_turn_tensorrt_on_and_say_what_int8_does(monkeypatch):
         return flow.math.tanh(x)
 
     x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    with pytest.warns(UserWarning, match="does nothing") as caught:
+        for _ in range(10):                    # an online int8 program's calibration loop
+            flow.tensorrt.cache_int8_calibration()
+    assert len(caught) == 1 and caught[0].filename == __file__
     np.testing.assert_allclose(predict(x), np.tanh(x), rtol=1e-6)
+
+
+def test_write_int8_calibration_writes_nothing_and_says_so(tmp_path, monkeypatch):
+    from onnxjob.frontend import config as config_module
+    monkeypatch.setattr(config_module, "_warned_flags", set())
+    with pytest.warns(UserWarning, match="writes nothing") as caught:
+        flow.tensorrt.write_int8_calibration(str(tmp_path / "int8_calibration"))
+    assert caught[0].filename == __file__ and not os.listdir(tmp_path)
 
 
 def test_static_memory_policy_white_list_reads_back_as_oneflows():

@@ -152,10 +152,29 @@ class _TensorrtConf:
             flags["tensorrt." + name] = bool(value)
             if name == "use_int8" and value:
                 _warn_once("tensorrt.use_int8", f"function_config.tensorrt.use_int8({value!r}): "
-                           "onnxruntime's TensorRT execution provider needs its own int8 "
-                           "calibration table, not OneFlow's; the job runs on TensorRT without "
-                           "int8 (float32, or float16 with tensorrt.use_fp16())", stacklevel=3)
+                           f"{_NO_INT8}", stacklevel=3)
         return setter
+
+
+_NO_INT8 = ("onnxruntime's TensorRT execution provider needs its own int8 calibration table, "
+            "not OneFlow's; jobs run on TensorRT without int8 (float32, or float16 with "
+            "function_config.tensorrt.use_fp16())")
+
+
+def cache_int8_calibration():
+    """`flow.tensorrt.cache_int8_calibration()`: OneFlow calibrates its TensorRT int8 jobs
+    here; onnxjob's run without int8 (see _TensorrtConf), so there is nothing to calibrate.
+    Said once, as OneFlow built without TensorRT prints and goes on."""
+    _warn_once("flow.tensorrt.cache_int8_calibration",
+               f"flow.tensorrt.cache_int8_calibration() does nothing: {_NO_INT8}", stacklevel=3)
+
+
+def write_int8_calibration(path):
+    """`flow.tensorrt.write_int8_calibration(path)`: OneFlow writes its int8 calibration
+    tables to `path`; onnxjob has none (see cache_int8_calibration) and writes nothing."""
+    _warn_once("flow.tensorrt.write_int8_calibration",
+               f"flow.tensorrt.write_int8_calibration({path!r}) writes nothing: {_NO_INT8}",
+               stacklevel=3)
 
 
 # OneFlow's static memory allocation algorithms (MemoryAllocationAlgorithmConf) and whether
