@@ -40,6 +40,7 @@ from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
 from onnxjob.io import checkpoint  # noqa: F401
 from onnxjob.io.checkpoint_manager import SimpleCheckPointManager as _SimpleCheckPointManager
 from onnxjob.io.export import export  # noqa: F401
+from onnxjob.io.oneflow_onnx import export as _onnx_export
 from onnxjob.io import saved_model, serving  # noqa: F401
 from onnxjob.ops import data, image, layers, math, nn, random, summary  # noqa: F401
 from onnxjob.ops.legacy import (acc, categorical_ordinal_encode, combined_margin_loss,  # noqa: F401
@@ -136,6 +137,7 @@ detection = _Namespace("flow.detection", object_bbox_flip=object_bbox_flip,
                        object_segmentation_polygon_to_mask=object_segmentation_polygon_to_mask)
 system = _Namespace("flow.system", assign=_system_assign)
 util = _Namespace("flow.util", unique_str=_unique_str)
+onnx = _Namespace("flow.onnx", export=_onnx_export)   # OneFlow <= 0.3's exporter
 tensorrt = _Namespace("flow.tensorrt", cache_int8_calibration=_cache_int8_calibration,
                       write_int8_calibration=_write_int8_calibration)
 autograd = _Namespace("flow.autograd", no_grad=no_grad)

@@ -530,6 +530,64 @@ def test_static_memory_policy_white_list_reads_back_as_oneflows():
         policies.add("use_fastest_algo")
 
 
+# -- OneFlow <= 0.3's flow.onnx.export ----------------------------------------------------
+
+def _onnx_run(path_or_proto, x):
+    import onnxruntime as ort
+    model = path_or_proto if isinstance(path_or_proto, str) else \
+        path_or_proto.SerializeToString()
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def test_onnx_export_writes_the_job_with_the_saved_weights(tmp_path):
+    import onnx
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def predict(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 4), initializer=flow.random_normal_initializer())
+        return flow.math.tanh(flow.matmul(x, w))
+
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    saved_w = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    flow.load_variables({"w": saved_w})
+    flow.checkpoint.save(str(tmp_path / "model"))
+    flow.load_variables({"w": np.zeros((3, 4), np.float32)})   # not what is exported
+    want = np.tanh(x @ saved_w)
+    path = str(tmp_path / "model.onnx")
+    assert flow.onnx.export(predict, str(tmp_path / "model"), path) is None      # OneFlow 0.3
+    np.testing.assert_allclose(_onnx_run(path, x), want, rtol=1e-6)
+    np.testing.assert_allclose(predict(x), np.zeros((2, 4)))   # the session keeps its values
+    proto = flow.onnx.export(predict, str(tmp_path / "model"), False)  # earlier: a ModelProto
+    np.testing.assert_allclose(_onnx_run(proto, x), want, rtol=1e-6)
+    converted = str(tmp_path / "opset18.onnx")
+    flow.onnx.export(predict, str(tmp_path / "model"), converted, opset=18, external_data=True)
+    assert [o.version for o in onnx.load(converted).opset_import if o.domain == ""] == [18]
+    assert os.path.isfile(converted + ".data")                # the weights beside the file
+    np.testing.assert_allclose(_onnx_run(converted, x), want, rtol=1e-6)
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:.*shape_override"):
+        flow.onnx.export(predict, str(tmp_path / "model"), path, shape_override={"x": [1, 3]})
+
+
+def test_onnx_export_keeps_the_opset_where_onnx_cannot_lower_an_op(tmp_path):
+    import onnx
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def predict(x: tp.Numpy.Placeholder((2, 3, 4, 4))) -> tp.Numpy:
+        return flow.layers.batch_normalization(x, axis=1, training=False)
+
+    flow.checkpoint.save(str(tmp_path / "model"))
+    path = str(tmp_path / "bn.onnx")
+    with pytest.warns(UserWarning, match="keeps opset 17") as caught:
+        flow.onnx.export(predict, str(tmp_path / "model"), path, opset=11)
+    assert caught[0].filename == __file__
+    assert [o.version for o in onnx.load(path).opset_import if o.domain == ""] == [17]
+    x = np.random.default_rng(0).random((2, 3, 4, 4), dtype=np.float32)
+    np.testing.assert_allclose(_onnx_run(path, x), predict(x), rtol=1e-5, atol=1e-6)
+
+
 # -- host values and graph values --------------------------------------------------------
 
 def test_crop_mirror_normalize_takes_a_uint8_batch_computed_in_the_graph():
