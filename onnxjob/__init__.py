@@ -17,6 +17,8 @@ from onnxjob.errors import missing_api as _missing_api
 from onnxjob.frontend import distribute, initializers, scope  # noqa: F401
 from onnxjob.frontend.config import (FunctionConfig, ExecutionConfig, config, env,  # noqa: F401
                                      function_config)
+from onnxjob.frontend.config import (cache_int8_calibration as _cache_int8_calibration,
+                                     write_int8_calibration as _write_int8_calibration)
 from onnxjob.frontend.helpers import (Size, convert_oneflow_dtype_to_numpy_dtype,  # noqa: F401
                                       current_machine_id, current_resource, current_scope,
                                       eager_execution_enabled, enable_eager_execution,
@@ -38,6 +40,7 @@ from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
 from onnxjob.io import checkpoint  # noqa: F401
 from onnxjob.io.checkpoint_manager import SimpleCheckPointManager as _SimpleCheckPointManager
 from onnxjob.io.export import export  # noqa: F401
+from onnxjob.io.oneflow_onnx import export as _onnx_export
 from onnxjob.io import saved_model, serving  # noqa: F401
 from onnxjob.ops import data, image, layers, math, nn, random, summary  # noqa: F401
 from onnxjob.ops.legacy import (acc, categorical_ordinal_encode, combined_margin_loss,  # noqa: F401
@@ -134,7 +137,9 @@ detection = _Namespace("flow.detection", object_bbox_flip=object_bbox_flip,
                        object_segmentation_polygon_to_mask=object_segmentation_polygon_to_mask)
 system = _Namespace("flow.system", assign=_system_assign)
 util = _Namespace("flow.util", unique_str=_unique_str)
-tensorrt = _Namespace("flow.tensorrt")   # refused names only (frontend/refusals.py)
+onnx = _Namespace("flow.onnx", export=_onnx_export)   # OneFlow <= 0.3's exporter
+tensorrt = _Namespace("flow.tensorrt", cache_int8_calibration=_cache_int8_calibration,
+                      write_int8_calibration=_write_int8_calibration)
 autograd = _Namespace("flow.autograd", no_grad=no_grad)
 deprecated = _Namespace("flow.deprecated", variable_scope=scope.namespace,
                         nn=_Namespace("flow.deprecated.nn", Module=nn.Module))

@@ -139,6 +139,19 @@ def test_return_value_mismatch_raises_at_first_call(ann, ret, msg):
         foo(np.zeros(2, np.float32))
 
 
+def test_an_unannotated_job_returning_a_python_value_names_the_job_and_the_place():
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def pretrain(x: tp.Numpy.Placeholder((2,))):
+        return {"total_loss": x, "nsp_loss": 0.0}   # OneFlow refuses it too
+
+    with pytest.raises(NotImplementedError,
+                       match=rf"{THIS_FILE}:[0-9]+: job pretrain returns Blobs .*"
+                             r"got float 0.0 at return value\['nsp_loss'\]"):
+        pretrain(np.zeros(2, np.float32))
+
+
 def test_dynamic_blob_as_numpy_return():
     config = flow.FunctionConfig()
     config.default_logical_view(flow.scope.mirrored_view())

@@ -14,7 +14,7 @@ import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp
-from onnxjob.errors import ConcreteBlobError, UnsupportedAPIError
+from onnxjob.errors import ConcreteBlobError, TraceError, UnsupportedAPIError
 from onnxjob.graph.tracer import current_builder
 from onnxjob.io import images as image_io
 from onnxjob.io import ofrecord
@@ -328,6 +328,266 @@ def test_a_returned_full_reduction_loss_is_0d_and_reads_as_a_number():
         assert f"{loss:.3f}" == f"{np.mean(x ** 2):.3f}"
     w = flow.get_all_variables()["w"].numpy()
     np.testing.assert_allclose(w, 1 - 0.1 * (2 * x ** 2).sum(0) / x.size, rtol=1e-5)
+
+
+def _reductions_job():
+    """Jobs returning a full reduction, an argmax of a vector and a vector, in each way a
+    result reaches the host (annotated, unannotated LocalBlob, watched, one tp.Numpy)."""
+    flow.clear_default_session()
+    watched = {}
+
+    @flow.global_function()
+    def annotated(x: tp.Numpy.Placeholder((5,))) -> Tuple[tp.Numpy, tp.Numpy, tp.Numpy]:
+        total = flow.math.reduce_sum(x)
+        flow.watch(total, lambda v: watched.setdefault("numpy", v))
+        flow.watch(total, lambda v: watched.setdefault("local", v.numpy()))
+        return total, flow.math.argmax(x), x
+
+    @flow.global_function()
+    def unannotated(x: tp.Numpy.Placeholder((5,))):
+        return flow.math.reduce_max(x)
+
+    @flow.global_function()
+    def single(x: tp.Numpy.Placeholder((5,))) -> tp.Numpy:
+        return flow.math.reduce_mean(x)
+
+    return annotated, unannotated, single, watched
+
+
+def test_a_04_program_indexes_a_returned_0d_result_as_its_one_element_vector():
+    annotated, unannotated, single, watched = _reductions_job()
+    x = np.array([3, -1, 7, 2, 0.5], np.float32)
+    for _ in range(3):                   # the first call and the fast path of later ones
+        assert single(x)[0] == pytest.approx(2.3) and single(x).shape == ()
+        total, index, vector = annotated(x)
+        loss = total[0]                  # OneFlow <= 0.4 returned shape (1,)
+        assert isinstance(loss, np.float32) and loss == pytest.approx(11.5)
+        assert total[-1] == loss and index[0] == 2 and index[-1] == 2
+        np.testing.assert_array_equal(total[:1], [11.5])
+        assert total[0:1].shape == (1,) and total[(0,)] == loss
+        assert len(total) == 1 and list(total) == [loss] and [i for i in index] == [2]
+        # ... and OneFlow 0.5's 0-d reads are unchanged
+        assert total.shape == () and total.ndim == 0 and float(total) == 11.5
+        assert f"{total:.2f}" == "11.50" and total[()] == loss and total.item() == 11.5
+        assert total + 1 == 12.5 and repr(total) == repr(np.array(11.5, np.float32))
+        assert vector[0] == 3 and len(vector) == 5 and type(vector) is np.ndarray
+    with pytest.raises(IndexError):
+        total[1]                         # as the (1,) vector refuses it
+    assert watched["numpy"][0] == watched["local"][0] == pytest.approx(11.5)
+    blob = unannotated(x).get()
+    assert blob[0] == 7 and blob.numpy()[0] == 7 and len(blob) == 1
+    assert f"{blob.numpy():.1f}" == "7.0"
+
+
+# -- OneFlow's internal modules that programs copy code from -----------------------------
+
+@pytest.fixture
+def oneflow_alias():
+    """`import oneflow...` resolving to onnxjob in this process, removed afterwards."""
+    import importlib
+    from onnxjob.compat import install_oneflow_alias, uninstall_oneflow_alias
+    install_oneflow_alias()
+    try:
+        yield importlib.import_module
+    finally:
+        uninstall_oneflow_alias()
+
+
+@pytest.mark.parametrize("framework", ["oneflow.python.framework",
+                                       "oneflow.compatible.single_client.framework"])
+@pytest.mark.parametrize("extension", ["oneflow_api", "oneflow._oneflow_internal"])
+def test_get_variables_for_current_job_splits_the_optimizers(oneflow_alias, framework,
+                                                               extension):
+    session_ctx = oneflow_alias(f"{framework}.session_context")
+    c_api_util = oneflow_alias(f"{framework}.c_api_util")
+    oneflow_api = oneflow_alias(extension)
+    flow.clear_default_session()
+    seen = {}
+
+    def variables_for_current_job():     # OneFlow's optimizer.GetVariablesForCurrentJob
+        sess = session_ctx.GetDefaultSession()
+        job_name = oneflow_api.JobBuildAndInferCtx_GetCurrentJobName()
+        assert c_api_util.JobBuildAndInferCtx_GetCurrentJobName() == job_name
+        seen["job"] = job_name
+        return list(sess.job_name2var_name2var_blob_[job_name].keys())
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.ones_initializer())
+        scale = flow.get_variable("scale", (1,), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_sum(x * w * scale)
+        rest = [v for v in variables_for_current_job() if v != "scale"]
+        sgd = flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                                 variables=rest)
+        sgd_scale = flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.01]),
+                                       variables=["scale"])
+        flow.optimizer.CombinedOptimizer([sgd, sgd_scale]).minimize(loss)
+        return loss
+
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    train(x)
+    assert seen["job"] == "train"
+    variables = flow.get_all_variables()
+    np.testing.assert_allclose(variables["w"].numpy(), 1 - 0.1 * x.sum(0))
+    np.testing.assert_allclose(variables["scale"].numpy(), [1 - 0.01 * x.sum()])
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:.*inside a job function"):
+        session_ctx.GetDefaultSession().job_name2var_name2var_blob_  # noqa: B018
+    with pytest.raises(TraceError, match=f"{THIS_FILE}:.*only be used inside a job"):
+        oneflow_api.JobBuildAndInferCtx_GetCurrentJobName()
+
+
+def test_op_code_copied_from_oneflow_reads_its_blob_classes_and_names(oneflow_alias):
+    remote_blob_util = oneflow_alias("oneflow.python.framework.remote_blob")
+    id_util = oneflow_alias("oneflow.compatible.single_client.framework.id_util")
+    distribute_util = oneflow_alias("oneflow.python.framework.distribute")
+    internal = oneflow_alias("oneflow._oneflow_internal")
+
+    def scaled(x: internal.BlobDesc, name: str = None) -> remote_blob_util.BlobDef:
+        name = name or id_util.UniqueStr("Scaled_")
+        assert isinstance(x, (remote_blob_util.ConsistentBlob, internal.LazyMirroredBlob))
+        return flow.math.multiply(x, 2.0, name=name)
+
+    names = {id_util.UniqueStr("Scaled_") for _ in range(3)}
+    assert len(names) == 3 and all(n.startswith("Scaled_") for n in names)
+    assert distribute_util.split(0).axis == 0
+    np.testing.assert_allclose(_run(lambda x: scaled(scaled(x))), 4 * X)
+
+
+@pytest.mark.parametrize("module, name", [
+    ("oneflow.python.framework.session_context", "TryCloseDefaultSession"),
+    ("oneflow_api", "GetDefaultSessionId"),
+    ("oneflow.python.framework.remote_blob", "EagerLogicalBlob"),
+])
+def test_internal_names_onnxjob_lacks_raise_naming_the_line(oneflow_alias, module, name):
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:.*{module}.{name} is not"):
+        getattr(oneflow_alias(module), name)
+    session = oneflow_alias("oneflow.python.framework.session_context").GetDefaultSession()
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:.*session.LaunchJob"):
+        session.LaunchJob  # noqa: B018
+    with pytest.raises(ModuleNotFoundError, match="oneflow.python.framework.hob"):
+        oneflow_alias("oneflow.python.framework.hob")
+
+
+# -- function_config's nested option namespaces -----------------------------------------
+
+def test_tensorrt_options_turn_tensorrt_on_and_say_what_int8_does(monkeypatch):
+    from onnxjob.frontend import config as config_module
+    from onnxjob.runtime import backend, session_cache
+    monkeypatch.setattr(session_cache, "cache_dir", lambda: None)
+    monkeypatch.setattr(config_module, "_warned_flags", set())
+    fp16 = flow.function_config()
+    fp16.tensorrt.use_fp16()                       # OneFlow: also use_tensorrt(True)
+    assert fp16.function_desc.use_tensorrt is True
+    assert backend.tensorrt_provider_options(fp16) == {"trt_fp16_enable": "1"}
+    int8 = flow.function_config()
+    with pytest.raises(AssertionError, match="tensorrt.use_int8"):
+        int8.tensorrt.int8_calibration("./int8_calibration")   # OneFlow asserts it too
+    with pytest.warns(UserWarning, match="calibration table") as caught:
+        int8.tensorrt.use_int8()
+        int8.tensorrt.use_int8()                   # said once
+    assert len(caught) == 1 and caught[0].filename == __file__
+    int8.tensorrt.int8_calibration("./int8_calibration")
+    assert int8.function_desc.use_tensorrt is True
+    assert backend.tensorrt_provider_options(int8) == {}       # no int8 option
+    with pytest.raises(AssertionError, match="tensorrt.use_int9"):
+        int8.tensorrt.use_int9()
+
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict", function_config=int8)
+    def predict(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.math.tanh(x)
+
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    with pytest.warns(UserWarning, match="does nothing") as caught:
+        for _ in range(10):                    # an online int8 program's calibration loop
+            flow.tensorrt.cache_int8_calibration()
+    assert len(caught) == 1 and caught[0].filename == __file__
+    np.testing.assert_allclose(predict(x), np.tanh(x), rtol=1e-6)
+
+
+def test_write_int8_calibration_writes_nothing_and_says_so(tmp_path, monkeypatch):
+    from onnxjob.frontend import config as config_module
+    monkeypatch.setattr(config_module, "_warned_flags", set())
+    with pytest.warns(UserWarning, match="writes nothing") as caught:
+        flow.tensorrt.write_int8_calibration(str(tmp_path / "int8_calibration"))
+    assert caught[0].filename == __file__ and not os.listdir(tmp_path)
+
+
+def test_static_memory_policy_white_list_reads_back_as_oneflows():
+    config = flow.function_config()
+    policies = config.static_mem_alloc_policy_white_list
+    assert config.static_mem_alloc_algo_white_list.show() == [
+        "use_mem_size_first_algo", "use_mutual_exclusion_first_algo", "use_time_line_algo"]
+    assert policies.has(policies.policy_mem_size_first())
+    assert not policies.has(policies.policy_time_line())
+    policies.add(policies.policy_time_line())
+    policies.remove(policies.policy_mutual_exclusion_first())
+    assert policies.has("use_time_line_algo")
+    assert not policies.has("use_mutual_exclusion_first_algo")
+    clone = config.clone()
+    clone.static_mem_alloc_policy_white_list.remove("use_time_line_algo")
+    assert policies.has("use_time_line_algo")  # a clone's list is its own
+    with pytest.raises(ValueError, match="use_time_line_algo"):
+        policies.add("use_fastest_algo")
+
+
+# -- OneFlow <= 0.3's flow.onnx.export ----------------------------------------------------
+
+def _onnx_run(path_or_proto, x):
+    import onnxruntime as ort
+    model = path_or_proto if isinstance(path_or_proto, str) else \
+        path_or_proto.SerializeToString()
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def test_onnx_export_writes_the_job_with_the_saved_weights(tmp_path):
+    import onnx
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def predict(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3, 4), initializer=flow.random_normal_initializer())
+        return flow.math.tanh(flow.matmul(x, w))
+
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    saved_w = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    flow.load_variables({"w": saved_w})
+    flow.checkpoint.save(str(tmp_path / "model"))
+    flow.load_variables({"w": np.zeros((3, 4), np.float32)})   # not what is exported
+    want = np.tanh(x @ saved_w)
+    path = str(tmp_path / "model.onnx")
+    assert flow.onnx.export(predict, str(tmp_path / "model"), path) is None      # OneFlow 0.3
+    np.testing.assert_allclose(_onnx_run(path, x), want, rtol=1e-6)
+    np.testing.assert_allclose(predict(x), np.zeros((2, 4)))   # the session keeps its values
+    proto = flow.onnx.export(predict, str(tmp_path / "model"), False)  # earlier: a ModelProto
+    np.testing.assert_allclose(_onnx_run(proto, x), want, rtol=1e-6)
+    converted = str(tmp_path / "opset18.onnx")
+    flow.onnx.export(predict, str(tmp_path / "model"), converted, opset=18, external_data=True)
+    assert [o.version for o in onnx.load(converted).opset_import if o.domain == ""] == [18]
+    assert os.path.isfile(converted + ".data")                # the weights beside the file
+    np.testing.assert_allclose(_onnx_run(converted, x), want, rtol=1e-6)
+    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:.*shape_override"):
+        flow.onnx.export(predict, str(tmp_path / "model"), path, shape_override={"x": [1, 3]})
+
+
+def test_onnx_export_keeps_the_opset_where_onnx_cannot_lower_an_op(tmp_path):
+    import onnx
+    flow.clear_default_session()
+
+    @flow.global_function(type="predict")
+    def predict(x: tp.Numpy.Placeholder((2, 3, 4, 4))) -> tp.Numpy:
+        return flow.layers.batch_normalization(x, axis=1, training=False)
+
+    flow.checkpoint.save(str(tmp_path / "model"))
+    path = str(tmp_path / "bn.onnx")
+    with pytest.warns(UserWarning, match="keeps opset 17") as caught:
+        flow.onnx.export(predict, str(tmp_path / "model"), path, opset=11)
+    assert caught[0].filename == __file__
+    assert [o.version for o in onnx.load(path).opset_import if o.domain == ""] == [17]
+    x = np.random.default_rng(0).random((2, 3, 4, 4), dtype=np.float32)
+    np.testing.assert_allclose(_onnx_run(path, x), predict(x), rtol=1e-5, atol=1e-6)
 
 
 # -- host values and graph values --------------------------------------------------------

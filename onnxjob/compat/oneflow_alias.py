@@ -15,9 +15,13 @@ What resolves:
     oneflow.core.record.record_pb2                 OFRecord messages (compat/protos.py)
     oneflow.core.job.initializer_conf_pb2          InitializerConf messages
     oneflow.[compatible.single_client.]ops.transpose_util   OneFlow's permutation helpers
-    oneflow._oneflow_internal                      importable (scripts import it at the top);
-                                                   its C++ bindings: `distribute` is onnxjob's,
+    oneflow._oneflow_internal, oneflow_api         OneFlow's C++ extension (0.5, 0.4): importable
+                                                   (scripts import it at the top); the names job
+                                                   code reaches (compat/framework_modules.py),
                                                    any other name raises naming it
+    oneflow.python.framework.<m>,                  OneFlow's internal modules that programs
+    oneflow.compatible.single_client.framework.<m>  copy code from: session_context, id_util,
+                                                   remote_blob, distribute, c_api_util
 
 Any other `oneflow.*` module raises ModuleNotFoundError naming it and the importing line.
 """
@@ -30,11 +34,12 @@ import types
 
 import onnxjob
 from onnxjob import dtypes
-from onnxjob.compat import protos
-from onnxjob.errors import missing_api
+from onnxjob.compat import framework_modules, protos
 from onnxjob.source_info import user_location
 
 _SINGLE_CLIENT = "oneflow.compatible.single_client"
+_EXTENSION_04 = "oneflow_api"  # OneFlow <= 0.4's top-level name of its C++ extension
+_FRAMEWORK_PACKAGES = ("oneflow.python.framework", _SINGLE_CLIENT + ".framework")
 
 
 def _enum_module(name, doc, **values):
@@ -57,19 +62,6 @@ def _core_modules():
             "oneflow.core.job.initializer_conf_pb2": protos.initializer_conf_pb2}
 
 
-def _internal_module():
-    """`oneflow._oneflow_internal`, OneFlow's pybind11 extension. Many scripts and tests
-    import it without using it; the one submodule job code reaches (`distribute`) is
-    onnxjob's, every other name raises UnsupportedAPIError naming it and the user's line."""
-    module = types.ModuleType("oneflow._oneflow_internal", _internal_module.__doc__)
-    module.distribute = onnxjob.distribute
-    module.__getattr__ = missing_api(
-        "oneflow._oneflow_internal",
-        reasons={}, default="it is OneFlow's C++ extension (sessions, kernels, eager "
-        "tensors), which onnxjob replaces with ONNX graphs run by onnxruntime")
-    return module
-
-
 class _RootAlias(types.ModuleType):
     """`oneflow` itself: onnxjob's names, plus the `compatible` and `core` packages."""
 
@@ -84,7 +76,7 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self._created = {}
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "oneflow" and not fullname.startswith("oneflow."):
+        if fullname not in ("oneflow", _EXTENSION_04) and not fullname.startswith("oneflow."):
             return None
         module = self._resolve(fullname)
         spec = importlib.util.spec_from_loader(fullname, self,
@@ -110,8 +102,17 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return package
         if fullname == _SINGLE_CLIENT:
             return onnxjob
-        if fullname == "oneflow._oneflow_internal":
-            return _internal_module()
+        if fullname in ("oneflow._oneflow_internal", _EXTENSION_04):
+            return framework_modules.extension_module(fullname)
+        if fullname in _FRAMEWORK_PACKAGES or fullname == "oneflow.python":
+            package = types.ModuleType(fullname)
+            package.__path__ = []
+            return package
+        package, _, name = fullname.rpartition(".")
+        if package in _FRAMEWORK_PACKAGES:
+            module = framework_modules.framework_module(package, name)
+            if module is not None:
+                return module
         if fullname in ("oneflow.ops", _SINGLE_CLIENT + ".ops"):
             # OneFlow's package of op wrappers: only its helper module is importable
             package = types.ModuleType(fullname)
@@ -157,7 +158,8 @@ def install_oneflow_alias():
 def uninstall_oneflow_alias():
     """Remove the hook and forget every `oneflow*` module it handed out."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, OneFlowAliasFinder)]
-    for name in [n for n in sys.modules if n == "oneflow" or n.startswith("oneflow.")]:
+    for name in [n for n in sys.modules
+                 if n in ("oneflow", _EXTENSION_04) or n.startswith("oneflow.")]:
         del sys.modules[name]
 
 

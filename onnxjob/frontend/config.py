@@ -25,7 +25,6 @@ _IGNORED_FLAGS = {
     "enable_fuse_cast_scale", "enable_fuse_model_update_ops", "enable_gradients_stats_aggregation",
     "concurrency_width", "allow_cpu_return_op",
     "prune_parallel_cast_ops", "prune_cast_to_static_shape_ops",
-    "static_mem_alloc_policy_white_list",
     # read by no pass of OneFlow 0.5 (its SSP stages come from the scope: frontend/ssp.py)
     "ssp_partition_strategy", "ssp_partition_scope_ids",
 }
@@ -48,12 +47,20 @@ _UNSUPPORTED_FLAGS = {
 _warned_flags = set()
 
 
-def _warn_unsupported(name, value):
-    if name in _warned_flags or value is False or value is None:
+def _warn_once(name, message, stacklevel):
+    """Warn `message` at the user's call (`stacklevel` as warnings.warn counts it from
+    here), once per flag `name` and process."""
+    if name in _warned_flags:
         return
     _warned_flags.add(name)
-    warnings.warn(f"function_config.{name}({value!r}) is not supported by onnxjob and has no "
-                  f"effect: {_UNSUPPORTED_FLAGS[name]}", UserWarning, stacklevel=3)
+    warnings.warn(message, UserWarning, stacklevel=stacklevel)
+
+
+def _warn_unsupported(name, value):
+    if value is False or value is None:
+        return
+    _warn_once(name, f"function_config.{name}({value!r}) is not supported by onnxjob and has "
+                     f"no effect: {_UNSUPPORTED_FLAGS[name]}", stacklevel=4)
 
 
 _HALF_TYPE_NAMES = {"float16": "float16", "half": "float16", "kFloat16": "float16",
@@ -115,6 +122,120 @@ def _qat_value(name, value):
     return value
 
 
+class _TensorrtConf:
+    """`function_config.tensorrt.<name>(value)`: OneFlow's TensorRT options (its XrtConfig);
+    each turns `use_tensorrt` on, as OneFlow's setters do. `use_fp16`: TensorRT may run
+    float32 layers in float16 (runtime/backend.py). `use_int8` and `int8_calibration(path)`
+    ask for OneFlow's own int8 calibration (XRT's tables), which onnxruntime's TensorRT
+    execution provider cannot read: the job runs TensorRT without int8, with one warning."""
+
+    NAMES = ("use_fp16", "use_int8", "int8_calibration")
+
+    def __init__(self, owner):
+        self._owner = owner
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        assert name in self.NAMES, (f"unknown function_config flag tensorrt.{name} (OneFlow's "
+                                    f"TensorRT options: {', '.join(self.NAMES)})")
+
+        def setter(value=True):
+            flags = self._owner.flags
+            if name == "int8_calibration":
+                # OneFlow asserts this too: a calibration table is for int8 mode
+                assert flags.get("tensorrt.use_int8"), \
+                    "function_config.tensorrt.int8_calibration needs tensorrt.use_int8() first"
+                flags["tensorrt.int8_calibration"] = value
+                return
+            flags["use_tensorrt"] = True
+            flags["tensorrt." + name] = bool(value)
+            if name == "use_int8" and value:
+                _warn_once("tensorrt.use_int8", f"function_config.tensorrt.use_int8({value!r}): "
+                           f"{_NO_INT8}", stacklevel=3)
+        return setter
+
+
+_NO_INT8 = ("onnxruntime's TensorRT execution provider needs its own int8 calibration table, "
+            "not OneFlow's; jobs run on TensorRT without int8 (float32, or float16 with "
+            "function_config.tensorrt.use_fp16())")
+
+
+def cache_int8_calibration():
+    """`flow.tensorrt.cache_int8_calibration()`: OneFlow calibrates its TensorRT int8 jobs
+    here; onnxjob's run without int8 (see _TensorrtConf), so there is nothing to calibrate.
+    Said once, as OneFlow built without TensorRT prints and goes on."""
+    _warn_once("flow.tensorrt.cache_int8_calibration",
+               f"flow.tensorrt.cache_int8_calibration() does nothing: {_NO_INT8}", stacklevel=3)
+
+
+def write_int8_calibration(path):
+    """`flow.tensorrt.write_int8_calibration(path)`: OneFlow writes its int8 calibration
+    tables to `path`; onnxjob has none (see cache_int8_calibration) and writes nothing."""
+    _warn_once("flow.tensorrt.write_int8_calibration",
+               f"flow.tensorrt.write_int8_calibration({path!r}) writes nothing: {_NO_INT8}",
+               stacklevel=3)
+
+
+# OneFlow's static memory allocation algorithms (MemoryAllocationAlgorithmConf) and whether
+# each is on by default; onnxruntime plans a session's memory itself, so the white list is
+# kept for the program to read back and changes nothing.
+_STATIC_MEM_ALGOS = {"use_mem_size_first_algo": True, "use_mutual_exclusion_first_algo": True,
+                     "use_time_line_algo": False}
+
+
+class _StaticMemPolicyWhiteList:
+    """`function_config.static_mem_alloc_policy_white_list.add / remove / has` and its
+    `policy_*()` names, as OneFlow's; no effect on onnxruntime's memory planning."""
+
+    def __init__(self, owner):
+        self._owner = owner
+
+    @staticmethod
+    def policy_mem_size_first():
+        return "use_mem_size_first_algo"
+
+    @staticmethod
+    def policy_mutual_exclusion_first():
+        return "use_mutual_exclusion_first_algo"
+
+    @staticmethod
+    def policy_time_line():
+        return "use_time_line_algo"
+
+    def _policies(self):
+        default = frozenset(p for p, on in _STATIC_MEM_ALGOS.items() if on)
+        return self._owner.flags.get("static_mem_alloc_policies", default)
+
+    def _set(self, policy, on):
+        policies = self._policies() - {self._check(policy)}
+        self._owner.flags["static_mem_alloc_policies"] = policies | ({policy} if on else set())
+
+    @staticmethod
+    def _check(policy):
+        if policy not in _STATIC_MEM_ALGOS:
+            raise ValueError(f"unknown static memory allocation policy {policy!r} (OneFlow's: "
+                             f"{', '.join(_STATIC_MEM_ALGOS)})")
+        return policy
+
+    def has(self, policy):
+        return self._check(policy) in self._policies()
+
+    def add(self, policy):
+        self._set(policy, True)
+
+    def remove(self, policy):
+        self._set(policy, False)
+
+
+class _StaticMemAlgoWhiteList:
+    """`function_config.static_mem_alloc_algo_white_list.show()`: OneFlow's algorithm names."""
+
+    @staticmethod
+    def show():
+        return list(_STATIC_MEM_ALGOS)
+
+
 _TRAIN_OLD_API = {"primary_lr", "secondary_lr", "model_update_conf", "loss_scale_factor",
                   "num_gradient_accumulation_steps"}
 
@@ -161,7 +282,10 @@ class FunctionConfig:
     graph/in_place.py), `cuda_provider_options({name: value})` (onnxruntime's own CUDA EP
     options, over onnxjob's: runtime/backend.py),
     `freeze_variables_after(n)` (runtime/frozen.py), OneFlow's `use_tensorrt(True)` (predict
-    jobs on onnxruntime's TensorRT EP where available: runtime/backend.py) and `prefetch(n)` (how many batches a
+    jobs on onnxruntime's TensorRT EP where available: runtime/backend.py; `tensorrt.use_fp16()`
+    lets it run float32 layers in float16, `tensorrt.use_int8()` / `int8_calibration(path)`
+    warn that it runs without int8), OneFlow's `static_mem_alloc_policy_white_list.*` and
+    `static_mem_alloc_algo_white_list.show()` (read back, no effect) and `prefetch(n)` (how many batches a
     job that makes its own data prepares ahead, runtime/pipeline.py; 0 = inline).
     `dynamic_batch(True)`: a predict job also takes fewer rows than its tp.Numpy
     placeholders' first dimension (the same count in every input) and returns that many
@@ -178,6 +302,9 @@ class FunctionConfig:
         self.job_type = None
         self.train = _TrainConf(self)
         self.qat = _QatConf(self)
+        self.tensorrt = _TensorrtConf(self)
+        self.static_mem_alloc_policy_white_list = _StaticMemPolicyWhiteList(self)
+        self.static_mem_alloc_algo_white_list = _StaticMemAlgoWhiteList()
 
     def __getattr__(self, name):
         if name.startswith("_"):

@@ -92,8 +92,8 @@ def make_fast_call(session, params, runtime, wrap=None):
 
 def output_builder(tree):
     """outputs (one array per graph output, one device) -> the caller's value, as
-    results.build makes it; a single tp.Numpy result is just its array."""
-    if isinstance(tree, results.Leaf) and tree.kind is tp.Numpy:
+    results.build makes it; a single tp.Numpy result that is not 0-d is just its array."""
+    if isinstance(tree, results.Leaf) and tree.kind is tp.Numpy and not tree.zero_d:
         return operator.itemgetter(tree.index)
 
     def build(outs):

@@ -144,7 +144,9 @@ class JobFunction:
         if self.has_return_annotation:
             tree = results.flatten(ret, self.return_annotation, self.name, blobs)
         else:
-            tree = results.flatten_unannotated(ret, blobs)
+            code = self.func.__code__
+            tree = results.flatten_unannotated(
+                ret, blobs, f"{code.co_filename}:{code.co_firstlineno}: job {self.name}")
         optimizer = resolve_optimizer(builder, self)
         if builder.qat is not None:
             blobs = builder.qat.close(blobs, optimizer)

@@ -84,10 +84,6 @@ REASONS = {
                "library against OneFlow's headers and shared library; onnxjob has neither "
                "(it runs ONNX graphs on onnxruntime): write the op with flow ops in the job")
         for name in ("get_include", "get_lib", "get_compile_flags", "get_link_flags")},
-    "flow.tensorrt": {
-        name: _internal("TensorRT int8 calibration tables of OneFlow's XRT backend; "
-                        "onnxruntime's TensorRT execution provider calibrates itself")
-        for name in ("cache_int8_calibration", "write_int8_calibration")},
 }
 
 

@@ -4,18 +4,21 @@ import typing
 import numpy as np
 
 from onnxjob import typing as tp
+from onnxjob.compat.zero_d_results import host_results
 from onnxjob.graph.tracer import Blob
 
 
 class Leaf:
-    """One graph output, converted on the way back per its leaf annotation."""
+    """One graph output, converted on the way back per its leaf annotation; `zero_d`:
+    whether the output is 0-d (the caller gets it as a ZeroDResult)."""
 
-    __slots__ = ("kind", "index", "is_dynamic")
+    __slots__ = ("kind", "index", "is_dynamic", "zero_d")
 
-    def __init__(self, kind, index, is_dynamic=False):
+    def __init__(self, kind, index, is_dynamic=False, zero_d=False):
         self.kind = kind
         self.index = index
         self.is_dynamic = is_dynamic
+        self.zero_d = zero_d
 
 
 def _mismatch(ret, annotation, job_name, extra=""):
@@ -40,7 +43,7 @@ def flatten(ret, annotation, job_name, blobs):
                 "only fixed shaped blob compatible to oneflow.typing.Numpy. you can change "
                 "annotation to oneflow.typing.ListNumpy or oneflow.typing.ListListNumpy")
         blobs.append(ret)
-        return Leaf(annotation, len(blobs) - 1, ret.is_dynamic)
+        return Leaf(annotation, len(blobs) - 1, ret.is_dynamic, ret.shape == ())
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is tp.Bundle:
         return _flatten_bundle(ret, args[0], job_name, blobs)
@@ -79,22 +82,31 @@ def _flatten_bundle(ret, leaf, job_name, blobs):
                          f"{job_name}.")
 
 
-def flatten_unannotated(ret, blobs):
-    """Old-style job without a return annotation: any nesting of Blobs."""
+def flatten_unannotated(ret, blobs, where="the job", path=""):
+    """Old-style job without a return annotation: any nesting of Blobs. `where` names
+    the job in the error (its name and the line that defines it), `path` the position
+    in its return value."""
     if ret is None:
         return None
     if isinstance(ret, Blob):
         blobs.append(ret)
-        return Leaf(None, len(blobs) - 1, ret.is_dynamic)
+        return Leaf(None, len(blobs) - 1, ret.is_dynamic, ret.shape == ())
     if isinstance(ret, (tuple, list)):
-        return type(ret)(flatten_unannotated(r, blobs) for r in ret)
+        return type(ret)(flatten_unannotated(r, blobs, where, f"{path}[{i}]")
+                         for i, r in enumerate(ret))
     if isinstance(ret, dict):
-        return {k: flatten_unannotated(v, blobs) for k, v in ret.items()}
-    raise AssertionError(f"a job may return Blobs or nested tuple/list/dict of Blobs, got {type(ret)}")
+        return {k: flatten_unannotated(v, blobs, where, f"{path}[{k!r}]")
+                for k, v in ret.items()}
+    # OneFlow's global_function refuses it too (NotImplementedError, "returns RemoteBlob
+    # or list/tuple/dict nested RemoteBlob only")
+    raise NotImplementedError(
+        f"{where} returns Blobs or list/tuple/dict nested Blobs only (as OneFlow's "
+        f"global_function); got {type(ret).__name__} {ret!r} at return value{path}")
 
 
 def convert_leaf(kind, values, is_dynamic=False):
     """The caller's value of one output; `values` holds one array per device."""
+    values = host_results(values)
     if kind is tp.Numpy:
         return values[0]
     if kind is tp.ListNumpy:

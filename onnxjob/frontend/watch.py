@@ -3,13 +3,20 @@ import inspect
 
 
 from onnxjob import typing as tp
+from onnxjob.compat.zero_d_results import host_results
 from onnxjob.frontend.results import LocalBlob
 from onnxjob.source_info import user_location
 from onnxjob.graph.tracer import current_builder
 
 
 def _make_handler(blob, handler_or_prompt):
-    """A function of the per-device values that calls the user's handler as OneFlow does."""
+    """A function of the per-device values that calls the user's handler as OneFlow does
+    (0-d values as ZeroDResults, compat/zero_d_results.py)."""
+    handler = _values_handler(blob, handler_or_prompt)
+    return lambda values: handler(host_results(values))
+
+
+def _values_handler(blob, handler_or_prompt):
     if handler_or_prompt is None or isinstance(handler_or_prompt, str):
         prompt = handler_or_prompt
 

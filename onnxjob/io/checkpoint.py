@@ -116,7 +116,7 @@ def get_all_variables():
     return {name: VariableValue(session.variable_numpy(name)) for name in session.variable_specs}
 
 
-def _value_array(name, value, spec):
+def value_array(name, value, spec):
     """The array `value` holds for variable `name`, checked against its spec (shape and
     dtype, exactly: spec §6.1); errors name the variable and, for a checkpoint entry, its
     file. Returns (array, whether onnxjob made it: no copy is needed to keep it)."""
@@ -158,7 +158,7 @@ def load_variables(value_dict, ignore_mismatch=True):
             if not ignore_mismatch:
                 raise RuntimeError(f'"{name}" is not a variable name')
             continue
-        array, owned = _value_array(name, value, spec)
+        array, owned = value_array(name, value, spec)
         names.append(name)
         stored.append(backend.to_device(array, session.device, fresh=owned))
     session.variable_values.replace_all(names, stored)

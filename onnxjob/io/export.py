@@ -33,22 +33,28 @@ from onnxjob.graph.compiler import check_model
 from onnxjob.frontend.config import started_session
 
 
-def job_model_proto(job_fn, with_variables=True):
-    """The ModelProto of `job_fn` (a decorated job); starts the session if needed."""
+def job_model_proto(job_fn, with_variables=True, values=None):
+    """The ModelProto of `job_fn` (a decorated job); starts the session if needed.
+    `values`: {variable name: array} written instead of those variables' current values."""
     session = started_session(sync=True)
+    current = session.variable_numpy
+
+    def value_of(variable):
+        return np.asarray(values[variable] if values and variable in values else
+                          current(variable))
     name = job_fn.job.name if hasattr(job_fn, "job") else str(job_fn)
     runtime = session.runtimes[name]
     proto = onnx.ModelProto()
     proto.CopyFrom(runtime.compiled.to_proto())
     if with_variables and runtime.compiled.is_train:
-        _make_train_step(proto, runtime.compiled, session)
+        _make_train_step(proto, runtime.compiled, value_of)
     elif with_variables:
         graph = proto.graph
         keep = []
         variable_of_input = {i: v for v, i in runtime.compiled.variable_inputs.items()}
         for value_info in graph.input:
             if value_info.name in variable_of_input:
-                array = np.asarray(session.variable_numpy(variable_of_input[value_info.name]))
+                array = value_of(variable_of_input[value_info.name])
                 graph.initializer.append(onnx.numpy_helper.from_array(array, value_info.name))
             else:
                 keep.append(value_info)
@@ -77,7 +83,7 @@ def _set_dynamic_batch(job_fn, proto, dynamic):
                                       row_outputs=compiled.output_names)
 
 
-def _make_train_step(proto, compiled, session):
+def _make_train_step(proto, compiled, value_of):
     """Give every variable input an initializer (its current value) and describe the
     step's feeds, outputs and state pairs in the model's metadata (module docstring)."""
     graph = proto.graph
@@ -92,7 +98,7 @@ def _make_train_step(proto, compiled, session):
 
     state, fixed, constant_inputs = [], [], set()
     for variable, input_name in compiled.variable_inputs.items():
-        value = np.asarray(session.variable_numpy(variable))
+        value = value_of(variable)
         output_name = compiled.state_outputs.get(variable)
         if output_name is None:
             fixed.append(describe(input_name, variable=variable, initializer=input_name))

@@ -228,14 +228,16 @@ def memory_limit_bytes():
 def tensorrt_provider_options(config):
     """TensorRT EP options for a job with `function_config.use_tensorrt(True)`: its engines
     cached under onnxjob's cache folder (runtime/session_cache.py; none when the cache is
-    off) and, for a job under float16 AMP, TensorRT free to run float32 layers in float16."""
+    off) and, for a job under float16 AMP or with `tensorrt.use_fp16()`, TensorRT free to
+    run float32 layers in float16."""
     options = {}
     folder = session_cache.cache_dir()
     if folder:
         options["trt_engine_cache_enable"] = "1"
         options["trt_engine_cache_path"] = os.path.join(folder, "tensorrt")
-    if config.get("enable_auto_mixed_precision") and \
-            config.get("mixed_precision_data_type", "float16") == "float16":
+    if config.get("tensorrt.use_fp16") or (
+            config.get("enable_auto_mixed_precision") and
+            config.get("mixed_precision_data_type", "float16") == "float16"):
         options["trt_fp16_enable"] = "1"
     return options
 

@@ -1,0 +1,55 @@
+"""0-d job results that also read as OneFlow <= 0.4's one-element vectors on the host.
+
+A job hands a full reduction (a loss), an element count or the argmax of a vector back as
+a 0-d array, OneFlow 0.5's shape, so `float(loss)` and `f"{loss:.3f}"` work. OneFlow <= 0.4
+returned those values with shape (1,) (its `Shape::RemoveOnes` kept one axis), and
+programs written for it index them: `loss = loss[0]`, `loss[-1]`, `loss[:1]`,
+`len(loss)`, `for v in loss`. `ZeroDResult` is the 0-d array that also takes those forms
+as the one-element vector did (compat/zero_d_inputs.py does the same for ops inside a
+job); everything else about it is the plain 0-d array's, so its shape stays ().
+"""
+import numbers
+
+import numpy as np
+
+
+def _reads_as_vector(key):
+    """Whether `key` indexes a vector (an integer, a slice, or a 1-tuple of one), where
+    a 0-d array would refuse it."""
+    if isinstance(key, tuple):
+        return len(key) == 1 and _reads_as_vector(key[0])
+    if isinstance(key, (bool, np.bool_)):
+        return False
+    return isinstance(key, (numbers.Integral, slice))
+
+
+class ZeroDResult(np.ndarray):
+    """A 0-d ndarray that indexes, iterates and has len() as a (1,) vector (see the
+    module doc); derived arrays of other shapes behave as plain ndarrays."""
+
+    def __getitem__(self, key):
+        if self.ndim == 0 and _reads_as_vector(key):
+            return np.asarray(self).reshape(1)[key]
+        return super().__getitem__(key)
+
+    def __len__(self):
+        return 1 if self.ndim == 0 else super().__len__()
+
+    def __iter__(self):
+        return iter(np.asarray(self).reshape(1)) if self.ndim == 0 else super().__iter__()
+
+    def __repr__(self):
+        return repr(np.asarray(self))
+
+
+def host_result(array):
+    """`array` as the caller receives it: a 0-d ndarray as a ZeroDResult view."""
+    if type(array) is np.ndarray and array.ndim == 0:
+        return array.view(ZeroDResult)
+    return array
+
+
+def host_results(values):
+    """`values` (one array per device, or a tensor list) with each 0-d ndarray as a
+    ZeroDResult."""
+    return [host_result(v) for v in values]

@@ -1,0 +1,87 @@
+"""`flow.onnx.export`: OneFlow <= 0.3's built-in ONNX exporter, on onnxjob's export.
+
+OneFlow 0.3 (`oneflow/python/onnx`) exported a job with the weights of a saved model:
+
+    flow.onnx.export(job_func, model_save_dir, onnx_filename, continue_on_error=False,
+                     opset=None, extra_opset=None, shape_override=None,
+                     external_data=False)
+
+and before that returned the ModelProto instead of writing a file
+(`export(job_func, model_save_dir, continue_on_error=False, target=None, opset=None, ...)`).
+onnxjob's graphs are ONNX already: the job is exported as `flow.export` does
+(io/export.py), with the variables read from `model_save_dir` (not the session's
+current values), converted to `opset` when one is asked for, and with `external_data`
+the weights beside the file (onnx's external data). (Where onnx's converter cannot lower
+an op to `opset`, the file keeps the job's opset, with a warning.) Every op converts, so
+`continue_on_error` changes nothing; `extra_opset`, `shape_override`, `target` and
+`inputs_as_nchw` (tf2onnx's options) are refused when given.
+"""
+import os
+import warnings
+
+import onnx
+from onnx import version_converter
+
+from onnxjob.errors import UnsupportedAPIError
+from onnxjob.frontend.config import started_session
+from onnxjob.graph.compiler import check_model
+from onnxjob.io import checkpoint
+from onnxjob.io.export import job_model_proto
+from onnxjob.source_info import user_frame, user_location
+
+
+def export(job_func, model_save_dir, onnx_filename=None, continue_on_error=False, opset=None,
+           extra_opset=None, shape_override=None, external_data=False, target=None,
+           inputs_as_nchw=None):
+    """Write `job_func` with the variables saved in `model_save_dir` to `onnx_filename`
+    (OneFlow 0.3); without a file name (OneFlow's earlier form, whose third positional
+    argument is `continue_on_error`), return the ModelProto."""
+    if isinstance(onnx_filename, bool):     # export(job, dir, continue_on_error, ...)
+        onnx_filename, continue_on_error = None, onnx_filename
+    for name, value in (("extra_opset", extra_opset), ("shape_override", shape_override),
+                        ("target", target), ("inputs_as_nchw", inputs_as_nchw)):
+        if value:
+            raise UnsupportedAPIError(
+                f"{user_location()}: flow.onnx.export({name}=...) is not provided by onnxjob: "
+                "it rewrites the graph of OneFlow's converter; onnxjob's job graph is ONNX "
+                "as traced")
+    proto = job_model_proto(job_func, values=_saved_values(model_save_dir))
+    if opset is not None:
+        proto = _converted(proto, int(opset))
+    check_model(proto)
+    if onnx_filename is None:
+        return proto
+    # external_data: every weight in one file beside the model, however small
+    onnx.save_model(proto, onnx_filename, save_as_external_data=bool(external_data),
+                    location=os.path.basename(onnx_filename) + ".data", size_threshold=0)
+    return None
+
+
+def _saved_values(model_save_dir):
+    """{variable name: array} of the checkpoint in `model_save_dir`, each checked against
+    its variable (as flow.load_variables checks); names no job has are left out."""
+    session = started_session(sync=True)
+    values = {}
+    for name, entry in checkpoint.get(model_save_dir).items():
+        spec = session.variable_specs.get(name)
+        if spec is not None:
+            values[name] = checkpoint.value_array(name, entry, spec)[0]
+    return values
+
+
+def _converted(proto, opset):
+    """`proto` in ONNX opset `opset` (onnx's version converter); where the converter
+    cannot lower one of its ops, `proto` as it is, with a warning at the user's line (the
+    file then needs a runtime of the job's opset, which computes the same values)."""
+    current = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    if opset == current:
+        return proto
+    try:
+        return version_converter.convert_version(proto, opset)
+    except Exception as e:  # the converter raises RuntimeError / ValidationError
+        reason = str(e).strip().splitlines()[-1]
+        warnings.warn_explicit(
+            f"flow.onnx.export(opset={opset}): onnx's version converter cannot convert the "
+            f"job's graph from opset {current} ({reason}); the file keeps opset {current}",
+            UserWarning, *(user_frame() or ("<unknown>", 0)))
+        return proto
