@@ -645,3 +645,12 @@ def test_bad_labels_raise_trace_errors():
         forward(lambda p, l: nn.sparse_cross_entropy(l, p), [probs, np.zeros(2, np.float32)])
     with pytest.raises(TraceError, match=r"do not fit prediction \(2, 3\)"):
         forward(lambda p, l: nn.sparse_cross_entropy(l, p), [probs, np.zeros(3, np.int32)])
+    # the logits' own shape (classes last) is named, not the class-first one ONNX computes on
+    logits = np.zeros((2, 5, 4, 3), np.float32)
+    with pytest.raises(TraceError, match=r"labels \(2,\) do not fit logits \(2, 5, 4, 3\) "
+                                         r"\(expected \(2, 5, 4\)\)"):
+        forward(lambda z, l: nn.sparse_softmax_cross_entropy_with_logits(l, z),
+                [logits, np.zeros(2, np.int32)])
+    with pytest.raises(TraceError, match="labels must be int32 or int64"):
+        forward(lambda z, l: nn.sparse_softmax_cross_entropy_with_logits(l, z),
+                [logits, np.zeros((2, 5, 4), np.float32)])

@@ -64,9 +64,9 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
         # as OneFlow's GPU kernel takes half logits: computed in float32, rounded once
         wide = sparse_softmax_cross_entropy_with_logits(labels, cast(logits, dtypes.float32))
         return cast(wide, dtypes.float16, name=name)
-    _check_floating("flow.nn.sparse_softmax_cross_entropy_with_logits", logits)
-    if len(labels.shape) == len(logits.shape) and labels.shape[-1] == 1:
-        labels = reshape(labels, labels.shape[:-1])
+    api = "flow.nn.sparse_softmax_cross_entropy_with_logits"
+    _check_floating(api, logits)
+    labels = _class_labels(labels, logits, api, "logits")   # before the transpose below
     if len(logits.shape) > 2:  # ONNX puts the classes on axis 1, OneFlow on the last axis
         perm = [0, len(logits.shape) - 1] + list(range(1, len(logits.shape) - 1))
         logits = op("Transpose", logits, perm=perm)
@@ -118,15 +118,15 @@ def distributed_sparse_softmax_cross_entropy_with_logits(labels, logits, name=No
     return sparse_softmax_cross_entropy_with_logits(labels, logits, name=name)
 
 
-def _class_labels(labels, prediction, api):
+def _class_labels(labels, prediction, api, what="prediction"):
     """Integer `labels` of prediction's shape without its last axis (a trailing 1 is
-    dropped)."""
+    dropped); `what` names `prediction` in the error."""
     if labels.np_dtype not in (np.int32, np.int64):
         raise TraceError(f"{api}: labels must be int32 or int64, got {labels.np_dtype}")
     if len(labels.shape) == len(prediction.shape) and labels.shape[-1] == 1:
         labels = reshape(labels, labels.shape[:-1])
     if labels.shape != prediction.shape[:-1]:
-        raise TraceError(f"{api}: labels {labels.shape} do not fit prediction "
+        raise TraceError(f"{api}: labels {labels.shape} do not fit {what} "
                          f"{prediction.shape} (expected {prediction.shape[:-1]})")
     return labels
 
