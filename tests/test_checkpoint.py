@@ -45,6 +45,7 @@ def test_layout_and_bit_identical_round_trip(tmp_path):
     assert set(loaded) == set(saved)
     for k, v in loaded.items():
         assert np.array_equal(v.numpy(), saved[k]) and v.numpy().dtype == saved[k].dtype
+        assert v.file_path == str(path / k / "out")     # OneFlow's entries name their file
 
 
 def test_save_clear_rebuild_load_resumes_identically(tmp_path):

@@ -26,7 +26,8 @@ _META_TYPE = re.compile(r"data_type:\s*(k\w+)")
 
 
 class FileBackedVariable:
-    """A lazily read checkpoint entry: `.shape`, `.dtype`, `.numpy()`."""
+    """A lazily read checkpoint entry: `.shape`, `.dtype`, `.numpy()`, and OneFlow's
+    `.file_path` (its `out` file)."""
 
     def __init__(self, directory):
         self.directory = directory
@@ -54,12 +55,16 @@ class FileBackedVariable:
     def dtype(self):
         return self._dtype
 
+    @property
+    def file_path(self):
+        return os.path.join(self.directory, "out")
+
     def numpy(self, shape=None, np_dtype=None):
         if not self._has_meta and (shape is None or np_dtype is None):
             raise RuntimeError("This variable does not have meta info")
         shape = self._shape if self._has_meta else tuple(shape)
         np_dtype = self._dtype.np_dtype if self._has_meta else np.dtype(np_dtype)
-        path = os.path.join(self.directory, "out")
+        path = self.file_path
         expected = int(np.prod(shape)) * np_dtype.itemsize
         size = os.path.getsize(path)
         if size != expected:
