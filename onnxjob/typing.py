@@ -10,6 +10,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from onnxjob import dtypes
+from onnxjob.compat.zero_d_results import as_fed
 from onnxjob.errors import JobArgumentError
 
 T = TypeVar("T")
@@ -193,6 +194,8 @@ def convert_argument(arg, ph, param, device_num=1):
         return tuple(convert_argument(a, s, f"{param}[{i}]", device_num)
                      for i, (a, s) in enumerate(zip(arg, sub)))
     if issubclass(ph, NumpyDef):
+        if ph.shape == (1,):    # (other shapes: the error names the 0-d value's own shape)
+            arg = as_fed(arg, ph.shape)
         if not isinstance(arg, np.ndarray):
             raise JobArgumentError(f"{where} must be a numpy.ndarray of shape {ph.shape}, "
                                    f"got {type(arg).__name__}")
@@ -207,6 +210,7 @@ def convert_argument(arg, ph, param, device_num=1):
                                    + (f" of length {len(arg)}" if isinstance(arg, (list, tuple)) else ""))
         out = []
         for i, x in enumerate(arg):
+            x = as_fed(x, ph.shape)
             _check_list_item(x, ph, f"{where}[{i}]")
             if x.size > int(np.prod(ph.shape)):
                 raise JobArgumentError(f"{where}[{i}] has shape {x.shape} ({x.size} elements), "
@@ -221,6 +225,7 @@ def convert_argument(arg, ph, param, device_num=1):
             if type(items) is not list:
                 raise JobArgumentError(f"{where}[{i}] must be a list of ndarrays, "
                                        f"got {type(items).__name__}")
+            items = [as_fed(x, ph.shape) for x in items]
             for j, x in enumerate(items):
                 _check_list_item(x, ph, f"{where}[{i}][{j}]")
             total = sum(x.size for x in items)

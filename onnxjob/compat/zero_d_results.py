@@ -6,7 +6,9 @@ returned those values with shape (1,) (its `Shape::RemoveOnes` kept one axis), a
 programs written for it index them: `loss = loss[0]`, `loss[-1]`, `loss[:1]`,
 `len(loss)`, `for v in loss`. `ZeroDResult` is the 0-d array that also takes those forms
 as the one-element vector did (compat/zero_d_inputs.py does the same for ops inside a
-job); everything else about it is the plain 0-d array's, so its shape stays ().
+job); everything else about it is the plain 0-d array's, so its shape stays () and what
+NumPy computes from it (`loss * 2`, `loss.mean()`) is NumPy's own scalar or array. Fed
+back to a job, a 0-d array goes where 0.4's (1,) value went (`as_fed`).
 """
 import numbers
 
@@ -41,6 +43,12 @@ class ZeroDResult(np.ndarray):
     def __repr__(self):
         return repr(np.asarray(self))
 
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        # a ufunc's result (arithmetic, comparisons, reductions such as .mean()) is what it
+        # is for a plain 0-d array: a NumPy scalar, or a plain ndarray
+        array = array.view(np.ndarray)
+        return array[()] if return_scalar or array.ndim == 0 else array
+
 
 def host_result(array):
     """`array` as the caller receives it: a 0-d ndarray as a ZeroDResult view."""
@@ -53,3 +61,12 @@ def host_results(values):
     """`values` (one array per device, or a tensor list) with each 0-d ndarray as a
     ZeroDResult."""
     return [host_result(v) for v in values]
+
+
+def as_fed(value, placeholder_shape):
+    """`value`, an argument for a placeholder of `placeholder_shape`, as the (1,) vector
+    OneFlow <= 0.4 returned if it is a 0-d ndarray and the placeholder has one axis; else
+    `value` itself."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and len(placeholder_shape) == 1:
+        return value.reshape(1).view(np.ndarray)
+    return value
