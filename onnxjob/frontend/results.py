@@ -164,6 +164,20 @@ class LocalBlob:
     def numpy_lists(self):
         return [list(v) for v in self._per_device]
 
+    # The instance attributes of OneFlow's LocalBlob (0.5) and LocalMirroredTensor
+    # (<= 0.4), which programs read directly
+    @property
+    def ndarray_list_(self):
+        return self.numpy_list()
+
+    @property
+    def ndarray_(self):
+        return self._array
+
+    @property
+    def is_dynamic_(self):
+        return self._is_dynamic
+
     def __getattr__(self, name):
         return getattr(self._array, name)
 
