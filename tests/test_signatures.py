@@ -1,5 +1,6 @@
 """The parameter / return signature matrix of OneFlow's test_global_function_signature."""
 import os
+import socket
 from typing import Dict, List, Tuple
 
 import numpy as np
@@ -235,6 +236,24 @@ def test_env_machine_and_ctrl_port_give_the_rendezvous(monkeypatch):
     flow.env.machine([{"addr": "10.0.0.7"}, {"addr": "10.0.0.8"}])
     flow.env.ctrl_port(9988)
     assert os.environ["MASTER_ADDR"] == "10.0.0.7" and os.environ["MASTER_PORT"] == "29400"
+
+
+def test_env_log_dir_is_created_when_the_session_starts(tmp_path):
+    # OneFlow's environment creates <log_dir>/<hostname> as it starts; programs then write
+    # their own files under the log_dir they named
+    log_dir = tmp_path / "output"
+    with pytest.raises(TypeError, match=r"test_signatures\.py:\d+: flow\.env\.log_dir takes a str"):
+        flow.env.log_dir(7)
+    flow.env.log_dir(str(log_dir))
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return x + 1
+
+    assert not log_dir.exists()
+    np.testing.assert_allclose(job(np.zeros(2, np.float32)), [1, 1])
+    assert (log_dir / socket.gethostname()).is_dir()
+    os.mkdir(log_dir / "save_model")
 
 
 def test_consistent_train_job_over_two_devices_gives_the_single_device_result():

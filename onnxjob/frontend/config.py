@@ -1,6 +1,7 @@
 """`flow.function_config()` and the process-wide `flow.config` / `flow.env` setters."""
 import copy
 import os
+import socket
 import sys
 import traceback
 import warnings
@@ -12,6 +13,7 @@ from onnxjob.frontend import ranks, views
 from onnxjob.frontend.function_desc import FunctionDesc
 from onnxjob.frontend.namespaces import ApiNamespace
 from onnxjob.runtime.session import default_session
+from onnxjob.source_info import user_location
 
 # OneFlow flags that only tune OneFlow's own runtime (kernels, memory planning, fusion,
 # collective grouping): accepted and ignored, since they change no number a job computes.
@@ -396,6 +398,7 @@ class _ProcessConfig:
         self.random_seed = None
         self.tf32 = None        # enable_tensor_float_32_compute; None: onnxruntime's default
         self.memory_limit_mbyte = None  # device_memory_limit_mbyte; None: unbounded
+        self.log_dir = None     # flow.env.log_dir; None: OneFlow's ./log, not created here
         self.env_initialized = False
 
 
@@ -409,11 +412,20 @@ def started_session(sync=False):
     if not session.is_running:
         c = process_config
         ranks.before_session_start(c.cpu_device_num, c.machines, c.ctrl_port)
+        _make_log_dir(c.log_dir)
     session.start(seed=process_config.random_seed, tf32=process_config.tf32,
                   memory_limit_mbyte=process_config.memory_limit_mbyte)
     if sync:
         session.sync()
     return session
+
+
+def _make_log_dir(log_dir):
+    """OneFlow's environment, started with the first session, creates `log_dir/<hostname>`
+    for its logs; programs write their own files under a log_dir they named. (OneFlow's
+    default ./log is left uncreated: onnxjob writes no log files.)"""
+    if log_dir is not None:
+        os.makedirs(os.path.join(log_dir, socket.gethostname()), exist_ok=True)
 
 
 def _session_running():
@@ -514,15 +526,24 @@ class _EnvModule:
     """flow.env: machine settings. `machine([{"addr": ...}, ...])` and `ctrl_port(p)` give
     a data-parallel run's rendezvous (MASTER_ADDR = the first machine, MASTER_PORT = the
     port; runtime/distributed.py) where the launcher set none; in a plain `python
-    script.py`, several machines start their ranks (frontend/ranks.py). The rest is
-    accepted and ignored."""
+    script.py`, several machines start their ranks (frontend/ranks.py). `log_dir(path)`
+    creates `path/<hostname>` when the session starts, as OneFlow's environment does.
+    The rest is accepted and ignored."""
 
     def __init__(self):
-        for name in ("data_port", "grpc_use_no_signal", "log_dir",
+        for name in ("data_port", "grpc_use_no_signal",
                      "logtostderr", "logbuflevel", "init_bootstrap_confs", "all_device_placement"):
             setattr(self, name, _ignored())
         self.machine = _setter(self._machine)
+        self.log_dir = _setter(self._log_dir)
         self.ctrl_port = _setter(self._ctrl_port)
+
+    @staticmethod
+    def _log_dir(path):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"{user_location()}: flow.env.log_dir takes a str path, got "
+                            f"{type(path).__name__}")
+        process_config.log_dir = os.fspath(path)
 
     @staticmethod
     def _ctrl_port(port):
