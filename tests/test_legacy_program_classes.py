@@ -14,7 +14,7 @@ import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp
-from onnxjob.errors import ConcreteBlobError, TraceError, UnsupportedAPIError
+from onnxjob.errors import ConcreteBlobError, JobArgumentError, TraceError, UnsupportedAPIError
 from onnxjob.graph.tracer import current_builder
 from onnxjob.io import images as image_io
 from onnxjob.io import ofrecord
@@ -377,6 +377,80 @@ def test_a_04_program_indexes_a_returned_0d_result_as_its_one_element_vector():
     blob = unannotated(x).get()
     assert blob[0] == 7 and blob.numpy()[0] == 7 and len(blob) == 1
     assert f"{blob.numpy():.1f}" == "7.0"
+
+
+def test_what_numpy_computes_from_a_0d_result_is_numpys_own_value():
+    annotated, _, _, _ = _reductions_job()
+    total, _, vector = annotated(np.array([3, -1, 7, 2, 0.5], np.float32))
+    for value in (total * 2, total + 1, total.mean(), np.sqrt(total), total == 11.5, -total):
+        assert type(value) in (np.float32, np.bool_), type(value)   # as for a plain 0-d array
+    assert type(total + vector) is np.ndarray and (total + vector).shape == (5,)
+
+
+def test_callbacks_and_async_get_read_a_0d_result_as_its_one_element_vector():
+    flow.clear_default_session()
+    seen = []
+
+    @flow.global_function()
+    def called_back(x: tp.Numpy.Placeholder((5,))) -> tp.Callback[tp.Numpy]:
+        return flow.math.reduce_sum(x)
+
+    @flow.global_function()
+    def unannotated(x: tp.Numpy.Placeholder((5,))):
+        return {"loss": flow.math.reduce_max(x)}
+
+    x = np.array([3, -1, 7, 2, 0.5], np.float32)
+    called_back(x)(lambda v: seen.append(v[0]))
+    # a Re-ID training loop: losses.update(loss.numpy_list()[0][0], batch_size)
+    unannotated(x).async_get(lambda d: seen.append(d["loss"].numpy_list()[0][0]))
+    flow.sync_default_session()
+    assert seen == [pytest.approx(11.5), 7]
+
+
+def test_fetched_blobs_carry_oneflows_local_blob_attributes():
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(a: tp.Numpy.Placeholder((2, 3))):
+        return a * 2
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    blob = job(x).get()
+    # Re-ID's eval reads feature.ndarray_list_[0] inside a bare try/except whose fallback
+    # silently takes other rows: the attribute must be there
+    np.testing.assert_array_equal(blob.ndarray_list_[0], x * 2)     # LocalMirroredTensor's
+    assert len(blob.ndarray_list_) == 1
+    np.testing.assert_array_equal(blob.ndarray_, x * 2)             # LocalBlob's
+    assert blob.is_dynamic_ is False
+
+
+def test_a_0d_result_feeds_a_one_element_placeholder_as_oneflow_04s_vector_did():
+    flow.clear_default_session()
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    @flow.global_function()
+    def total(a: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.math.reduce_sum(a)
+
+    @flow.global_function()
+    def scale(a: tp.Numpy.Placeholder((2, 3)), s: tp.Numpy.Placeholder((1,))) -> tp.Numpy:
+        return a * s
+
+    @flow.global_function()
+    def scale_list(s: tp.ListNumpy.Placeholder((4,))) -> tp.ListNumpy:
+        return s * 2
+
+    @flow.global_function()
+    def pair(s: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return s
+
+    t = total(x)
+    np.testing.assert_allclose(scale(x, t), x * 15)
+    np.testing.assert_allclose(scale(x, np.array(2, np.float32)), x * 2)
+    out, = scale_list([t])
+    np.testing.assert_allclose(out, [30])
+    with pytest.raises(JobArgumentError, match=r"argument 's' has shape \(\), expected exactly \(2,\)"):
+        pair(t)
 
 
 # -- OneFlow's internal modules that programs copy code from -----------------------------
