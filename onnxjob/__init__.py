@@ -24,6 +24,10 @@ from onnxjob.frontend.helpers import (Size, convert_oneflow_dtype_to_numpy_dtype
                                       eager_execution_enabled, enable_eager_execution,
                                       manual_seed, no_grad)
 from onnxjob.frontend.helpers import enable_typing_check as _enable_typing_check
+from onnxjob.frontend.helpers import (
+    delete_worker_of_multi_process as _delete_worker_of_multi_process)
+from onnxjob.frontend.generators import create_generator as Generator  # noqa: F401
+from onnxjob.frontend.generators import default_generator  # noqa: F401
 from onnxjob.frontend.initializers import (constant_initializer, glorot_normal_initializer,  # noqa: F401
                                            glorot_uniform_initializer, kaiming_initializer,
                                            ones_initializer, random_normal_initializer,
@@ -142,6 +146,7 @@ tensorrt = _Namespace("flow.tensorrt", cache_int8_calibration=_cache_int8_calibr
                       write_int8_calibration=_write_int8_calibration)
 autograd = _Namespace("flow.autograd", no_grad=no_grad)
 deprecated = _Namespace("flow.deprecated", variable_scope=scope.namespace,
+                        delete_worker_of_multi_process=_delete_worker_of_multi_process,
                         nn=_Namespace("flow.deprecated.nn", Module=nn.Module))
 image_batch_align = image.batch_align
 image_decode = image.decode

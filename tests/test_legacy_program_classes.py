@@ -731,3 +731,48 @@ def test_calls_onnxjob_cannot_run_raise_unsupported_api_error_naming_the_line():
     flow.enable_eager_execution(False)      # lazy mode, as onnxjob runs: accepted
     with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:\\d+: .*InferenceSession"):
         flow.serving.InferenceSession().open("job")
+
+
+def test_generators_hold_the_process_seed_as_oneflows_default_generator(monkeypatch):
+    """flow.default_generator().manual_seed(s) is flow.manual_seed(s): the same initial
+    variables; initial_seed()/seed() report and set the seed in force; flow.Generator()
+    makes its own generator, whose seed no lazy op reads."""
+    from onnxjob.frontend.config import process_config
+    monkeypatch.setattr(process_config, "random_seed", None)
+
+    def initial_weights(seed_call):
+        flow.clear_default_session()
+        seed_call()
+
+        @flow.global_function()
+        def predict(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+            return flow.layers.dense(x, 4, name="generated",
+                                     kernel_initializer=flow.random_normal_initializer())
+        predict(np.ones((2, 3), np.float32))
+        return flow.get_all_variables()["generated-weight"].numpy()
+
+    by_generator = initial_weights(lambda: flow.default_generator().manual_seed(7))
+    assert flow.default_generator("cuda:0").initial_seed() == 7
+    assert np.array_equal(initial_weights(lambda: flow.manual_seed(7)), by_generator)
+    assert not np.array_equal(initial_weights(lambda: flow.manual_seed(8)), by_generator)
+    fresh = flow.default_generator().seed()
+    assert flow.default_generator().initial_seed() == fresh == process_config.random_seed
+    own = flow.Generator("cpu").manual_seed(3)
+    assert own.initial_seed() == 3 and process_config.random_seed == fresh
+    with pytest.raises(ValueError, match="device"):
+        flow.Generator("tpu")
+    flow.clear_default_session()
+
+
+def test_delete_worker_of_multi_process_removes_the_run_folder_as_oneflow(tmp_path, capsys,
+                                                                         monkeypatch):
+    run_dir = tmp_path / "run"
+    (run_dir / "log").mkdir(parents=True)
+    monkeypatch.setenv("ONEFLOW_WORKER_KEEP_LOG", "1")
+    flow.deprecated.delete_worker_of_multi_process(str(run_dir))
+    assert run_dir.exists() and "worker log kept" in capsys.readouterr().out
+    monkeypatch.delenv("ONEFLOW_WORKER_KEEP_LOG")
+    flow.deprecated.delete_worker_of_multi_process(str(run_dir))
+    assert not run_dir.exists() and "temp run dir removed" in capsys.readouterr().out
+    flow.deprecated.delete_worker_of_multi_process(str(run_dir))
+    assert "No such file" in capsys.readouterr().err

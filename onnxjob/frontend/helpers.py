@@ -1,5 +1,8 @@
 """Helpers that OneFlow model and test code calls around ops (flow.current_scope(),
 flow.convert_oneflow_dtype_to_numpy_dtype, flow.Size, ...)."""
+import os
+import shutil
+import sys
 import types
 
 from onnxjob import dtypes
@@ -71,6 +74,24 @@ def manual_seed(seed):
     of the jobs compiled at the next session start from it (the same as flow.config.seed);
     a session already started keeps its draws."""
     process_config.random_seed = int(seed)
+
+
+def delete_worker_of_multi_process(run_dir):
+    """`flow.deprecated.delete_worker_of_multi_process(run_dir)`: as OneFlow's, removes the
+    run folder `run_dir` of a multi-process environment's workers (kept, and said so,
+    when ONEFLOW_WORKER_KEEP_LOG is set). onnxjob's ranks leave no such folder behind, so a
+    program calls this only on a folder of its own."""
+    assert run_dir != "", "delete_worker_of_multi_process takes the workers' run folder"
+    if os.getenv("ONEFLOW_WORKER_KEEP_LOG"):
+        print("worker log kept at localhost:" + run_dir, flush=True)
+        return
+    if os.path.isdir(run_dir) and not os.path.islink(run_dir):
+        shutil.rmtree(run_dir)
+    elif os.path.lexists(run_dir):
+        os.remove(run_dir)
+    else:       # OneFlow's `rm -r` says so and goes on
+        print(f"rm: cannot remove '{run_dir}': No such file or directory", file=sys.stderr)
+    print("temp run dir removed at localhost:" + run_dir, flush=True)
 
 
 class no_grad:

@@ -44,9 +44,6 @@ REASONS = {
         "device": _eager("flow.device places eager tensors"),
         "placement": _eager("flow.placement places consistent eager tensors; jobs use "
                             "flow.scope.placement"),
-        "Generator": _eager("flow.Generator seeds eager random ops; jobs use flow.manual_seed "
-                            "or flow.config.seed"),
-        "default_generator": _eager("the eager random generator; jobs use flow.manual_seed"),
         "InitEagerGlobalSession": _eager("the eager global session"),
         "builtin_op": _eager("flow.builtin_op builds an op of OneFlow's eager functional "
                              "API; a job builds ops by type name with flow.user_op_builder"),
@@ -76,8 +73,6 @@ REASONS = {
     },
     "flow.deprecated": {
         "delete_worker_by_bootstrap": _multi_node("worker processes of a multi-machine env"),
-        "delete_worker_of_multi_process": _multi_node("worker processes of a multi-machine "
-                                                      "env"),
     },
     "flow.sysconfig": {
         name: (f"flow.sysconfig.{name} gives the paths and flags to compile a custom C++ op "
