@@ -120,7 +120,8 @@ def build(tree, values):
 class LocalBlob:
     """A fetched value of an unannotated job (or of flow.watch's handler without an
     annotation): `.numpy()`, `.numpy_list()`, `.is_dynamic`, `.parallel_num()`, the
-    deprecated `.ndarray()` / `.ndarray_list()`, and the ndarray's methods, as OneFlow's."""
+    deprecated `.ndarray()` / `.ndarray_list()`, the data attributes `.ndarray_list_`,
+    `.ndarray_`, `.is_dynamic_`, and the ndarray's methods, as OneFlow's."""
 
     def __init__(self, per_device, is_dynamic=False):
         self._per_device = per_device
@@ -151,6 +152,20 @@ class LocalBlob:
 
     def numpy_lists(self):
         return [list(v) for v in self._per_device]
+
+    # the data attributes of OneFlow's result objects, which programs read directly:
+    # LocalMirroredTensor's `ndarray_list_` (0.2-0.4), `ndarray_` and `is_dynamic_` (to 0.5)
+    @property
+    def ndarray_list_(self):
+        return self.numpy_list()
+
+    @property
+    def ndarray_(self):
+        return self._array
+
+    @property
+    def is_dynamic_(self):
+        return self._is_dynamic
 
     def __getattr__(self, name):
         return getattr(self._array, name)
