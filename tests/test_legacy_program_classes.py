@@ -12,7 +12,7 @@ import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp
-from onnxjob.errors import ConcreteBlobError, UnsupportedAPIError
+from onnxjob.errors import ConcreteBlobError, TraceError, UnsupportedAPIError
 from onnxjob.graph.tracer import current_builder
 from onnxjob.io import images as image_io
 from onnxjob.io import ofrecord
@@ -448,6 +448,35 @@ def test_a_value_whose_rows_vary_stays_dynamic():
 
     with pytest.raises(AssertionError, match="only fixed shaped blob"):
         as_numpy(x)
+
+
+# -- a non-Blob where an op takes a Blob ------------------------------------------------------
+# a program's slip (its model called with its settings object, or outside any job, as
+# TensorFlow code is): onnxjob's error names the op, the argument and the line; every
+# public op is swept in test_public_call_forms.py
+
+class _Settings:
+    IMAGE_HEIGHT = 8
+
+
+def _stem(images):
+    return flow.layers.conv2d(images, 4, 3, padding="SAME", name="stem")
+
+
+def test_a_model_called_outside_a_job_names_its_line():
+    with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: flow.layers.conv2d: 'inputs' "
+                                         "is a _Settings, not a Blob: ops run inside a job"):
+        _stem(_Settings())
+    with pytest.raises(TraceError, match=r"flow.reshape: 'x' is a ndarray, not a Blob"):
+        flow.reshape(np.zeros((2, 3), np.float32), (3, 2))
+
+
+def test_a_non_blob_inside_a_job_names_the_argument():
+    with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: flow.nn.max_pool2d: 'input' is "
+                                         "a list, not a Blob .an op takes the job's"):
+        _run(lambda x: flow.nn.max_pool2d([[1.0, 2.0]], 2, 2, "SAME"))
+    with pytest.raises(TraceError, match="flow.matmul: 'b' is a _Settings"):
+        _run(lambda x: flow.matmul(x, _Settings()))
 
 
 # -- fetched results -----------------------------------------------------------------------
