@@ -10,6 +10,8 @@
 This module is the `flow` namespace: it only re-exports. A OneFlow name that onnxjob
 does not provide raises UnsupportedAPIError naming it and the caller's line.
 """
+import sys as _sys
+
 from onnxjob import typing  # noqa: F401
 from onnxjob.dtypes import (bfloat16, char, double, float, float16, float32,  # noqa: F401
                             float64, int8, int32, int64, record, tensor_buffer, uint8)
@@ -38,6 +40,7 @@ from onnxjob.frontend.initializers import (constant_initializer, glorot_normal_i
                                            zeros_initializer)
 from onnxjob.frontend.job_function import (FixedTensorDef, MirroredTensorDef,  # noqa: F401
                                            global_function)
+from onnxjob.frontend import blob_arguments as _blob_arguments
 from onnxjob.frontend.namespaces import ApiNamespace as _Namespace
 from onnxjob.frontend.variables import assign, get_variable, regularizers  # noqa: F401
 from onnxjob.frontend.watch import watch, watch_diff  # noqa: F401
@@ -156,5 +159,16 @@ image_random_crop = image.random_crop
 image_resize = image.resize
 image_target_resize = image.target_resize
 
+# the op families first: flow.<name> stays the very function of its family module
+for _family in ("casts", "creation", "indexing", "linalg", "padding", "selection", "shapes",
+                "slicing"):
+    _blob_arguments.guard(_sys.modules[f"onnxjob.ops.{_family}"], "flow")
+for _namespace, _prefix in [(math, "flow.math"), (nn, "flow.nn"), (layers, "flow.layers"),
+                            (random, "flow.random"), (image, "flow.image"), (data, "flow.data"),
+                            (detection, "flow.detection"), (experimental, "flow.experimental"),
+                            (linalg, "flow.linalg"), (quantization, "flow.quantization"),
+                            (_sys.modules[__name__], "flow")]:
+    _blob_arguments.guard(_namespace, _prefix)    # a non-Blob for a Blob: onnxjob's error
+del _family, _namespace, _prefix
 
 __getattr__ = _missing_api("flow")

@@ -776,3 +776,133 @@ def test_delete_worker_of_multi_process_removes_the_run_folder_as_oneflow(tmp_pa
     assert not run_dir.exists() and "temp run dir removed" in capsys.readouterr().out
     flow.deprecated.delete_worker_of_multi_process(str(run_dir))
     assert "No such file" in capsys.readouterr().err
+# -- values computed from dynamic blobs ----------------------------------------------------
+# OneFlow's triplet losses pick each row's positives with argwhere (`flow.where(mask)`), a
+# dynamic blob, and reduce what gather_nd takes to one number; that number has one shape
+# whatever the rows picked, so the loss is static: returned as tp.Numpy, minimized with a
+# constant seed (OneFlow gives gather_nd's output its first input's static flag)
+
+def _hard_mining_numpy(x, w, labels, margin):
+    f = x * w
+    d = -f @ f.T
+    same = labels[:, None] == labels[None, :]
+    hardest = np.array([d[i][same[i]].max() for i in range(len(x))])
+    easiest = np.array([d[i][~same[i]].min() for i in range(len(x))])
+    return np.maximum(hardest - easiest + margin, 0).mean(), hardest
+
+
+def test_a_full_reduction_of_argwhere_rows_is_static_and_trains():
+    flow.clear_default_session()
+    flags, grads = {}, {}
+    x = np.float32([[1, 2, 0], [0, 1, 2], [2, 0, 1], [1, 1, 1]]) / 2
+    labels = np.float32([0, 0, 1, 1])
+
+    @flow.global_function(type="train")
+    def train(a: tp.Numpy.Placeholder((4, 3)),
+              pids: tp.Numpy.Placeholder((4,))) -> Tuple[tp.Numpy, tp.Numpy]:
+        w = flow.get_variable("w", (3,), initializer=flow.constant_initializer(1.5))
+        f = a * w
+        dist = flow.math.negative(flow.matmul(f, flow.transpose(f, perm=(1, 0))))
+        grid = flow.constant(0.0, shape=(4, 4))
+        rows = flow.broadcast_like(flow.reshape(pids, (4, 1)), grid, broadcast_axes=[1])
+        same = flow.math.equal(rows, flow.transpose(rows, perm=(1, 0)))
+        other = flow.math.not_equal(rows, flow.transpose(rows, perm=(1, 0)))
+        hardest, easiest = [], []
+        for i in range(4):
+            row = flow.slice_v2(dist, [(i, i + 1, 1)])
+            picked = flow.gather_nd(row, flow.where(flow.slice_v2(same, [(i, i + 1, 1)])))
+            top = flow.math.reduce_max(picked)
+            flags.setdefault("picked", picked.is_dynamic)
+            flags.setdefault("top", (top.is_dynamic, top.shape))
+            hardest.append(flow.expand_dims(top, 0))
+            easiest.append(flow.expand_dims(flow.math.reduce_min(
+                flow.gather_nd(row, flow.where(flow.slice_v2(other, [(i, i + 1, 1)])))), 0))
+        hardest = flow.concat(hardest, 0)
+        loss = flow.math.reduce_mean(flow.clip(hardest - flow.concat(easiest, 0) + 0.3,
+                                               min_value=0))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(loss)
+        flow.watch_diff(w, lambda g: grads.setdefault("w", g))
+        return loss, hardest
+
+    loss, hardest = train(x, labels)
+    assert flags == {"picked": True, "top": (False, ())}
+    want_loss, want_hardest = _hard_mining_numpy(x.astype(np.float64), 1.5, labels, 0.3)
+    np.testing.assert_allclose(hardest, want_hardest, rtol=1e-6)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
+    eps, numeric = 1e-6, np.zeros(3)
+    for k in range(3):
+        step = np.full(3, 1.5)
+        step[k] += eps
+        up = _hard_mining_numpy(x.astype(np.float64), step, labels, 0.3)[0]
+        step[k] -= 2 * eps
+        numeric[k] = (up - _hard_mining_numpy(x.astype(np.float64), step, labels, 0.3)[0]) / (2 * eps)
+    np.testing.assert_allclose(grads["w"], numeric, rtol=1e-4, atol=1e-6)
+
+
+def test_a_value_whose_rows_vary_stays_dynamic():
+    flow.clear_default_session()
+    x = np.float32([[3, -1], [-2, 5]])
+
+    @flow.global_function()
+    def rows(a: tp.Numpy.Placeholder((2, 2))) -> tp.ListNumpy:
+        picked = flow.gather_nd(a, flow.where(a > 0))
+        assert flow.math.reduce_sum(picked, axis=[0], keepdims=True).is_dynamic
+        return picked
+
+    np.testing.assert_array_equal(rows(x)[0], [3, 5])
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def as_numpy(a: tp.Numpy.Placeholder((2, 2))) -> tp.Numpy:
+        return flow.gather_nd(a, flow.where(a > 0)) * 2
+
+    with pytest.raises(AssertionError, match="only fixed shaped blob"):
+        as_numpy(x)
+
+
+# -- a non-Blob where an op takes a Blob ------------------------------------------------------
+# a program's slip (its model called with its settings object, or outside any job, as
+# TensorFlow code is): onnxjob's error names the op, the argument and the line; every
+# public op is swept in test_public_call_forms.py
+
+class _Settings:
+    IMAGE_HEIGHT = 8
+
+
+def _stem(images):
+    return flow.layers.conv2d(images, 4, 3, padding="SAME", name="stem")
+
+
+def test_a_model_called_outside_a_job_names_its_line():
+    with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: flow.layers.conv2d: 'inputs' "
+                                         "is a _Settings, not a Blob: ops run inside a job"):
+        _stem(_Settings())
+    with pytest.raises(TraceError, match=r"flow.reshape: 'x' is a ndarray, not a Blob"):
+        flow.reshape(np.zeros((2, 3), np.float32), (3, 2))
+
+
+def test_a_non_blob_inside_a_job_names_the_argument():
+    with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: flow.nn.max_pool2d: 'input' is "
+                                         "a list, not a Blob .an op takes the job's"):
+        _run(lambda x: flow.nn.max_pool2d([[1.0, 2.0]], 2, 2, "SAME"))
+    with pytest.raises(TraceError, match="flow.matmul: 'b' is a _Settings"):
+        _run(lambda x: flow.matmul(x, _Settings()))
+
+
+# -- fetched results -----------------------------------------------------------------------
+
+def test_a_fetched_blob_has_oneflows_data_attributes():
+    # OneFlow 0.2-0.4 programs read LocalMirroredTensor's `ndarray_list_` directly
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(a: tp.Numpy.Placeholder((2, 3)), n: tp.Numpy.Placeholder((1,), dtype=flow.int32)):
+        return a * 2, flow.sync_dynamic_resize(a, n)
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    static, dynamic = job(x, np.int32([1])).get()
+    assert isinstance(static.ndarray_list_, list) and len(static.ndarray_list_) == 1
+    np.testing.assert_array_equal(static.ndarray_list_[0], x * 2)
+    np.testing.assert_array_equal(static.ndarray_, x * 2)
+    np.testing.assert_array_equal(dynamic.ndarray_list_[0], x[:1])
+    assert (static.is_dynamic_, dynamic.is_dynamic_) == (False, True)

@@ -21,6 +21,7 @@ import pytest
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.errors import OnnxJobError
+from onnxjob.graph.tracer import Blob
 from onnxjob.io import megatron, ofrecord, onerec
 from ofrecord_datasets import encode
 
@@ -392,3 +393,89 @@ def test_documented_forms_raise_no_raw_python_error(space, name, required, nones
             pass            # onnxjob's errors name the line; OneFlow asserts
         except Exception as e:  # noqa: BLE001  (anything else is raw)
             pytest.fail(f"{space}.{name}({param}=None) raised a raw {type(e).__name__}: {e}")
+
+
+# -- a non-Blob where a Blob belongs ---------------------------------------------------------
+# a program's own mistakes: a settings object or a NumPy array passed to an op, or an op
+# called outside any job (a TensorFlow habit). OneFlow fails on them; onnxjob must say so
+# with its own error naming the line, never a raw AttributeError from inside onnxjob
+
+class _Settings:
+    """A program's settings object."""
+
+
+def _blob_params(args):
+    """{parameter: (shape, numpy dtype)} of the arguments that are Blobs (or lists of
+    Blobs: the first one's)."""
+    out = {}
+    for param, value in args.items():
+        first = value[0] if isinstance(value, (list, tuple)) and value else value
+        if isinstance(first, Blob) and not first.is_tensor_list:
+            out[param] = (first.shape, first.np_dtype)
+    return out
+
+
+def _replaced(value, stand_in):
+    if isinstance(value, (list, tuple)):
+        return [stand_in] + list(value[1:])
+    return stand_in
+
+
+def _raw(fn, call):
+    try:
+        call()
+    except (OnnxJobError, AssertionError):
+        return None
+    except Exception as e:  # noqa: BLE001  (anything else is raw)
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+@pytest.mark.parametrize("space,name,required,nones", _cases())
+def test_a_non_blob_for_a_blob_gets_onnxjobs_error(space, name, required, nones, files):
+    fn = getattr(NAMESPACES[space], name)
+    if _builds(space, name, required) is not None:
+        pytest.skip(f"{space}.{name}: no argument form is built here")
+    flow.clear_default_session()
+    found, raw = {}, []
+
+    @flow.global_function()
+    def job(floats: tp.Numpy.Placeholder(FLOATS.shape),
+            ints: tp.Numpy.Placeholder(INTS.shape, dtype=flow.int32)) -> tp.Numpy:
+        a = Args(floats, ints, files)
+        found.update(_blob_params(_arguments(fn, space, name, required, a)))
+        for param, (shape, dtype) in found.items():
+            for stand_in in (_Settings(), np.zeros(shape, dtype), np.zeros(shape).tolist()):
+                args = _arguments(fn, space, name, required, a)
+                args[param] = _replaced(args[param], stand_in)
+                problem = _raw(fn, lambda: fn(**args))
+                if problem:
+                    raw.append(f"{param}={type(stand_in).__name__}: {problem}")
+        return floats
+
+    _raw(job, lambda: job(FLOATS, INTS))
+    assert not raw, f"{space}.{name} raised raw errors: {raw}"
+    # outside any job, NumPy arrays for its Blobs
+    outside = {p: np.zeros(shape, dtype) for p, (shape, dtype) in found.items()}
+    if outside:
+        flow.clear_default_session()
+        problem = _raw(fn, lambda: _call_outside(fn, space, name, required, outside))
+        assert not problem, f"{space}.{name} outside a job raised a raw {problem}"
+
+
+def _call_outside(fn, space, name, required, arrays):
+    """`fn` with its documented non-Blob arguments and `arrays` for its Blobs, no job
+    (not called where a non-Blob argument can only be built in a job)."""
+    params = inspect.signature(fn).parameters
+    special, common = _special(space, name, Args(None, None, {})), \
+        _by_name(Args(None, None, {}))
+    args = dict(arrays)
+    for param in list(required) + [p for p in special if p in params]:
+        if param in args:
+            continue
+        build = special.get(param) or common.get(param)
+        try:
+            args[param] = build()
+        except Exception:  # noqa: BLE001  (a reader or a buffer: made in a job only)
+            return None
+    return fn(**args)

@@ -48,6 +48,9 @@ REASONS = {
         "builtin_op": _eager("flow.builtin_op builds an op of OneFlow's eager functional "
                              "API; a job builds ops by type name with flow.user_op_builder"),
         "eager_nccl_all_reduce": _multi_node("an eager NCCL all-reduce across devices"),
+        **{name: _custom_op(f"flow.{name} is a YOLOv3 op of the OneFlow builds that linked "
+                            "the oneflow_yolov3 kernels")
+           for name in ("yolo_detect", "yolo_box_diff", "yolo_prob_loss", "yolo_nms")},
         "ConfigProto": _internal("the job set's ConfigProto message, built from flow.config "
                                  "/ flow.env"),
         "JobConfigProto": _internal("the JobConfigProto message, built from "
@@ -65,6 +68,9 @@ REASONS = {
         n: _eager("eager learning-rate schedulers; in a job pass flow.optimizer.* a "
                   "schedule such as flow.optimizer.CosineScheduler")
         for n in ("CosineDecayLR", "LambdaLR", "StepLR")},
+    "flow.detection": {"yolo_detect": _custom_op("flow.detection.yolo_detect is a YOLOv3 op of "
+                                                 "the OneFlow builds that linked the "
+                                                 "oneflow_yolov3 kernels")},
     "flow.autograd": {
         "backward": _eager("flow.autograd.backward differentiates eager tensors; a train "
                            "job's minimize(loss) differentiates the job"),

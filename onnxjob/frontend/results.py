@@ -132,7 +132,8 @@ def build(tree, values):
 class LocalBlob:
     """A fetched value of an unannotated job (or of flow.watch's handler without an
     annotation): `.numpy()`, `.numpy_list()`, `.is_dynamic`, `.parallel_num()`, the
-    deprecated `.ndarray()` / `.ndarray_list()`, and the ndarray's methods, as OneFlow's."""
+    deprecated `.ndarray()` / `.ndarray_list()`, the data attributes `.ndarray_list_`,
+    `.ndarray_`, `.is_dynamic_`, and the ndarray's methods, as OneFlow's."""
 
     def __init__(self, per_device, is_dynamic=False):
         self._per_device = per_device

@@ -381,7 +381,9 @@ class GraphBuilder:
         traced = TracedNode(node, list(inputs), blobs, attrs, location, op_type=prim.op_type)
         for b in blobs:
             b.producer = traced
-            b.is_dynamic = dynamic
+            # a 0-d value has one shape whatever its inputs' sizes (a full reduction of the
+            # rows argwhere picked): it is static, as OneFlow's triplet losses return it
+            b.is_dynamic = dynamic and len(b.shape) > 0
         self.nodes.append(traced)
         return blobs
 
