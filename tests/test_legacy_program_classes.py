@@ -646,24 +646,6 @@ def test_onnx_export_writes_the_job_with_the_saved_weights(tmp_path):
         flow.onnx.export(predict, str(tmp_path / "model"), path, shape_override={"x": [1, 3]})
 
 
-def test_onnx_export_keeps_the_opset_where_onnx_cannot_lower_an_op(tmp_path):
-    import onnx
-    flow.clear_default_session()
-
-    @flow.global_function(type="predict")
-    def predict(x: tp.Numpy.Placeholder((2, 3, 4, 4))) -> tp.Numpy:
-        return flow.layers.batch_normalization(x, axis=1, training=False)
-
-    flow.checkpoint.save(str(tmp_path / "model"))
-    path = str(tmp_path / "bn.onnx")
-    with pytest.warns(UserWarning, match="keeps opset 17") as caught:
-        flow.onnx.export(predict, str(tmp_path / "model"), path, opset=11)
-    assert caught[0].filename == __file__
-    assert [o.version for o in onnx.load(path).opset_import if o.domain == ""] == [17]
-    x = np.random.default_rng(0).random((2, 3, 4, 4), dtype=np.float32)
-    np.testing.assert_allclose(_onnx_run(path, x), predict(x), rtol=1e-5, atol=1e-6)
-
-
 # -- host values and graph values --------------------------------------------------------
 
 def test_crop_mirror_normalize_takes_a_uint8_batch_computed_in_the_graph():

@@ -198,6 +198,26 @@ def test_tensorrt_backend_quantizes_conv_and_matmul_only():
     assert reads(b, "Conv") == [["fq(pool/out)", "fq(conv-weight)"]]
 
 
+@pytest.mark.parametrize("backend", ["tensorrt", "tensorrt7"])
+def test_tensorrt7_backend_of_oneflow_04_quantizes_conv_only(backend):
+    """OneFlow 0.4 named its TensorRT backend "tensorrt7", with conv2d its only int8 op
+    (0.5 renamed it "tensorrt" and added matmul); reshapes stay transparent and int8
+    outputs are quantized, as for "tensorrt"."""
+    @flow.global_function(type="predict", function_config=qat_config(backend=backend))
+    def job(x: tp.Numpy.Placeholder((2, 4, 6, 6))) -> tp.Numpy:
+        y = flow.layers.conv2d(x, 4, 3, 1, "SAME", use_bias=False, name="conv")
+        y = flow.reshape(y, (2, -1))
+        return flow.layers.dense(y, 3, use_bias=False, name="fc")
+
+    b = traced(job)
+    assert reads(b, "Conv") == [["fq(x)", "fq(conv-weight)"]]
+    if backend == "tensorrt":
+        assert reads(b, "MatMul") == [["fq(conv/out)", "fq(fc-weight)"]]
+    else:   # the dense layer's matmul is no int8 op: its inputs stay as they are, but the
+        # conv's quantized output reaches it through the transparent reshape
+        assert reads(b, "MatMul") == [["fq(conv/out)", "fc-weight"]]
+
+
 def test_asymmetric_padding_is_a_pad_op_whose_output_is_observed():
     # kernel 2, SAME: pads (1, 0), which cuDNN cannot take: OneFlow pads first
     @flow.global_function(type="predict", function_config=qat_config())

@@ -102,7 +102,9 @@ class _QatConf:
 QAT_DEFAULTS = {"per_channel_weight_quantization": False, "symmetric": True,
                 "moving_min_max_momentum": 0.95, "moving_min_max_stop_update_after_iters": None,
                 "target_backend": ""}
-QAT_BACKENDS = ("", "tensorrt", "cambricon")
+# "tensorrt7": OneFlow 0.4's spelling of its TensorRT backend (int8 conv2d only), renamed
+# "tensorrt" (conv2d and matmul) in 0.5
+QAT_BACKENDS = ("", "tensorrt", "cambricon", "tensorrt7")
 
 
 def _qat_value(name, value):
@@ -273,7 +275,7 @@ class FunctionConfig:
     OneFlow's fake quantization, set up by `qat.symmetric(bool)`,
     `qat.per_channel_weight_quantization(bool)`, `qat.moving_min_max_momentum(float)`,
     `qat.moving_min_max_stop_update_after_iters(int)` and `qat.target_backend("" |
-    "tensorrt" | "cambricon")` (onnxjob/ops/qat.py, docs/quantization.md).
+    "tensorrt" | "cambricon" | "tensorrt7")` (onnxjob/ops/qat.py, docs/quantization.md).
     onnxjob adds `passes(list)` (extra graph passes), `disable_passes(bool)`,
     `execution_provider("cpu"|"cuda")`, `cudnn_conv_algo_search(...)` (OneFlow's
     `cudnn_conv_heuristic_search_algo(bool)` picks HEURISTIC or EXHAUSTIVE where it is unset),

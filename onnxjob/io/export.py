@@ -29,7 +29,7 @@ from onnx import helper
 
 from onnxjob.errors import TraceError
 from onnxjob.graph import dynamic_batch
-from onnxjob.graph.compiler import check_model
+from onnxjob.io.model_file import save_checked
 from onnxjob.frontend.config import started_session
 
 
@@ -132,15 +132,15 @@ def export(job_fn, path, check=True, dynamic_batch=None, half_weights=False):
     size as a number raises, naming the line); False writes the placeholders' batch; None
     (the default) keeps the job's own `function_config.dynamic_batch`.
     `half_weights`: a predict job under AMP stores the weights it computes with in half
-    precision (io/half_weights.py), a file about half the size."""
+    precision (io/half_weights.py), a file about half the size.
+    A model whose weights are past protobuf's 2 GiB limit is written with them beside it
+    in `<path>.data` (ONNX external data; io/model_file.py), with a warning."""
     proto = job_model_proto(job_fn)
     if dynamic_batch is not None:
         _set_dynamic_batch(job_fn, proto, bool(dynamic_batch))
     if half_weights:
         _store_half_weights(proto, job_fn)
-    if check:
-        check_model(proto)
-    onnx.save(proto, path)
+    save_checked(proto, path, check=check)
     return path
 
 

@@ -10,13 +10,13 @@ and before that returned the ModelProto instead of writing a file
 (`export(job_func, model_save_dir, continue_on_error=False, target=None, opset=None, ...)`).
 onnxjob's graphs are ONNX already: the job is exported as `flow.export` does
 (io/export.py), with the variables read from `model_save_dir` (not the session's
-current values), converted to `opset` when one is asked for, and with `external_data`
-the weights beside the file (onnx's external data). (Where onnx's converter cannot lower
-an op to `opset`, the file keeps the job's opset, with a warning.) Every op converts, so
+current values), converted to `opset` when one is asked for (an older one by io/opset_lowering.py), and with `external_data` the weights beside
+the file (onnx's external data; also without it when they are past protobuf's 2 GiB
+limit: io/model_file.py). (Where an op has no form in `opset`, the file keeps the job's
+opset, with a warning.) Every op converts, so
 `continue_on_error` changes nothing; `extra_opset`, `shape_override`, `target` and
 `inputs_as_nchw` (tf2onnx's options) are refused when given.
 """
-import os
 import warnings
 
 import onnx
@@ -24,9 +24,10 @@ from onnx import version_converter
 
 from onnxjob.errors import UnsupportedAPIError
 from onnxjob.frontend.config import started_session
-from onnxjob.graph.compiler import check_model
 from onnxjob.io import checkpoint
 from onnxjob.io.export import job_model_proto
+from onnxjob.io.model_file import check_in_memory, save_checked
+from onnxjob.io.opset_lowering import default_opset, lower
 from onnxjob.source_info import user_frame, user_location
 
 
@@ -48,12 +49,11 @@ def export(job_func, model_save_dir, onnx_filename=None, continue_on_error=False
     proto = job_model_proto(job_func, values=_saved_values(model_save_dir))
     if opset is not None:
         proto = _converted(proto, int(opset))
-    check_model(proto)
     if onnx_filename is None:
+        check_in_memory(proto)
         return proto
-    # external_data: every weight in one file beside the model, however small
-    onnx.save_model(proto, onnx_filename, save_as_external_data=bool(external_data),
-                    location=os.path.basename(onnx_filename) + ".data", size_threshold=0)
+    save_checked(proto, onnx_filename, external_data=bool(external_data),
+                 api="flow.onnx.export")
     return None
 
 
@@ -70,18 +70,23 @@ def _saved_values(model_save_dir):
 
 
 def _converted(proto, opset):
-    """`proto` in ONNX opset `opset` (onnx's version converter); where the converter
-    cannot lower one of its ops, `proto` as it is, with a warning at the user's line (the
-    file then needs a runtime of the job's opset, which computes the same values)."""
-    current = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    """`proto` in ONNX opset `opset`: onnx's version converter for a newer opset, onnxjob's
+    lowering (io/opset_lowering.py) for an older one. (onnx's converter is not used to go
+    down: it relabels Softmax 13 as Softmax 11 over the same axis, which normalizes over
+    every axis from it on: a silently different model.) Where an op has no form in that
+    opset, `proto` as it is, with a warning at the user's line (the file then needs a
+    runtime of the job's opset, which computes the same values)."""
+    current = default_opset(proto)
     if opset == current:
         return proto
     try:
-        return version_converter.convert_version(proto, opset)
-    except Exception as e:  # the converter raises RuntimeError / ValidationError
+        if opset > current:
+            return version_converter.convert_version(proto, opset)
+        return lower(proto, opset)
+    except Exception as e:  # LoweringError; onnx's converter raises RuntimeError etc.
         reason = str(e).strip().splitlines()[-1]
         warnings.warn_explicit(
-            f"flow.onnx.export(opset={opset}): onnx's version converter cannot convert the "
-            f"job's graph from opset {current} ({reason}); the file keeps opset {current}",
+            f"flow.onnx.export(opset={opset}): the job's graph cannot be written in opset "
+            f"{opset} ({reason}); the file keeps opset {current}",
             UserWarning, *(user_frame() or ("<unknown>", 0)))
         return proto

@@ -10,11 +10,12 @@ the consumers of quantized outputs:
 1. White ops. The int8 ops are conv2d, matmul (2-D flow.matmul, flow.layers.dense),
    batch_matmul (flow.matmul of equal ranks > 2), add_n (flow.math.add_n, and
    flow.math.add / `+` of two Blobs of one shape), avg_pool_2d and max_pool_2d for
-   target_backend "", conv2d and matmul for "tensorrt" and "cambricon". A conv2d whose
+   target_backend "", conv2d and matmul for "tensorrt" and "cambricon", conv2d alone for
+   "tensorrt7" (OneFlow 0.4's name and list for its TensorRT backend). A conv2d whose
    output has one consumer draws in the bias_add, normalization
    (flow.layers.batch_normalization) and relu (flow.math.relu, flow.nn.relu) after it,
    each also with one consumer: the conv chain. Reshapes of white outputs are white too
-   ("" and "tensorrt" only); scales pass through them.
+   ("", "tensorrt" and "tensorrt7" only); scales pass through them.
 2. An input of a white op that comes from a non-white op is fake-quantized when the
    op's scope allows it (`flow.experimental.scope.config(quantization_aware_training=
    False)` does not): a variable (a weight) through min_max_observer, per channel of axis
@@ -22,7 +23,7 @@ the consumers of quantized outputs:
    moving_average_min_max_observer. The bias of a conv2d (its bias input, or the
    bias_add of its chain) gets the product of the conv's input and weight scales and a
    zero point variable of zeros; normalization's parameters stay as they are.
-3. "" and "tensorrt" fake-quantize the output of each int8 op (for a conv2d, of its
+3. "", "tensorrt" and "tensorrt7" fake-quantize the output of each int8 op (for a conv2d, of its
    chain's last op) for all of its consumers, the job's outputs included, when that
    op's scope allows; "cambricon" quantizes every float input of an enabled int8 op
    instead, those from white ops too.
@@ -55,7 +56,8 @@ from onnxjob.source_info import called_from_user, user_location
 
 BIT = 8
 _INT8_OPS = {"": {"add_n", "matmul", "batch_matmul", "conv2d", "avg_pool_2d", "max_pool_2d"},
-             "tensorrt": {"conv2d", "matmul"}, "cambricon": {"conv2d", "matmul"}}
+             "tensorrt": {"conv2d", "matmul"}, "cambricon": {"conv2d", "matmul"},
+             "tensorrt7": {"conv2d"}}
 # the ops that may follow each op of a conv chain (GetInferenceOutputNode's order)
 _NEXT = {"conv2d": ("bias_add", "normalization", "relu"),
          "bias_add": ("normalization", "relu"), "normalization": ("relu",), "relu": ()}
@@ -74,7 +76,8 @@ class QatSettings:
         self.backend = get("target_backend")
         self.formula = "cambricon" if self.backend == "cambricon" else "google"
         self.int8_ops = _INT8_OPS[self.backend]
-        # "" and "tensorrt": outputs of int8 ops are quantized and reshapes are transparent
+        # "", "tensorrt" and "tensorrt7": outputs of int8 ops are quantized and reshapes
+        # are transparent
         self.quantize_outputs = self.backend != "cambricon"
 
 
