@@ -53,3 +53,46 @@ def test_scatter_nd_add_values_and_gradients():
     np.testing.assert_allclose(y, expected)
     np.testing.assert_allclose(g_data, ct)
     np.testing.assert_allclose(g_upd, ct[idx[:, 0], idx[:, 1]])
+
+
+def test_no_scatter_nd_add_is_emitted_for_run_time_row_counts():
+    """Indices and updates whose row count is known at run time (a mirrored job's
+    ListNumpy placeholders), and data whose rows are, when the index picks one axis."""
+    for data_dynamic in (False, True):
+        builder = GraphBuilder("scatter")
+        with tracing(builder):
+            data = builder.add_input("data", (5, 3), np.float32, dynamic=data_dynamic)
+            idx = builder.add_input("idx", (4, 1), np.int64, dynamic=True)
+            upd = builder.add_input("upd", (4, 3), np.float32, dynamic=True)
+            op("ScatterND", data, idx, upd, reduction="add")
+        kinds = [n.op_type for n in builder.graph]
+        assert "ScatterND" not in kinds and "ScatterElements" in kinds, kinds
+
+
+def test_a_mirrored_gather_gradient_counts_every_repeated_index():
+    """OneFlow's test_gather case: many repeated indices along axis 1, a mirrored view;
+    the gradient of a sum of the gathered rows is each row's count, exactly."""
+    rng = np.random.default_rng(0)
+    shape, index_shape = (6, 150, 20), (20, 15, 45)
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+    for _ in range(3):
+        flow.clear_default_session()
+        seen = {}
+
+        @flow.global_function(type="train", function_config=config)
+        def job(p: tp.ListNumpy.Placeholder(shape),
+                i: tp.ListNumpy.Placeholder(index_shape, dtype=flow.int32)):
+            x = flow.get_variable("params", shape=shape,
+                                  initializer=flow.constant_initializer(0)) + p
+            y = flow.gather(x, i, axis=1)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.001]),
+                               momentum=0).minimize(y)
+            flow.watch_diff(x, lambda g: seen.setdefault("g", g.numpy_list()[0].copy()))
+            return y
+
+        idx = rng.integers(0, shape[1], index_shape).astype(np.int32)
+        job([rng.random(shape, dtype=np.float32)], [idx]).get()
+        counts = np.bincount(idx.ravel(), minlength=shape[1]).astype(np.float32)
+        np.testing.assert_array_equal(seen["g"], np.broadcast_to(counts[None, :, None], shape))
+    flow.clear_default_session()

@@ -426,21 +426,30 @@ def _scatter_nd_add_expand(inputs, attrs, num_outputs):
     """ScatterND(data, idx, updates, reduction="add") as a ScatterElements along the rows
     of data viewed as (rows, slice size): onnxruntime's CPU ScatterND adds the slices on
     several threads without ordering them, so repeated indices lose updates at random (a
-    segment sum of 6144 rows into 4 was off by up to 15 in 2 of 8 runs); its
-    ScatterElements adds them one after another."""
+    segment sum of 6144 rows into 4 was off by up to 15 in 2 of 8 runs; a mirrored job's
+    gather gradient, whose indices have a run-time row count, by up to 56); its
+    ScatterElements adds them one after another. The number of updates may be known only
+    at run time (dynamic idx / updates), and so may data's rows when idx picks one axis."""
     data, idx, updates = inputs
     k = idx.shape[-1]
     head, tail = data.shape[:k], data.shape[k:]
-    rows, size = int(np.prod(head)), int(np.prod(tail))
-    count = int(np.prod(idx.shape[:-1]))
-    idx = reshape_to(op("Cast", idx, to=dtypes.int64.ir_dtype.value), (count, k))
-    dims = int64_constant(idx, list(head))
+    size = int(np.prod(tail))
+    idx = op("Reshape", op("Cast", idx, to=dtypes.int64.ir_dtype.value),
+             int64_constant(idx, [-1, k]))
+    if data.is_dynamic:     # k == 1 (see _scatter_nd_lower): the rows' count at run time
+        dims = op("Shape", data, start=0, end=1)
+        strides = int64_constant(idx, [1])
+    else:
+        dims = int64_constant(idx, list(head))
+        strides = int64_constant(idx, [int(np.prod(head[j + 1:])) for j in range(k)])
     idx = op("Where", op("Less", idx, int64_constant(idx, 0)), op("Add", idx, dims), idx)
-    strides = int64_constant(idx, [int(np.prod(head[j + 1:])) for j in range(k)])
     row = op("ReduceSum", op("Mul", idx, strides), int64_constant(idx, [1]), keepdims=1)
-    positions = op("Expand", row, int64_constant(idx, [count, size]))
-    summed = op("ScatterElements", reshape_to(data, (rows, size)), positions,
-                reshape_to(updates, (count, size)), axis=0, reduction="add")
+    positions = op("Expand", row, int64_constant(idx, [1, size]))      # (count, size)
+    slices = int64_constant(idx, [-1, size])
+    summed = op("ScatterElements", op("Reshape", data, slices), positions,
+                op("Reshape", updates, slices), axis=0, reduction="add")
+    if data.is_dynamic:     # its rows are summed's
+        return [op("Reshape", summed, int64_constant(idx, [-1] + list(tail)))]
     return [reshape_to(summed, data.shape)]
 
 
@@ -448,8 +457,11 @@ register_composite("onnxjob.ScatterNDAdd", _scatter_nd_add_expand, _scatter_nd_g
 
 
 def _scatter_nd_lower(inputs, attrs, num_outputs):
-    """A scatter-add of static Blobs is onnxjob.ScatterNDAdd (see there)."""
-    if attr_text(attrs, "reduction", "none") != "add" or any(x.is_dynamic for x in inputs):
+    """A scatter-add is onnxjob.ScatterNDAdd (see there) where data's slices have a static
+    size, and data's rows too unless idx picks one axis."""
+    data, idx, _ = inputs
+    if attr_text(attrs, "reduction", "none") != "add" or idx.is_dynamic and \
+            len(idx.shape) < 2 or data.is_dynamic and idx.shape[-1] != 1:
         return None
     try:
         _scatter_nd_infer(inputs, attrs, num_outputs)
