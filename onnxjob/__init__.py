@@ -95,6 +95,8 @@ from onnxjob.ops.detection import (object_bbox_flip, object_bbox_scale,  # noqa:
 from onnxjob.ops.parallel import hierarchical_parallel_cast  # noqa: F401
 from onnxjob.ops.tensor_buffer import (gen_tensor_buffer, tensor_buffer_to_list_of_tensors,  # noqa: F401
                                        tensor_buffer_to_tensor, tensor_to_tensor_buffer)
+from onnxjob.ops.tensor_list import (tensor_buffer_to_tensor_list,  # noqa: F401
+                                     tensor_list_split, tensor_list_to_tensor_buffer)
 
 from onnxjob.compat import unittest_helpers as unittest  # noqa: E402,F401  (flow.unittest)
 

@@ -119,6 +119,11 @@ class Args:
         return flow.tensor_buffer_to_tensor(self.buffer([(2,), (2,)], values, dtype), dtype,
                                             [2])
 
+    def tensor_list(self):
+        """A tensor list of two (1, k) float tensors, made on the host."""
+        return flow.tensor_buffer_to_tensor_list(self.buffer([(3,), (2,)], [1.0, 2.0],
+                                                             flow.float), [3], flow.float)
+
     def records(self):
         return flow.data.ofrecord_reader(self.files["ofrecord"], batch_size=2)
 
@@ -250,6 +255,11 @@ def _per_function(a):
         "tensor_buffer_to_tensor": {"x": lambda: a.buffer([(3,), (3,)], [1.0, 2.0], flow.float),
                                     "dtype": lambda: flow.float},
         "tensor_to_tensor_buffer": {"x": lambda: a.f(2, 3)},
+        "tensor_buffer_to_tensor_list": {
+            "input": lambda: a.buffer([(3,), (2,)], [1.0, 2.0], flow.float),
+            "shape": lambda: [3]},
+        "tensor_list_to_tensor_buffer": {"input": a.tensor_list},
+        "tensor_list_split": {"input_tensor_list": a.tensor_list},
         "unsorted_batch_segment_sum": {"segment_ids": lambda: a.i(2, 3)},
         "unsorted_segment_sum_like": {"like": lambda: a.f(3, 3)},
         "where": {"x": lambda: a.f(2, 3), "y": lambda: a.f(2, 3)},

@@ -267,6 +267,7 @@ def _placeholders(builder, annotation, name, split=False):
     blob = builder.add_input(name, shape, annotation.np_dtype(), dynamic=dynamic,
                              tensor_list=tensor_list)
     blob.is_dynamic = dynamic or tensor_list
+    builder.placeholders[blob.name] = blob
     return blob
 
 

@@ -236,6 +236,8 @@ class GraphBuilder:
         self.state_updates = {}    # variable name -> Blob with its value after the step
         self.watches = []          # (Blob, handler, is_diff, location)
         self.sources = {}          # graph input name -> the host node feeding it
+        self.placeholders = {}     # graph input name -> the job parameter's Blob
+        self.fed_nodes = {}        # graph input name -> the host node reading its fed value
         self.losses = []
         self.optimizer = None
         self.gradients = {}        # id(Blob) -> its gradient Blob (filled by autodiff)
@@ -300,11 +302,13 @@ class GraphBuilder:
         self.graph.inputs.append(value)
         return Blob(self, value, shape, np_dtype, is_dynamic=dynamic, is_tensor_list=tensor_list)
 
-    def add_source(self, name, shape, np_dtype, node):
+    def add_source(self, name, shape, np_dtype, node, dynamic=False, tensor_list=False):
         """A graph input filled before every run with the value of host node `node`
         (runtime/pipeline.py: decode_random, data readers and decoders), so the job needs
-        no placeholder for it."""
-        blob = self.add_input(name, shape, np_dtype)
+        no placeholder for it. `dynamic`: each run's array may be smaller than `shape`;
+        `tensor_list`: the node gives a list of arrays (a tp.ListListNumpy value)."""
+        blob = self.add_input(name, shape, np_dtype, dynamic=dynamic, tensor_list=tensor_list)
+        blob.is_dynamic = dynamic or tensor_list
         blob.host_node = node
         self.sources[blob.name] = node
         return blob

@@ -12,17 +12,17 @@ import numpy as np
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import Blob
 from onnxjob.io.ofrecord import RecordError
-from onnxjob.ops.host import TENSOR_BUFFER, check_host_value, host_value
+from onnxjob.ops.host import TENSOR_BUFFER, check_host_value, host_readable, host_value
 
 
 def _per_image(value, n, np_dtype, columns, label, api):
     """`value` checked to be a host-fed (n, *columns) blob of `np_dtype`."""
     shape = (n,) + columns
-    if not (isinstance(value, Blob) and value.host_node is not None
+    if not (isinstance(value, Blob) and host_readable(value)
             and value.np_dtype == np_dtype and tuple(value.shape) == shape):
         raise TraceError(f"{api}: {label} must be a {np.dtype(np_dtype).name} {shape} blob made "
-                         f"on the host (a data op's, flow.tensor_buffer_to_tensor's), got "
-                         f"{value!r}")
+                         f"on the host (a data op's, flow.tensor_buffer_to_tensor's) or a job "
+                         f"argument, got {value!r}")
     return value
 
 

@@ -7,11 +7,13 @@ A HostValue that becomes a fixed-shape array is turned into a graph input with
 `to_blob` (decoders do that); a Blob made that way keeps its node, so host ops can read
 it back with `host_node_of` (CropMirrorNormalize reads CoinFlip's Blob).
 """
+import numpy as np
+
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, UnsupportedAPIError
 from onnxjob.io.ofrecord import RecordError
 from onnxjob.graph.tracer import Blob, current_builder
-from onnxjob.runtime.pipeline import HostNode
+from onnxjob.runtime.pipeline import FedValue, HostNode
 from onnxjob.source_info import user_location
 
 
@@ -63,22 +65,42 @@ def host_value(name, compute, inputs, batch_size, dtype, api, dims=None):
     return HostValue(node, batch_size, dtype, builder, dims)
 
 
-def to_blob(name, compute, inputs, shape, np_dtype, api):
-    """A graph input of `shape` filled each run with `compute(*input values)`."""
+def to_blob(name, compute, inputs, shape, np_dtype, api, dynamic=False, tensor_list=False):
+    """A graph input of `shape` filled each run with `compute(*input values)` (`dynamic`:
+    an array of at most `shape`; `tensor_list`: a list of arrays, a tp.ListListNumpy value)."""
     builder = current_builder(api)
     node = HostNode(builder.unique_name(name), compute, [host_node_of(i, api) for i in inputs])
-    return builder.add_source(node.name, shape, np_dtype, node)
+    return builder.add_source(node.name, shape, np_dtype, node, dynamic=dynamic,
+                              tensor_list=tensor_list)
 
 
 def host_node_of(value, api):
-    """The host node behind a HostValue or a Blob fed by the host pipeline."""
+    """The host node behind a HostValue, a Blob fed by the host pipeline or a job
+    parameter (the value its call feeds: pipeline.FedValue)."""
     if isinstance(value, HostValue):
         return value.node
     if isinstance(value, Blob) and value.host_node is not None:
         return value.host_node
+    if is_placeholder(value):
+        fed_nodes = value.builder.fed_nodes
+        if value.name not in fed_nodes:
+            fed_nodes[value.name] = FedValue(value.builder.unique_name(f"{value.name}_fed"),
+                                             value.name)
+        return fed_nodes[value.name]
     raise TraceError(f"{api} takes the output of a data op (ofrecord_reader, a decoder, an "
-                     f"image op, flow.random.CoinFlip), got {value!r}: values computed in the "
-                     "graph cannot flow back to the host")
+                     f"image op, flow.random.CoinFlip) or a job argument, got {value!r}: "
+                     "values computed in the graph cannot flow back to the host")
+
+
+def is_placeholder(value):
+    """Whether `value` is a job parameter's Blob, which host ops may read."""
+    return isinstance(value, Blob) and value.builder.placeholders.get(value.name) is value
+
+
+def host_readable(value):
+    """Whether a host op can read `value`: a host value, a host-fed Blob or a job argument."""
+    return isinstance(value, HostValue) or (isinstance(value, Blob) and (
+        value.host_node is not None or is_placeholder(value)))
 
 
 def check_host_value(value, api, dtype=None):
@@ -90,12 +112,25 @@ def check_host_value(value, api, dtype=None):
 
 
 def encoded_items(batch, api):
-    """A tensor buffer's items checked to be encoded bytes (OFRecordBytesDecoder's)."""
+    """A tensor buffer's items as encoded bytes: OFRecordBytesDecoder's, or 1-D int8 /
+    uint8 arrays of them (a file's bytes fed through flow.tensor_list_to_tensor_buffer)."""
+    items = []
     for where, value in batch:
+        if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype in (np.int8,
+                                                                                 np.uint8):
+            value = value.tobytes()
         if not isinstance(value, (bytes, bytearray)):
             raise RecordError(f"{where}: {api} takes encoded image bytes "
-                                       "(flow.data.OFRecordBytesDecoder), got a decoded image")
-    return batch
+                              "(flow.data.OFRecordBytesDecoder, or a 1-D int8 array of a "
+                              f"file's bytes), got {_describe(value)}")
+        items.append((where, value))
+    return items
+
+
+def _describe(value):
+    if isinstance(value, np.ndarray):
+        return f"a {value.shape} {value.dtype} array"
+    return type(value).__name__
 
 
 def checked_args(check, api, *args):

@@ -15,7 +15,7 @@ from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.io import images as image_io
 from onnxjob.io.ofrecord import RecordError
 from onnxjob.ops.host import (TENSOR_BUFFER, HostValue, check_host_value, checked_args,
-                              encoded_items, host_value, to_blob)
+                              encoded_items, host_readable, host_value, to_blob)
 from onnxjob.ops.random import gen_seed
 
 __all__ = ["CropMirrorNormalize", "Resize", "batch_align", "crop_mirror_normalize", "decode",
@@ -188,12 +188,13 @@ def CropMirrorNormalize(input_blob, mirror_blob=None, color_space="BGR", output_
         _check_per_image(mirror_blob, n, "mirror_blob", api)
         inputs.append(mirror_blob)
     nchw = output_layout == "NCHW"
-    in_graph = [isinstance(v, Blob) and v.host_node is None for v in inputs]
-    if isinstance(input_blob, HostValue) and any(in_graph):
-        raise TraceError(f"{api}: the mirror flags of a tensor buffer's images are read on "
-                         "the host, where a blob computed in the graph cannot go; use "
-                         "flow.random.CoinFlip's, or resize the images to one size first")
-    if any(in_graph):
+    if isinstance(input_blob, HostValue):
+        if mirror_blob is not None and not host_readable(mirror_blob):
+            raise TraceError(f"{api}: the mirror flags of a tensor buffer's images are read "
+                             "on the host, where a blob computed in the graph cannot go; use "
+                             "flow.random.CoinFlip's or a job argument, or resize the images "
+                             "to one size first")
+    elif any(isinstance(v, Blob) and v.host_node is None for v in inputs):
         # a batch (or mirror flags) computed in the graph: OneFlow's
         # crop_mirror_normalize_from_uint8 takes any uint8 (N, H, W, C) blob
         return _crop_mirror_normalize_in_graph(input_blob, mirror_blob, out_h, out_w,
@@ -368,8 +369,11 @@ def normalize(image, std, mean, name=None):
 
 
 def batch_align(images, shape, dtype, alignment, dynamic_out=True, name=None):
-    """The images in one zero-padded (N, *shape) batch of `dtype` (uint8 or float32), each
-    at the top left. Only the static form (dynamic_out=False) is provided."""
+    """The images in one zero-padded batch of `dtype` (uint8 or float32), each at the top
+    left. dynamic_out=False: the (N, *shape) batch; dynamic_out=True (OneFlow's default): a
+    dynamic blob of at most that, (images, tallest height, widest width, C) with height and
+    width rounded up to a multiple of `alignment` (0: not rounded), as OneFlow's kernel
+    makes it each run."""
     api = "flow.image.batch_align"
     check_host_value(images, api, TENSOR_BUFFER)
     np_dtype = _image_dtype(dtype, api)
@@ -377,24 +381,37 @@ def batch_align(images, shape, dtype, alignment, dynamic_out=True, name=None):
         raise TraceError(f"{api}: shape must be (H, W, C), got {shape!r}")
     if alignment < 0 or (alignment and alignment & (alignment - 1)):
         raise TraceError(f"{api}: alignment must be 0 or a power of 2, got {alignment}")
-    if dynamic_out:
-        raise TraceError(f"{api}: dynamic_out=True gives a batch whose size varies per run; "
-                         "onnxjob feeds fixed-shape graph inputs: pass dynamic_out=False for "
-                         f"a ({images.batch_size}, {', '.join(map(str, shape))}) batch")
     height, width, channels = (int(d) for d in shape)
 
+    def batch_size(batch):
+        if not dynamic_out:
+            return height, width
+        tallest = max(img.shape[0] for _, img in batch)
+        widest = max(img.shape[1] for _, img in batch)
+        tallest, widest = _round_up(tallest, alignment), _round_up(widest, alignment)
+        if tallest * widest > height * width:
+            raise RecordError(f"{api}: the batch's aligned images are {tallest}x{widest}, "
+                              f"more than the {height}x{width} of shape {tuple(shape)}")
+        return tallest, widest
+
     def align(batch):
-        out = np.zeros((len(batch), height, width, channels), np_dtype)
+        batch_h, batch_w = batch_size(batch)
+        out = np.zeros((len(batch), batch_h, batch_w, channels), np_dtype)
         for i, (where, img) in enumerate(batch):
             _channels(where, img, channels, api)
-            if img.shape[0] > height or img.shape[1] > width:
+            if img.shape[0] > batch_h or img.shape[1] > batch_w:
                 raise RecordError(f"{where}: {api}: the {img.shape[0]}x{img.shape[1]} image "
-                                  f"does not fit the {height}x{width} batch shape")
+                                  f"does not fit the {batch_h}x{batch_w} batch shape")
             out[i, :img.shape[0], :img.shape[1]] = img
         return out
 
     return to_blob(name or "ImageBatchAlign", align, [images],
-                   (images.batch_size, height, width, channels), np_dtype, api)
+                   (images.batch_size, height, width, channels), np_dtype, api,
+                   dynamic=bool(dynamic_out))
+
+
+def _round_up(size, alignment):
+    return -(-size // alignment) * alignment if alignment else size
 
 
 __getattr__ = missing_api("flow.image")

@@ -119,8 +119,9 @@ class _ConstantEntries(HostNode):
 def tensor_buffer_to_list_of_tensors(x, out_shape, out_dtype, dynamic_out=False, name=None):
     """One blob of `out_shape` and `out_dtype` per entry of tensor buffer `x` (row-major).
     dynamic_out=True lets an entry be smaller than out_shape (OneFlow's dynamic blob): the
-    blob then has the entry's own shape, which must be known when the job is traced (a
-    flow.gen_tensor_buffer or a GraphTensorBuffer); otherwise each entry is out_shape."""
+    blob then has the entry's own shape (fixed when the entries are known at trace time, a
+    flow.gen_tensor_buffer or a GraphTensorBuffer; else each run's, a dynamic blob);
+    otherwise each entry is out_shape."""
     api = "flow.tensor_buffer_to_list_of_tensors"
     np_dtype = dtypes.to_numpy(out_dtype)
     out_shape = tuple(int(d) for d in out_shape)
@@ -137,9 +138,6 @@ def tensor_buffer_to_list_of_tensors(x, out_shape, out_dtype, dynamic_out=False,
         return [squeeze(p, axis=[0]) for p in parts]
     _host_buffer(x, api)
     known = x.node.entries if isinstance(x.node, _ConstantEntries) else None
-    if dynamic_out and known is None:
-        raise TraceError(f"{api}: dynamic_out=True gives blobs whose shape varies per run; "
-                         "onnxjob feeds fixed-shape graph inputs: pass dynamic_out=False")
     outs = []
     for i in range(x.batch_size):
         shape = out_shape
@@ -152,13 +150,18 @@ def tensor_buffer_to_list_of_tensors(x, out_shape, out_dtype, dynamic_out=False,
                                  f"{out_shape}")
             shape = entry.shape
 
-        def take(batch, i=i, shape=shape):
+        # entries read each run, with dynamic_out: a dynamic blob of at most out_shape
+        varies = dynamic_out and known is None
+
+        def take(batch, i=i, shape=shape, varies=varies):
             where, array = batch[i]
             array = np.asarray(array)
-            if array.shape != shape or array.dtype != np_dtype:
+            fits = array.ndim == len(shape) and all(a <= b for a, b in zip(array.shape, shape))
+            if not (array.shape == shape or (varies and fits)) or array.dtype != np_dtype:
+                bound = "at most " if varies else ""
                 raise RecordError(f"{where}: {api}: the entry is {array.shape} "
-                                  f"{array.dtype}, not {shape} {np_dtype}")
+                                  f"{array.dtype}, not {bound}{shape} {np_dtype}")
             return array
         outs.append(to_blob(f"{name or 'TensorBufferToListOfTensors'}_{i}", take, [x], shape,
-                            np_dtype, api))
+                            np_dtype, api, dynamic=varies))
     return outs

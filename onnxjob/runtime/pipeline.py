@@ -36,11 +36,25 @@ class HostNode:
         return f"HostNode({self.name})"
 
 
+class FedValue(HostNode):
+    """What the call being run feeds to placeholder `input_name`: its array, or for a
+    tp.ListListNumpy placeholder its list of arrays (the host ops read job arguments
+    through it: flow.tensor_list_to_tensor_buffer, per-image blobs of the detection ops)."""
+
+    __slots__ = ("input_name",)
+
+    def __init__(self, name, input_name):
+        super().__init__(name, None)
+        self.input_name = input_name
+
+
 class HostPipeline:
     """The host nodes feeding one job's graph inputs."""
 
     def __init__(self, feeds=None):
         self.feeds = dict(feeds or {})  # graph input name -> HostNode
+        # a pipeline reading the call's own arguments runs in the call, not ahead of it
+        self.reads_feeds = any(isinstance(n, FedValue) for n in _all_nodes(self.feeds.values()))
 
     def feed(self, input_name, node):
         self.feeds[input_name] = node
@@ -49,19 +63,40 @@ class HostPipeline:
         """The pipeline of the inputs in `input_names` (those the optimized graph reads)."""
         return HostPipeline({n: node for n, node in self.feeds.items() if n in input_names})
 
-    def make_feeds(self):
-        """{graph input name: array} for one run: every node evaluated once, inputs first."""
+    def make_feeds(self, fed=None):
+        """{graph input name: array} for one run: every node evaluated once, inputs first;
+        `fed` holds the placeholders' values of the call (read by FedValue nodes). A tensor
+        list (flow.tensor_buffer_to_tensor_list) is fed as its list of arrays."""
         values = {}
 
         def value_of(node):
             if node not in values:
-                values[node] = node.compute(*(value_of(i) for i in node.inputs))
+                if isinstance(node, FedValue):
+                    values[node] = fed[node.input_name]
+                else:
+                    values[node] = node.compute(*(value_of(i) for i in node.inputs))
             return values[node]
 
-        return {name: np.asarray(value_of(node), order="C") for name, node in self.feeds.items()}
+        return {name: _feed_value(value_of(node)) for name, node in self.feeds.items()}
 
     def __bool__(self):
         return bool(self.feeds)
+
+
+def _all_nodes(roots):
+    seen, stack = set(), list(roots)
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(node.inputs)
+    return seen
+
+
+def _feed_value(value):
+    if isinstance(value, list):
+        return [np.asarray(a, order="C") for a in value]
+    return np.asarray(value, order="C")
 
 
 def prefetch_depth(config=None):
@@ -130,18 +165,22 @@ class PipelineRunner:
 
     def __init__(self, pipeline, depth):
         self._pipeline = pipeline
-        self._prefetcher = Prefetcher(pipeline.make_feeds, depth) if depth else None
+        self._prefetcher = Prefetcher(pipeline.make_feeds, depth) if depth and \
+            not pipeline.reads_feeds else None
         self._failure = None
 
-    def next_feeds(self):
+    def next_feeds(self, fed=None):
+        """The host-made feeds of one run; `fed`: the placeholders' values of the call."""
         if self._prefetcher is not None:
             return self._prefetcher.next()
         if self._failure is not None:
             raise self._failure
         try:
-            return self._pipeline.make_feeds()
+            return self._pipeline.make_feeds(fed)
         except BaseException as e:
-            self._failure = e
+            # a bad argument spoils only its own call; a reader's stream cannot go on
+            if not self._pipeline.reads_feeds:
+                self._failure = e
             raise
 
     def close(self):

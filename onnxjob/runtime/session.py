@@ -179,7 +179,7 @@ class JobRuntime:
         A run that cannot get memory raises DeviceMemoryError (runtime/out_of_memory.py)
         and changes no variable."""
         if self._pipeline is not None:
-            feeds.update(self._pipeline.next_feeds())
+            feeds.update(self._pipeline.next_feeds(feeds))
         frozen = self._frozen.session_for_call() if self._frozen is not None else None
         try:
             if frozen is not None:
