@@ -19,7 +19,6 @@ opset, with a warning.) Every op converts, so
 """
 import warnings
 
-import onnx
 from onnx import version_converter
 
 from onnxjob.errors import UnsupportedAPIError
@@ -37,8 +36,10 @@ def export(job_func, model_save_dir, onnx_filename=None, continue_on_error=False
     """Write `job_func` with the variables saved in `model_save_dir` to `onnx_filename`
     (OneFlow 0.3); without a file name (OneFlow's earlier form, whose third positional
     argument is `continue_on_error`), return the ModelProto."""
+    # continue_on_error asked OneFlow's converter to go on past an op it could not
+    # convert; every node of an onnxjob job is ONNX already, so it changes nothing
     if isinstance(onnx_filename, bool):     # export(job, dir, continue_on_error, ...)
-        onnx_filename, continue_on_error = None, onnx_filename
+        onnx_filename = None
     for name, value in (("extra_opset", extra_opset), ("shape_override", shape_override),
                         ("target", target), ("inputs_as_nchw", inputs_as_nchw)):
         if value:
