@@ -103,14 +103,30 @@ def test_decoder_checks_types_and_shapes(files):
     with pytest.raises(Exception, match="holds int64, not int32"):
         wrong_type()
     flow.clear_default_session()
-    dynamic = decoder_job(files, 2, ids=dict(dtype=flow.int32, shape=(5,), is_dynamic=True,
-                                             batch_padding=(-1,)))
-    with pytest.raises(Exception, match="dynamic blob"):
-        dynamic()
-    flow.clear_default_session()
     with pytest.raises(TraceError, match="only the first axis"):
         decoder_job(files, 2, dense=dict(dtype=flow.float, shape=(2, 3),
                                          batch_padding=(0, 1)))()
+
+
+def test_a_dynamic_decoder_gives_each_batch_its_own_size(files):
+    """OneFlow's is_dynamic: a feature smaller than the decoder's shape is a dynamic blob
+    of the batch's own size (padded within the batch by batch_padding=-1); larger than
+    the shape, it is refused."""
+    def job_of(width):
+        @flow.global_function()
+        def job() -> tp.ListNumpy:
+            records = flow.data.onerec_reader(files, batch_size=2)
+            return flow.data.OneRecDecoder(records, "ids", flow.int32, (width,),
+                                           is_dynamic=True, batch_padding=(-1,))
+        return job
+    job = job_of(5)
+    first, second = job()[0], job()[0]
+    np.testing.assert_array_equal(first, [[0, 0], [0, 1]])   # examples 0 and 1
+    np.testing.assert_array_equal(second, [[0, 1, 2, 0], [0, 1, 2, 3]])
+    assert first.dtype == np.int32
+    flow.clear_default_session()
+    with pytest.raises(Exception, match="at most the decoder's shape"):
+        job_of(1)()
 
 
 def test_shuffled_reading_keeps_every_example(files):

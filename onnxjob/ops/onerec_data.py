@@ -67,9 +67,9 @@ def OneRecDecoder(input_blob, key, dtype, shape, is_dynamic=False, reshape=None,
     int64, float32 or float64: the feature's own type). `reshape` reads each tensor in
     another shape (one -1 inferred); `batch_padding` (its first entry; the others 0) pads
     the first axis with zeros: 0 needs equal sizes, -1 pads to the batch's largest, n > 0
-    to n. All other dims must agree across the batch and equal `shape`; with is_dynamic a
-    batch smaller than `shape` is OneFlow's dynamic blob, which onnxjob's fixed-shape
-    inputs cannot hold: it raises when it occurs."""
+    to n. All other dims must agree across the batch and equal `shape`; with is_dynamic
+    they may be smaller, as in OneFlow: the blob is dynamic, (batch, *the batch's own
+    dims) each run, at most (batch, *shape) (read it with tp.ListNumpy)."""
     api = "flow.data.OneRecDecoder"
     check_host_value(input_blob, api, TENSOR_BUFFER)
     np_dtype = dtypes.to_numpy(dtype)
@@ -117,23 +117,24 @@ def OneRecDecoder(input_blob, key, dtype, shape, is_dynamic=False, reshape=None,
                 raise RecordError(f"{batch[0][0]}: feature {key!r}: axis {axis} differs "
                                   f"across the batch ({sorted(sizes)})")
             instance.append(sizes.pop())
-        if tuple(instance) != shape:
-            what = ("a dynamic blob smaller than the static shape" if is_dynamic
-                    and math.prod(instance) <= math.prod(shape) else "a different shape")
+        fits = all(i <= s for i, s in zip(instance, shape))
+        if tuple(instance) != shape and not (is_dynamic and fits):
+            what = ("at most the decoder's shape with is_dynamic=True" if is_dynamic
+                    else "the decoder's shape; with is_dynamic=True at most it")
             raise RecordError(f"{batch[0][0]}: feature {key!r} gives {tuple(instance)} per "
-                              f"example where the decoder's shape is {shape} ({what})")
-        count = math.prod(shape)
+                              f"example where it must give {what}, {shape}")
+        count = math.prod(instance)
         out = np.zeros((len(batch), count), np_dtype)
         for i, (where, tensor) in enumerate(tensors):
             values = tensor.values if hasattr(tensor, "values") else tensor.reshape(-1)
             if len(values) > count or (pad is None and len(values) != count):
                 raise RecordError(f"{where}: feature {key!r} holds {len(values)} values, the "
-                                  f"shape {shape} {count}")
+                                  f"shape {tuple(instance)} {count}")
             out[i, :len(values)] = values
-        return out.reshape((len(batch),) + shape)
+        return out.reshape((len(batch),) + tuple(instance))
 
     return to_blob(name or f"OneRecDecoder_{key}", decode, [input_blob],
-                   (input_blob.batch_size,) + shape, np_dtype, api)
+                   (input_blob.batch_size,) + shape, np_dtype, api, dynamic=bool(is_dynamic))
 
 
 onerec_decoder = OneRecDecoder
