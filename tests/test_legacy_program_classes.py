@@ -4,7 +4,7 @@ properties, None meaning a default, 0-d results fed where OneFlow 0.4 had (1,), 
 ops (checkpoint folders without markers: test_checkpoint.py; the image reader's labels:
 test_data_legacy.py), session calls before any job (a reader's (N, 1) labels for the
 face-recognition ops: test_ops_legacy.py; every kind of the old API's learning_rate_decay:
-test_optimizers.py)."""
+test_optimizers.py), and a job body's scope being its own, not its caller's."""
 import os
 import warnings
 from typing import Tuple
@@ -888,3 +888,60 @@ def test_a_fetched_blob_has_oneflows_data_attributes():
     np.testing.assert_array_equal(static.ndarray_, x * 2)
     np.testing.assert_array_equal(dynamic.ndarray_list_[0], x[:1])
     assert (static.is_dynamic_, dynamic.is_dynamic_) == (False, True)
+
+
+# -- a job body's scope is its own, not its caller's ---------------------------------------
+# OneFlow compiles each job from MakeInitialScope(job config): the name space, placement and
+# scope attributes open where the job is first called do not apply inside it, and the body
+# sees the config's logical view (compiler.py InterpretScope).
+
+def _var_job(config=None):
+    flow.clear_default_session()
+
+    @flow.global_function("predict", config or flow.FunctionConfig())
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> Tuple[tp.Numpy, tp.Numpy]:
+        with flow.scope.namespace("net"):
+            w = flow.get_variable("w", (3, 2), initializer=flow.ones_initializer())
+        view = flow.constant(float(flow.scope.mirrored_view_enabled()), shape=(1,))
+        return flow.matmul(x, w), view
+    return job
+
+
+def test_a_job_first_called_inside_a_caller_namespace_names_variables_as_anywhere():
+    job = _var_job()
+    with flow.scope.namespace("caller"), flow.scope.placement("cpu", "0:0"):
+        out, view = job(np.ones((2, 3), np.float32))
+        assert flow.scope.namespace_prefix() == "caller-"   # the caller's block is intact
+    np.testing.assert_allclose(out, np.full((2, 2), 3.0))
+    assert sorted(flow.get_all_variables()) == ["net-w"]
+    assert view[0] == 0.0
+
+
+def test_a_job_first_called_from_a_thread_with_a_namespace_open_names_variables_as_anywhere():
+    import threading
+    job = _var_job()
+    seen = {}
+
+    def worker():
+        with flow.scope.namespace("worker"):
+            job(np.ones((2, 3), np.float32))
+            with flow.scope.namespace("inner"):   # the caller's stack is intact after
+                seen["prefix"] = flow.scope.namespace_prefix()
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert sorted(flow.get_all_variables()) == ["net-w"]
+    assert seen["prefix"] == "worker-inner-"
+
+
+@pytest.mark.parametrize("caller_view", ["mirrored_view", "consistent_view"])
+@pytest.mark.parametrize("config_view", ["mirrored_view", "consistent_view"])
+def test_the_body_sees_its_configs_logical_view_whatever_the_caller_has_open(caller_view,
+                                                                            config_view):
+    config = flow.FunctionConfig()
+    config.default_logical_view(getattr(flow.scope, config_view)())
+    job = _var_job(config)
+    with getattr(flow.scope, caller_view)():
+        _, view = job(np.ones((2, 3), np.float32))
+        assert flow.scope.mirrored_view_enabled() == (caller_view == "mirrored_view")
+    assert view[0] == float(config_view == "mirrored_view")

@@ -129,6 +129,10 @@ class JobFunction:
         Returns (placeholder names, output Blobs, output tree); the optimizer of the old
         `config.train.*` API is resolved onto the builder here.
         """
+        with scope.job_body_scope(self.config):
+            return self._trace(builder)
+
+    def _trace(self, builder):
         # a data-parallel train step is traced at the whole (logical) batch, as on one
         # device, and split for the ranks afterwards (graph/split_batch.py)
         split = self.is_train and distributed.enabled() and not self.mirrored_step

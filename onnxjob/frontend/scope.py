@@ -1,10 +1,12 @@
 """`flow.scope`: name spaces, placement (advisory) and logical views."""
+import contextlib
 import threading
 
 from onnxjob.frontend.helpers import current_scope as scope_of_op
 from onnxjob.frontend.views import (consistent_view, consistent_view_enabled,  # noqa: F401
-                                    is_view, mirrored_view, mirrored_view_enabled)
-from onnxjob.graph.name_scope import full_name, namespace, namespace_prefix  # noqa: F401
+                                    is_view, mirrored_view, mirrored_view_enabled, only_view)
+from onnxjob.graph.name_scope import (empty_stack, full_name, namespace,  # noqa: F401
+                                      namespace_prefix)
 
 _state = threading.local()
 
@@ -133,3 +135,20 @@ def current_scope_attrs():
     for attrs in getattr(_state, "attrs", []):
         out.update(attrs)
     return out
+
+
+@contextlib.contextmanager
+def job_body_scope(config):
+    """The scope a job body is traced in: as OneFlow's compiler (MakeInitialScope from the
+    job's config), no name space, placement or scope-attribute block of the caller applies,
+    and the logical view is the config's default_logical_view. The caller's blocks are
+    restored after, so a job first called inside `with flow.scope.namespace("x"):` (or
+    from a thread that has one open) names its variables as anywhere else."""
+    old_placements = getattr(_state, "placements", [])
+    old_attrs = getattr(_state, "attrs", [])
+    _state.placements, _state.attrs = [], []
+    try:
+        with empty_stack(), only_view(config.get("default_logical_view")):
+            yield
+    finally:
+        _state.placements, _state.attrs = old_placements, old_attrs

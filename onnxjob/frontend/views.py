@@ -1,6 +1,7 @@
 """OneFlow's logical views, `flow.scope.mirrored_view()` and `consistent_view()` (re-exported
 by frontend/scope.py): the objects `function_config.default_logical_view` takes, and which
 `with` block of them is open in this thread."""
+import contextlib
 import threading
 
 _state = threading.local()
@@ -49,3 +50,15 @@ def mirrored_view_enabled():
 def consistent_view_enabled():
     """The opposite of `mirrored_view_enabled()`."""
     return not mirrored_view_enabled()
+
+
+@contextlib.contextmanager
+def only_view(view):
+    """Run the block with `view` as the only open view (None: none, i.e. consistent), the
+    caller's blocks restored after."""
+    old = getattr(_state, "views", [])
+    _state.views = [] if view is None else [view]
+    try:
+        yield
+    finally:
+        _state.views = old

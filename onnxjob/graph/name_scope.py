@@ -28,3 +28,15 @@ def namespace_prefix():
 
 def full_name(name):
     return namespace_prefix() + name
+
+
+@contextlib.contextmanager
+def empty_stack():
+    """Run the block with no name space open, the caller's restored after (a job body
+    starts from its own scope, not from the blocks open where it was first called)."""
+    old = _stack()
+    _state.names = []
+    try:
+        yield
+    finally:
+        _state.names = old
