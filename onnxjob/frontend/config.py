@@ -302,7 +302,8 @@ class FunctionConfig:
     """Per-job configuration: `config.name(value)` records a flag (spec §4).
 
     Flags that only tune OneFlow's runtime are accepted and ignored; flags that would change
-    numbers and are not implemented warn once (`_UNSUPPORTED_FLAGS`); unknown names raise UnsupportedAPIError naming the line.
+    numbers and are not implemented warn once (`_UNSUPPORTED_FLAGS`); unknown names raise
+    UnsupportedAPIError naming the line.
     `enable_auto_mixed_precision(True)` computes the job in half precision
     (onnxjob/passes/auto_mixed_precision.py), `mixed_precision_data_type(flow.float16 |
     flow.bfloat16)` picks the half type (float16 by default, as OneFlow).
