@@ -1,5 +1,5 @@
-"""`flow.keras` of OneFlow 0.1.0 (removed in 0.1.x): `activations.relu`, `activations.sigmoid`
-and `maths.add`, thin names for the flow.math ops, as OneFlow 0.1.0 defined them."""
+"""`flow.keras` of OneFlow 0.1.0 (removed in 0.1.x): `activations.relu`, `sigmoid`, `tanh`,
+`gelu` and `maths.add`, other names of the flow.math ops, as OneFlow 0.1.0 defined them."""
 from onnxjob.errors import unsupported_form
 from onnxjob.frontend.namespaces import ApiNamespace
 from onnxjob.ops import math
@@ -29,5 +29,6 @@ def add(x, y, name=None):
 
 keras = ApiNamespace(
     "flow.keras",
-    activations=ApiNamespace("flow.keras.activations", relu=relu, sigmoid=sigmoid),
+    activations=ApiNamespace("flow.keras.activations", relu=relu, sigmoid=sigmoid,
+                             tanh=math.tanh, gelu=math.gelu),
     maths=ApiNamespace("flow.keras.maths", add=add))
