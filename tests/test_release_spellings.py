@@ -207,10 +207,12 @@ def test_keras_names_of_0_1_0_are_the_math_ops():
     @flow.global_function()
     def job(x: tp.Numpy.Placeholder(X.shape)) -> tp.Numpy:
         y = flow.keras.activations.relu(x - 2)
-        return flow.keras.maths.add(y, flow.keras.activations.sigmoid(x))
+        y = flow.keras.maths.add(y, flow.keras.activations.sigmoid(x))
+        return y + flow.keras.activations.tanh(x) - flow.math.gelu(x) + \
+            flow.keras.activations.gelu(x)
 
-    np.testing.assert_allclose(job(X), np.maximum(X - 2, 0) + 1 / (1 + np.exp(-X)),
-                               rtol=1e-6)
+    expected = np.maximum(X - 2, 0) + 1 / (1 + np.exp(-X)) + np.tanh(X)
+    np.testing.assert_allclose(job(X), expected, rtol=1e-5)
 
 
 def test_keras_relu_options_that_0_1_0_asserted_on_are_unsupported():

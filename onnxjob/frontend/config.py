@@ -1,5 +1,6 @@
 """`flow.function_config()` and the process-wide `flow.config` / `flow.env` setters."""
 import copy
+import difflib
 import os
 import socket
 import sys
@@ -61,10 +62,17 @@ _warned_flags = set()
 
 def _unknown_flag(name, known):
     """UnsupportedAPIError for `function_config.<name>` that OneFlow does not define,
-    naming the user's line and the flags of that group (`known`)."""
+    naming the user's line and the flags of that group (`known`): all of a small group,
+    the close spellings of a large one."""
+    if len(known) <= 12:
+        hint = f"known here: {', '.join(sorted(known))}"
+    else:
+        close = difflib.get_close_matches(name.rpartition(".")[2], sorted(known), n=3)
+        hint = (f"did you mean {' or '.join(close)}?" if close else
+                "FunctionConfig's docstring lists the flags onnxjob adds to OneFlow's")
     return UnsupportedAPIError(
         f"{user_location()}: function_config.{name} is not a OneFlow function_config flag "
-        f"(known here: {', '.join(sorted(known))})")
+        f"({hint})")
 
 
 def _warn_once(name, message, stacklevel):
