@@ -22,8 +22,8 @@ THIS_FILE = os.path.basename(__file__)
 # @oneflow_function_config names and the C++ REGISTER_FUNCTION_CONFIG_DEF flags), with a
 # value each takes
 RELEASE_FLAGS = {
-    "all_reduce_group_min_mbyte": 16, "all_reduce_group_num": 8, "all_reduce_group_size_warmup": 2.0,
-    "all_reduce_lazy_ratio": 0.5, "allow_cpu_return_op": True, "concurrency_width": 128,
+    "all_reduce_group_min_mbyte": 16, "all_reduce_group_num": 8,
+    "all_reduce_group_size_warmup": 2.0, "all_reduce_lazy_ratio": 0.5, "allow_cpu_return_op": True, "concurrency_width": 128,
     "cudnn_buf_limit_mbyte": 1024, "cudnn_conv_enable_pseudo_half": True,
     "cudnn_conv_enable_true_half": False, "cudnn_conv_force_bwd_data_algo": 0,
     "cudnn_conv_force_bwd_filter_algo": 0, "cudnn_conv_force_fwd_algo": 0,
