@@ -78,6 +78,7 @@ from onnxjob.runtime.session import clear_default_session, sync_default_session 
 from onnxjob.train import optimizer  # noqa: F401
 from onnxjob.dtypes import dtype  # noqa: F401  (the class of flow.float & co.)
 from onnxjob.frontend import distributed, model, profiler, sysconfig  # noqa: F401
+from onnxjob.compat.keras import keras  # noqa: F401  (OneFlow 0.1.0's flow.keras)
 from onnxjob.frontend.extras import (INVALID_SPLIT_AXIS, current_global_function_desc,  # noqa: F401
                                      empty_initializer, inter_job_reuse_mem_strategy,
                                      system_assign as _system_assign, unique_str as _unique_str)

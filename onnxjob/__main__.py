@@ -1,6 +1,7 @@
 """Command line.
 
     python -m onnxjob run script.py [ARGS...]           run a script written for OneFlow
+    python -m onnxjob run -m package.module [ARGS...]   ... a module, as `python -m` runs it
     python -m onnxjob run --nproc N script.py [ARGS...] N data-parallel ranks (onnxjob/launch.py)
                                                         (or flow.config.cpu_device_num(N) in
                                                         the script: onnxjob/frontend/ranks.py)
@@ -10,7 +11,10 @@
 
 `run` executes the script as `__main__` with `import oneflow` (and
 `oneflow.compatible.single_client`) resolving to onnxjob in this process only, the
-script's directory first on `sys.path` and `sys.argv` = [script, ARGS...].
+script's directory first on `sys.path` and `sys.argv` = [script, ARGS...]. With `-m`,
+the module (programs started as `python3 -m package.train`, whose relative imports need
+their package) runs as `python -m` runs it: the current directory first on `sys.path`,
+`sys.argv[0]` the module's file.
 
 `export` imports the script (not as __main__, so its training loop does not start),
 compiles the named job and writes it with the variables' initial values, or with the
@@ -43,6 +47,15 @@ def run_script(script, args):
     runpy.run_path(script, run_name="__main__")
 
 
+def run_module(module, args):
+    """Run `module` as `python -m module args` does, with the oneflow alias installed."""
+    from onnxjob.compat import install_oneflow_alias
+    install_oneflow_alias()
+    sys.argv = [module] + list(args)
+    sys.path.insert(0, os.getcwd())
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
 def export_job(parser, target, output, checkpoint, dynamic_batch=False):
     script, sep, job_name = target.rpartition(":")
     if not sep or not script:
@@ -70,6 +83,8 @@ def main(argv=None):
     run = sub.add_parser("run", help="run a script written for OneFlow with onnxjob")
     run.add_argument("--nproc", type=int, default=1,
                      help="ranks of a data-parallel run on this machine (torch.distributed)")
+    run.add_argument("-m", dest="module", metavar="MODULE",
+                     help="run this module as `python -m MODULE` would, instead of a script")
     run.add_argument("script", help="the script (its `import oneflow` gets onnxjob)")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     exp = sub.add_parser("export", help="write a job function as an .onnx file")
@@ -81,6 +96,11 @@ def main(argv=None):
     table = sub.add_parser("settings", help="list the ONNXJOB_* environment variables")
     table.add_argument("--markdown", action="store_true",
                        help="print the Markdown table of docs/settings.md (no current values)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["run", "-m"] and len(argv) > 2:
+        # the module's own arguments follow it, as after `python -m MODULE`
+        run_module(argv[2], argv[3:])
+        return
     args = parser.parse_args(argv)
     if args.command == "settings":
         from onnxjob import settings

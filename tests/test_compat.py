@@ -42,6 +42,27 @@ def test_run_resolves_every_oneflow_import_spelling(tmp_path):
     assert f"argv ['--flag', 'x'] main __main__ path0 {tmp_path}" in done.stdout
 
 
+def test_run_m_runs_a_module_of_a_package_as_python_m_does(tmp_path):
+    # OneFlow programs started as `python3 -m gpt-2.src.train`: relative imports need the
+    # package, found from the current directory (here a package name with a hyphen)
+    package = tmp_path / "gpt-2"
+    (package / "src").mkdir(parents=True)
+    for init in (package / "__init__.py", package / "src" / "__init__.py"):
+        init.write_text("")
+    write(package / "src" / "helpers.py", "UNITS = 3\n")
+    write(package / "src" / "train.py", """
+        import sys
+        import oneflow as flow
+        from .helpers import UNITS
+        assert flow.nn is __import__("onnxjob").nn
+        print("argv", sys.argv[1:], "main", __name__, "units", UNITS,
+              "file", sys.argv[0].endswith("train.py"))
+    """)
+    done = run_onnxjob("run", "-m", "gpt-2.src.train", "--seq_len=16", "x", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "argv ['--seq_len=16', 'x'] main __main__ units 3 file True" in done.stdout
+
+
 def test_an_unknown_oneflow_name_names_it_and_the_users_line(tmp_path):
     script = write(tmp_path / "uses_missing.py", """
         import oneflow.compatible.single_client as flow

@@ -10,7 +10,9 @@ What resolves:
     oneflow.typing, ...single_client.typing        onnxjob.typing
     oneflow.<namespace>, ...single_client.<ns>     onnxjob's namespace modules (math, nn,
                                                    distribute, unittest, unittest.env, ...)
-    oneflow.core.operator.op_conf_pb2              OneFlow's enums model code reads (kNone, ...)
+    oneflow.core.operator.op_conf_pb2              OneFlow's enums model code reads (kNone, ...),
+                                                   and the InitializerConf messages that
+                                                   OneFlow <= 0.2 kept there
     oneflow.core.common.data_type_pb2
     oneflow.core.record.record_pb2                 OFRecord messages (compat/protos.py)
     oneflow.core.job.initializer_conf_pb2          InitializerConf messages
@@ -35,6 +37,7 @@ import types
 import onnxjob
 from onnxjob import dtypes
 from onnxjob.compat import framework_modules, protos
+from onnxjob.errors import missing_api
 from onnxjob.source_info import user_location
 
 _SINGLE_CLIENT = "oneflow.compatible.single_client"
@@ -45,14 +48,23 @@ _FRAMEWORK_PACKAGES = ("oneflow.python.framework", _SINGLE_CLIENT + ".framework"
 def _enum_module(name, doc, **values):
     module = types.ModuleType(name, doc)
     module.__dict__.update(values)
+    module.__getattr__ = missing_api(name)   # another name: said with the user's line
     return module
+
+
+def _public_names(module):
+    return {name: value for name, value in vars(module).items() if not name.startswith("_")}
 
 
 def _core_modules():
     """OneFlow's protobuf enum modules that model code imports, as plain constants."""
+    # OneFlow <= 0.2 defined InitializerConf and its parts in op_conf.proto (0.3 moved
+    # them to job/initializer_conf.proto, same package and fields)
     op_conf = _enum_module("oneflow.core.operator.op_conf_pb2",
-                           "OneFlow's op_conf.proto enums (ActivationType).",
-                           kNone=0, kTanH=1, kSigmoid=2, kRelu=3)
+                           "OneFlow's op_conf.proto enums (ActivationType) and "
+                           "InitializerConf messages.",
+                           kNone=0, kTanH=1, kSigmoid=2, kRelu=3,
+                           **_public_names(protos.initializer_conf_pb2()))
     data_type = _enum_module("oneflow.core.common.data_type_pb2",
                              "OneFlow's data_type.proto DataType values.",
                              kInvalidDataType=0,

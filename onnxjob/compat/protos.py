@@ -17,6 +17,7 @@ import types
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.internal import enum_type_wrapper
 
+from onnxjob.errors import missing_api
 from onnxjob.io.ofrecord import record_message_class
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -103,6 +104,7 @@ def initializer_conf_pb2():
         setattr(module, enum, wrapper)
         for number, value in enumerate(values):
             setattr(module, value, number)
+    module.__getattr__ = missing_api(module.__name__)
     return module
 
 
@@ -114,4 +116,5 @@ def record_pb2():
     for name in ("OFRecord", "Feature", "BytesList", "FloatList", "DoubleList", "Int32List",
                  "Int64List"):
         setattr(module, name, record_message_class(name))
+    module.__getattr__ = missing_api(module.__name__)
     return module

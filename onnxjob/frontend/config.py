@@ -1,5 +1,6 @@
 """`flow.function_config()` and the process-wide `flow.config` / `flow.env` setters."""
 import copy
+import difflib
 import os
 import socket
 import sys
@@ -8,7 +9,7 @@ import warnings
 
 import numpy as np
 
-from onnxjob.errors import missing_api
+from onnxjob.errors import UnsupportedAPIError, missing_api
 from onnxjob.frontend import ranks, views
 from onnxjob.frontend.function_desc import FunctionDesc
 from onnxjob.frontend.namespaces import ApiNamespace
@@ -27,6 +28,11 @@ _IGNORED_FLAGS = {
     "enable_fuse_cast_scale", "enable_fuse_model_update_ops", "enable_gradients_stats_aggregation",
     "concurrency_width", "allow_cpu_return_op",
     "prune_parallel_cast_ops", "prune_cast_to_static_shape_ops",
+    # flags of OneFlow 0.1-0.4 (and still accepted by 0.5, some printing "deprecated")
+    "disable_all_reduce_sequence", "enable_all_reduce_group",
+    "non_distributed_optimizer_group_size_mbyte", "do_parallel_cast_before_widening_type_cast",
+    "prune_amp_white_identity_ops", "use_memory_allocation_algorithm_v2", "exp_run_conf",
+    "enable_pseudo_chain_merge", "ratio_sequantial_optimizers",
     # read by no pass of OneFlow 0.5 (its SSP stages come from the scope: frontend/ssp.py)
     "ssp_partition_strategy", "ssp_partition_scope_ids",
 }
@@ -46,7 +52,27 @@ _UNSUPPORTED_FLAGS = {
     "default_initializer_conf": "variables without an initializer use OneFlow's documented "
                                 "defaults, not this conf",
 }
+# OneFlow's other names of a flag above: the setter takes the same value
+_FLAG_ALIASES = {"cudnn_conv_enable_true_half": "enable_true_half_config_when_conv"}
+# OneFlow's names that set a flag above to the opposite of their value
+_NEGATED_FLAGS = {"cudnn_conv_enable_pseudo_half": "enable_true_half_config_when_conv",
+                  "enable_cudnn_conv_pseudo_half": "enable_true_half_config_when_conv"}
 _warned_flags = set()
+
+
+def _unknown_flag(name, known):
+    """UnsupportedAPIError for `function_config.<name>` that OneFlow does not define,
+    naming the user's line and the flags of that group (`known`): all of a small group,
+    the close spellings of a large one."""
+    if len(known) <= 12:
+        hint = f"known here: {', '.join(sorted(known))}"
+    else:
+        close = difflib.get_close_matches(name.rpartition(".")[2], sorted(known), n=3)
+        hint = (f"did you mean {' or '.join(close)}?" if close else
+                "FunctionConfig's docstring lists the flags onnxjob adds to OneFlow's")
+    return UnsupportedAPIError(
+        f"{user_location()}: function_config.{name} is not a OneFlow function_config flag "
+        f"({hint})")
 
 
 def _warn_once(name, message, stacklevel):
@@ -88,9 +114,8 @@ class _QatConf:
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        assert name in QAT_DEFAULTS, (
-            f"unknown function_config flag qat.{name} (OneFlow's QatConfig has "
-            f"{', '.join(QAT_DEFAULTS)})")
+        if name not in QAT_DEFAULTS:
+            raise _unknown_flag("qat." + name, QAT_DEFAULTS)
 
         def setter(value=True):
             self._owner.flags["qat." + name] = _qat_value(name, value)
@@ -141,8 +166,8 @@ class _TensorrtConf:
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        assert name in self.NAMES, (f"unknown function_config flag tensorrt.{name} (OneFlow's "
-                                    f"TensorRT options: {', '.join(self.NAMES)})")
+        if name not in self.NAMES:
+            raise _unknown_flag("tensorrt." + name, self.NAMES)
 
         def setter(value=True):
             flags = self._owner.flags
@@ -242,6 +267,8 @@ class _StaticMemAlgoWhiteList:
 
 _TRAIN_OLD_API = {"primary_lr", "secondary_lr", "model_update_conf", "loss_scale_factor",
                   "num_gradient_accumulation_steps"}
+_TRAIN_UNSUPPORTED = {"optimizer_placement_optimization_mode",
+                      "optimizer_placement_optimization_threshold"}
 
 
 class _TrainConf:
@@ -251,7 +278,11 @@ class _TrainConf:
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        assert name in _TRAIN_OLD_API, f"unknown function_config flag train.{name}"
+        if name in _TRAIN_UNSUPPORTED:
+            # OneFlow's second spelling of these flags
+            return getattr(self._owner, name)
+        if name not in _TRAIN_OLD_API:
+            raise _unknown_flag("train." + name, _TRAIN_OLD_API | _TRAIN_UNSUPPORTED)
 
         def setter(value=True):
             if name != "num_gradient_accumulation_steps":
@@ -263,11 +294,24 @@ class _TrainConf:
         return setter
 
 
+# every flag FunctionConfig takes (the sub-namespaces train.*, qat.*, tensorrt.* aside)
+_FUNCTION_FLAGS = _IGNORED_FLAGS | set(_UNSUPPORTED_FLAGS) | {
+    "enable_auto_mixed_precision", "mixed_precision_data_type", "default_data_type",
+    "default_logical_view", "default_distribute_strategy", "default_placement_scope", "passes",
+    "disable_passes", "dump_passes", "execution_provider", "cudnn_conv_algo_search",
+    "enable_cuda_graph", "freeze_variables_after", "cudnn_buf_limit_mbyte", "enable_inplace",
+    "cuda_provider_options", "cudnn_conv_use_deterministic_algo_only",
+    "cudnn_conv_heuristic_search_algo", "indexed_slices_optimizer_conf", "prefetch",
+    "dynamic_batch", "use_tensorrt", "all_reduce_fp16", "all_reduce_group_min_mbyte",
+    "enable_ssp", "enable_qat", "enable_quantization_aware_training"}
+
+
 class FunctionConfig:
     """Per-job configuration: `config.name(value)` records a flag (spec §4).
 
     Flags that only tune OneFlow's runtime are accepted and ignored; flags that would change
-    numbers and are not implemented warn once (`_UNSUPPORTED_FLAGS`); unknown names raise.
+    numbers and are not implemented warn once (`_UNSUPPORTED_FLAGS`); unknown names raise
+    UnsupportedAPIError naming the line.
     `enable_auto_mixed_precision(True)` computes the job in half precision
     (onnxjob/passes/auto_mixed_precision.py), `mixed_precision_data_type(flow.float16 |
     flow.bfloat16)` picks the half type (float16 by default, as OneFlow).
@@ -313,21 +357,9 @@ class FunctionConfig:
     def __getattr__(self, name):
         if name.startswith("_"):
             raise AttributeError(name)
-        known = _IGNORED_FLAGS | set(_UNSUPPORTED_FLAGS) | {
-                                  "enable_auto_mixed_precision", "mixed_precision_data_type",
-                                  "default_data_type", "default_logical_view",
-                                  "default_distribute_strategy", "default_placement_scope",
-                                  "passes", "disable_passes", "dump_passes", "execution_provider",
-                                  "cudnn_conv_algo_search", "enable_cuda_graph", "freeze_variables_after",
-                                  "cudnn_buf_limit_mbyte", "enable_inplace",
-                                  "cuda_provider_options",
-                                  "cudnn_conv_use_deterministic_algo_only",
-                                  "cudnn_conv_heuristic_search_algo",
-                                  "indexed_slices_optimizer_conf", "prefetch",
-                                  "dynamic_batch", "use_tensorrt", "all_reduce_fp16",
-                                  "all_reduce_group_min_mbyte", "enable_ssp", "enable_qat",
-                                  "enable_quantization_aware_training"}
-        assert name in known, f"unknown function_config flag {name!r}"
+        known = _FUNCTION_FLAGS
+        if name not in known and name not in _FLAG_ALIASES and name not in _NEGATED_FLAGS:
+            raise _unknown_flag(name, known)
 
         def setter(value=True):
             if name == "default_distribute_strategy":
@@ -341,6 +373,9 @@ class FunctionConfig:
                 return
             if name in _UNSUPPORTED_FLAGS:
                 _warn_unsupported(name, value)
+            if name in _FLAG_ALIASES or name in _NEGATED_FLAGS:
+                self._set_alias(name, value)
+                return
             if name == "mixed_precision_data_type":
                 value = _half_type_name(value)
             if name == "freeze_variables_after" and (
@@ -357,6 +392,16 @@ class FunctionConfig:
                 return
             self.flags[name] = value
         return setter
+
+    def _set_alias(self, name, value):
+        """Another OneFlow name of a flag that onnxjob does not implement: warned as that
+        name (what the user wrote), recorded under the flag's own name."""
+        flag = _FLAG_ALIASES.get(name) or _NEGATED_FLAGS[name]
+        flag_value = (not value) if name in _NEGATED_FLAGS else value
+        if flag_value:
+            _warn_once(flag, f"function_config.{name}({value!r}) is not supported by onnxjob "
+                             f"and has no effect: {_UNSUPPORTED_FLAGS[flag]}", stacklevel=4)
+        self.flags[flag] = flag_value
 
     @property
     def function_desc(self):
@@ -453,7 +498,9 @@ _IGNORED_CONFIG = (
     "enable_numa_aware_cuda_malloc_host", "load_library_now",
     "max_mdsave_worker_num", "nccl_use_compute_stream", "persistence_buf_byte",
     "rdma_mem_block_mbyte", "rdma_recv_msg_buf_mbyte", "reserved_device_mem_mbyte",
-    "reserved_host_mem_mbyte", "thread_enable_local_message_queue", "use_rdma")
+    "reserved_host_mem_mbyte", "thread_enable_local_message_queue", "use_rdma",
+    # OneFlow 0.1's (where downloaded files are kept)
+    "save_downloaded_file_to_local_fs")
 _COLLECTIVE_BOXING = (
     "enable_fusion", "nccl_enable_all_to_all", "nccl_enable_mixed_fusion",
     "nccl_fusion_all_gather", "nccl_fusion_all_reduce", "nccl_fusion_all_reduce_use_buffer",
@@ -516,7 +563,12 @@ class _ConfigModule:
         self.collective_boxing = ApiNamespace(
             "flow.config.collective_boxing", **{n: _ignored() for n in _COLLECTIVE_BOXING})
 
-    __getattr__ = missing_api("flow.config")
+    # a static method: the module-level hook takes the name only. OneFlow before 0.1 set
+    # job flags here (flow.config.default_data_type(...)): said where they went
+    __getattr__ = staticmethod(missing_api("flow.config", {
+        name: f"OneFlow before 0.1 set job flags on flow.config; since 0.1 they are "
+              f"flow.FunctionConfig()'s (func_config.{name}(...), passed to "
+              f"flow.global_function)" for name in _FUNCTION_FLAGS | {"train"}}))
 
 
 def _rendezvous(variable, value):
@@ -533,7 +585,9 @@ class _EnvModule:
     The rest is accepted and ignored."""
 
     def __init__(self):
-        for name in ("data_port", "grpc_use_no_signal",
+        # disable_setting (OneFlow 0.1): later env.* calls are refused there; here they
+        # are accepted, as they change nothing once the session runs
+        for name in ("data_port", "grpc_use_no_signal", "disable_setting",
                      "logtostderr", "logbuflevel", "init_bootstrap_confs", "all_device_placement"):
             setattr(self, name, _ignored())
         self.machine = _setter(self._machine)
@@ -564,7 +618,7 @@ class _EnvModule:
         ranks.on_machines(addrs)
         process_config.machines = addrs
 
-    __getattr__ = missing_api("flow.env")
+    __getattr__ = staticmethod(missing_api("flow.env"))
 
     @staticmethod
     def init():

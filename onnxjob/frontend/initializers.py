@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 from onnxjob import dtypes
+from onnxjob.source_info import user_location
 
 
 class Initializer:
@@ -200,8 +201,9 @@ def from_initializer_conf(conf):
     initializer functions returned and flow.get_variable accepted)."""
     kind = conf.WhichOneof("type") if hasattr(conf, "WhichOneof") else None
     if kind is None:
-        raise TypeError(f"flow.get_variable: initializer must be a flow.*_initializer() or an "
-                        f"InitializerConf with one conf set, got {conf!r}")
+        raise TypeError(f"{user_location()}: a variable's initializer must be a "
+                        f"flow.*_initializer() or an InitializerConf with one conf set, got "
+                        f"{conf!r}")
     c = getattr(conf, kind)
     if kind in ("constant_conf", "constant_int_conf"):
         return Initializer("constant", value=c.value)

@@ -55,7 +55,14 @@ REASONS = {
                                  "/ flow.env"),
         "JobConfigProto": _internal("the JobConfigProto message, built from "
                                     "flow.FunctionConfig"),
+        "function": ("flow.function(func_config) is the job decorator of OneFlow before "
+                     "0.1 (released OneFlow has flow.global_function(type, func_config), "
+                     "which onnxjob provides)"),
     },
+    "flow.keras.activations": {
+        name: (f"flow.keras.activations.{name} is a gradient op OneFlow 0.1.0 exported for "
+               "its own backward pass; a train job's minimize(loss) differentiates the job")
+        for name in ("gelu_grad", "tanh_grad")},
     "flow.experimental": {
         "custom_op_module": _custom_op("flow.experimental.custom_op_module compiles and "
                                        "loads one"),

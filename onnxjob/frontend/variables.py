@@ -17,6 +17,10 @@ class VariableSpec:
         self.name = name
         self.shape = tuple(int(d) for d in shape)
         self.np_dtype = np.dtype(np_dtype)
+        if initializer is not None and not isinstance(initializer, initializers.Initializer):
+            # OneFlow's InitializerConf message, wherever a variable's initializer is given
+            # (get_variable, every layer's *_initializer)
+            initializer = initializers.from_initializer_conf(initializer)
         self.initializer = initializer
         self.trainable = trainable
         self.regularizer = regularizer
@@ -99,8 +103,6 @@ def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regul
     """
     if distribute is not None:
         assert_is_valid_distribute(distribute)
-    if initializer is not None and not isinstance(initializer, initializers.Initializer):
-        initializer = initializers.from_initializer_conf(initializer)
     assert isinstance(shape, (list, tuple)), "param shape should be a list or tuple of dimension"
     full = scope.full_name(name)
     builder = current_builder("flow.get_variable")

@@ -14,7 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxjob import dtypes
-from onnxjob.errors import ConcreteBlobError, TraceError
+from onnxjob.errors import ConcreteBlobError, TraceError, UnsupportedAPIError
 from onnxjob.graph.name_scope import namespace_prefix
 from onnxjob.graph.registry import get_primitive
 from onnxjob.source_info import short_location, user_location
@@ -103,6 +103,21 @@ class Blob:
     def __repr__(self):
         return f"Blob(name={self.name!r}, shape={self.shape}, dtype={self.dtype.__name__})"
 
+    def __getattr__(self, name):
+        # reached only when normal lookup failed: a class attribute (a property) that
+        # raised AttributeError raises it again; any other public name is a OneFlow blob
+        # attribute onnxjob lacks, said with the user's line (still an AttributeError,
+        # so hasattr and getattr(blob, name, default) keep working)
+        if name.startswith("_") or name in Blob.__slots__:
+            raise AttributeError(name)
+        if hasattr(type(self), name):
+            return object.__getattribute__(self, name)
+        why = _BLOB_ATTRIBUTE_REASONS.get(
+            name, "it is not an attribute of OneFlow's lazy (job-body) blobs that onnxjob "
+                  "provides")
+        raise UnsupportedAPIError(f"{user_location()}: blob.{name} is not available on traced "
+                                  f"Blob {self.name}: {why}")
+
     # -- Python protocols, as OneFlow's lazy blobs have them ----------------------------
     def __bool__(self):
         # OneFlow's lazy blob defines neither __bool__ nor __len__, so Python takes any
@@ -180,6 +195,17 @@ class Blob:
     def __ne__(self, o):
         return op("Cast", op("Not", self._binary("Equal", o)), to=ir.DataType.INT8.value)
 
+
+_EAGER_ONLY = ("an eager blob's value; in a job body the value is not known until the job "
+               "runs (return the blob from the job, e.g. as tp.Numpy)")
+# OneFlow blob attributes a job body cannot have, and why
+_BLOB_ATTRIBUTE_REASONS = {
+    "numpy": _EAGER_ONLY, "numpy_list": _EAGER_ONLY, "numpy_size": _EAGER_ONLY,
+    "numpy_list_size": _EAGER_ONLY, "blob_object": "OneFlow's eager runtime object",
+    "sub_consistent_blob_list": "OneFlow's mirrored blobs split per device; onnxjob traces "
+                                "one device",
+    "static_shape": "OneFlow before 0.1 named `blob.shape` so; use blob.shape",
+}
 
 _warned_truth_lines = set()
 
