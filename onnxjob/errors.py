@@ -43,6 +43,11 @@ class UnsupportedAPIError(OnnxJobError, AttributeError):
     `getattr(obj, name, default)` keep working)."""
 
 
+class UnknownFlagError(UnsupportedAPIError, AssertionError):
+    """A function_config flag OneFlow does not define: OneFlow's FunctionConfig asserts
+    there (an AssertionError), onnxjob's names the line; both kinds catch it."""
+
+
 def unsupported_form(call, why):
     """UnsupportedAPIError for a OneFlow call onnxjob provides but cannot run in the form
     given (`call`, e.g. "flow.enable_eager_execution(True)"), naming the user's file:line

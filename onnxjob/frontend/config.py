@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 
-from onnxjob.errors import UnsupportedAPIError, missing_api
+from onnxjob.errors import UnknownFlagError, missing_api
 from onnxjob.frontend import ranks, views
 from onnxjob.frontend.function_desc import FunctionDesc
 from onnxjob.frontend.namespaces import ApiNamespace
@@ -61,7 +61,7 @@ _warned_flags = set()
 
 
 def _unknown_flag(name, known):
-    """UnsupportedAPIError for `function_config.<name>` that OneFlow does not define,
+    """UnknownFlagError for `function_config.<name>` that OneFlow does not define,
     naming the user's line and the flags of that group (`known`): all of a small group,
     the close spellings of a large one."""
     if len(known) <= 12:
@@ -70,7 +70,7 @@ def _unknown_flag(name, known):
         close = difflib.get_close_matches(name.rpartition(".")[2], sorted(known), n=3)
         hint = (f"did you mean {' or '.join(close)}?" if close else
                 "FunctionConfig's docstring lists the flags onnxjob adds to OneFlow's")
-    return UnsupportedAPIError(
+    return UnknownFlagError(
         f"{user_location()}: function_config.{name} is not a OneFlow function_config flag "
         f"({hint})")
 
