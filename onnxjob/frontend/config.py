@@ -453,7 +453,8 @@ _IGNORED_CONFIG = (
     "enable_numa_aware_cuda_malloc_host", "load_library_now",
     "max_mdsave_worker_num", "nccl_use_compute_stream", "persistence_buf_byte",
     "rdma_mem_block_mbyte", "rdma_recv_msg_buf_mbyte", "reserved_device_mem_mbyte",
-    "reserved_host_mem_mbyte", "thread_enable_local_message_queue", "use_rdma")
+    "reserved_host_mem_mbyte", "thread_enable_local_message_queue", "use_rdma",
+    "save_downloaded_file_to_local_fs")   # OneFlow <= 0.4 (HDFS downloads)
 _COLLECTIVE_BOXING = (
     "enable_fusion", "nccl_enable_all_to_all", "nccl_enable_mixed_fusion",
     "nccl_fusion_all_gather", "nccl_fusion_all_reduce", "nccl_fusion_all_reduce_use_buffer",
@@ -516,7 +517,7 @@ class _ConfigModule:
         self.collective_boxing = ApiNamespace(
             "flow.config.collective_boxing", **{n: _ignored() for n in _COLLECTIVE_BOXING})
 
-    __getattr__ = missing_api("flow.config")
+    __getattr__ = staticmethod(missing_api("flow.config"))
 
 
 def _rendezvous(variable, value):
@@ -564,7 +565,7 @@ class _EnvModule:
         ranks.on_machines(addrs)
         process_config.machines = addrs
 
-    __getattr__ = missing_api("flow.env")
+    __getattr__ = staticmethod(missing_api("flow.env"))
 
     @staticmethod
     def init():

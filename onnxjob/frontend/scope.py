@@ -1,6 +1,8 @@
 """`flow.scope`: name spaces, placement (advisory) and logical views."""
 import threading
 
+from onnxjob.errors import missing_api
+
 from onnxjob.frontend.helpers import current_scope as scope_of_op
 from onnxjob.frontend.views import (consistent_view, consistent_view_enabled,  # noqa: F401
                                     is_view, mirrored_view, mirrored_view_enabled)
@@ -133,3 +135,6 @@ def current_scope_attrs():
     for attrs in getattr(_state, "attrs", []):
         out.update(attrs)
     return out
+
+
+__getattr__ = missing_api("flow.scope")
