@@ -39,7 +39,7 @@ from onnxjob.frontend.initializers import (constant_initializer, glorot_normal_i
                                            xavier_normal_initializer, xavier_uniform_initializer,
                                            zeros_initializer)
 from onnxjob.frontend.job_function import (FixedTensorDef, MirroredTensorDef,  # noqa: F401
-                                           global_function)
+                                           MirroredTensorListDef, global_function)
 from onnxjob.frontend import blob_arguments as _blob_arguments
 from onnxjob.frontend.namespaces import ApiNamespace as _Namespace
 from onnxjob.frontend.variables import assign, get_variable, regularizers  # noqa: F401
@@ -110,7 +110,7 @@ int = int32  # noqa: A001  (OneFlow's alias; shadows the builtin in this module 
 load = checkpoint.get
 load_variables = checkpoint.load_variables
 get_all_variables = checkpoint.get_all_variables
-save = checkpoint.save
+save = checkpoint.save_var_dict
 clip = clamp = clip_by_scalar = clip_by_value
 fixed_placement = device_prior_placement = scope.placement
 name_scope = scope.namespace

@@ -11,7 +11,7 @@ import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.compat.zero_d_results import as_fed
-from onnxjob.errors import JobArgumentError
+from onnxjob.errors import JobArgumentError, missing_api
 
 T = TypeVar("T")
 
@@ -243,3 +243,6 @@ def _check_list_item(x, ph, where):
     if x.ndim != len(ph.shape):
         raise JobArgumentError(f"{where} has rank {x.ndim} (shape {x.shape}), expected rank "
                                f"{len(ph.shape)} like the placeholder {ph.shape}")
+
+
+__getattr__ = missing_api("flow.typing")

@@ -13,6 +13,8 @@ from onnxjob.compat import install_oneflow_alias, uninstall_oneflow_alias
 from onnxjob.errors import TraceError, UnsupportedAPIError
 from onnxjob.frontend.refusals import REASONS
 
+THIS_FILE = os.path.basename(__file__)
+
 
 def test_sysconfig_describes_onnxruntime():
     import onnxruntime
@@ -211,3 +213,73 @@ def test_namespaces_import_under_the_alias():
         assert model.Model is flow.Model
     finally:
         uninstall_oneflow_alias()
+
+
+# -- every OneFlow namespace refuses an unknown name naming the line -----------------------
+
+_ONNXJOB_PACKAGES = {"compat", "dtypes", "errors", "frontend", "graph", "io", "ops", "passes",
+                     "runtime", "settings", "source_info", "launch", "spawned_ranks",
+                     "initializers"}   # onnxjob.frontend.initializers (OneFlow has no such)
+
+
+def _oneflow_namespaces():
+    """flow's namespaces: its modules less onnxjob's own packages, the flow.config /
+    flow.env objects and the small namespaces (ApiNamespace), with the small namespaces
+    nested in them."""
+    import types
+    from onnxjob.frontend.namespaces import ApiNamespace
+
+    def small(v):
+        return isinstance(v, ApiNamespace) or type(v).__name__ in ("_ConfigModule",
+                                                                   "_EnvModule")
+    found = {}
+    for name, value in vars(flow).items():
+        module = isinstance(value, types.ModuleType) and value.__name__.startswith("onnxjob.")
+        if name.startswith("_") or name in _ONNXJOB_PACKAGES or not (module or small(value)):
+            continue
+        found[f"flow.{name}"] = value
+        for inner, v in vars(value).items():
+            if not inner.startswith("_") and small(v):
+                found[f"flow.{name}.{inner}"] = v
+    return found
+
+
+def test_every_namespace_refuses_an_unknown_name_naming_the_line():
+    """OneFlow <= 0.4 programs reach names that 0.5 dropped (flow.config.
+    save_downloaded_file_to_local_fs, ...): whatever namespace they are looked up in
+    (module, flow.config / flow.env object, small namespace), the error is
+    UnsupportedAPIError with the user's line, never a TypeError from onnxjob's code."""
+    spaces = _oneflow_namespaces()
+    for must in ("flow.config", "flow.env", "flow.typing", "flow.unittest", "flow.math",
+                 "flow.train", "flow.config.collective_boxing"):
+        assert must in spaces
+    for path, space in spaces.items():
+        with pytest.raises(UnsupportedAPIError, match=rf"{THIS_FILE}:\d+: .*no_such_name"):
+            getattr(space, "no_such_name")
+        assert not hasattr(space, "no_such_name")
+
+
+def test_names_oneflow_0_2_to_0_4_exported():
+    """Names of the older generations that 0.5 renamed or dropped."""
+    assert flow.summary.Hparam is flow.summary.HParam
+    assert flow.quantization.moving_average_min_maxObserver is \
+        flow.quantization.moving_average_min_max_observer
+    flow.config.save_downloaded_file_to_local_fs(True)     # an I/O flag: accepted, no effect
+    for name in ("init_worker", "delete_worker"):
+        with pytest.raises(UnsupportedAPIError, match=rf"{THIS_FILE}:\d+: .*multi-node"):
+            getattr(flow.deprecated, name)
+
+    flow.clear_default_session()
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(function_config=config)
+    def job(x=flow.MirroredTensorListDef((2, 5, 4), dtype=flow.float)) -> tp.ListListNumpy:
+        return flow.tensor_buffer_to_tensor_list(
+            flow.tensor_list_to_tensor_buffer(x), shape=(5, 4), dtype=flow.float)
+
+    a = np.arange(6, dtype=np.float32).reshape(1, 3, 2)
+    b = np.ones((1, 2, 2), np.float32)
+    out = job([[a, b]])
+    np.testing.assert_array_equal(out[0][0], a)
+    np.testing.assert_array_equal(out[0][1], b)

@@ -63,6 +63,25 @@ def test_save_clear_rebuild_load_resumes_identically(tmp_path):
         assert np.array_equal(a, b)
 
 
+def test_top_level_save_takes_the_variables_then_the_folder(tmp_path):
+    """flow.save(obj, save_dir) (OneFlow 0.4 and 0.5's top-level save) writes the dict it
+    is given; flow.load reads it back. A folder first (flow.checkpoint.save's order) is
+    taken too; no folder at all is a TypeError naming the line."""
+    train_job, _ = define_jobs(mlp)
+    train_job(*random_batch())
+    variables = flow.get_all_variables()
+    saved = {k: v.numpy() for k, v in variables.items()}
+    flow.save(variables, str(tmp_path / "a"))
+    flow.save(str(tmp_path / "b"), {"hidden-weight": variables["hidden-weight"]})
+    loaded = flow.load(str(tmp_path / "a"))
+    assert set(loaded) == set(saved)
+    for k, v in loaded.items():
+        assert np.array_equal(v.numpy(), saved[k])
+    assert sorted(os.listdir(tmp_path / "b")) == ["hidden-weight", "snapshot_done"]
+    with pytest.raises(TypeError, match=r"test_checkpoint.py:\d+: .*save_dir"):
+        flow.save(variables, None)
+
+
 def test_refuses_non_empty_target(tmp_path):
     define_jobs(mlp)
     (tmp_path / "x").mkdir()

@@ -147,6 +147,117 @@ def test_upsample_data_format_third():
     np.testing.assert_array_equal(out, IMAGE.repeat(2, 2).repeat(2, 3))
 
 
+def test_quantization_observers_in_oneflow_0_3s_order():
+    """0.3 had no quantization_formula: per_layer_quantization / momentum fourth, and
+    fake_quantization's name sixth (0.4's sixth is the formula)."""
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+
+    def observe(old):
+        def fn(t):
+            if old:
+                scale, zero = flow.quantization.min_max_observer(t, 8, "affine", False, "mm")
+                return flow.quantization.fake_quantization(t, scale, zero, 8, "affine", "fq")
+            scale, zero = flow.quantization.min_max_observer(t, 8, "affine", "google", False,
+                                                             "mm")
+            return flow.quantization.fake_quantization(t, scale, zero, 8, "affine", "google",
+                                                       "fq")
+        return fn
+
+    graph, out = same(observe(True), observe(False), x)
+    assert "mm_scale" in [n for _, n, _ in graph]     # the name reached the observer
+    # per channel (per_layer_quantization=False) really reached the observer: 4 scales
+    assert not np.allclose(out, x) and np.abs(out - x).max() < np.abs(x).max() / 100
+
+    def run(observer, *args):
+        flow.clear_default_session()
+
+        @flow.global_function(type="predict")
+        def job(t: tp.Numpy.Placeholder(x.shape)) -> Tuple[tp.Numpy, tp.Numpy]:
+            return observer(t, *args)
+        return job(x)
+
+    old = run(flow.quantization.moving_average_min_max_observer, 8, "symmetric", 0.5, "ma")
+    new = run(flow.quantization.moving_average_min_max_observer, 8, "symmetric", "google",
+              0.5, "ma")
+    spelled = run(flow.quantization.moving_average_min_maxObserver, 8, "symmetric", 0.5)
+    for a, b in zip(old, new):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(old, spelled):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("optimizer", [flow.optimizer.LAMB, flow.optimizer.LARS])
+def test_lamb_and_lars_take_grad_clipping_sixth_as_oneflow_0_3(optimizer):
+    schedule = flow.optimizer.PiecewiseConstantScheduler([], [0.1])
+    clip = flow.optimizer.grad_clipping.by_global_norm(1.0)
+    old = optimizer(schedule, 0.9, 0.999 if optimizer is flow.optimizer.LAMB else 1e-9,
+                    1e-6 if optimizer is flow.optimizer.LAMB else 1e-4, None, clip)
+    assert old.grad_clipping is clip and old.weight_decay is None
+    new = optimizer(schedule, 0.9, 0.999, 1e-6, None, 0.01)      # 0.4 / 0.5: weight_decay
+    assert new.grad_clipping is None and new.weight_decay == 0.01
+
+
+def test_batch_align_takes_its_name_fifth_as_oneflow_0_4():
+    images = [RNG.integers(0, 255, (1, h, w, 3), dtype=np.uint8) for h, w in [(3, 4), (5, 2)]]
+
+    def run(*args):
+        flow.clear_default_session()
+        config = flow.FunctionConfig()
+        config.default_logical_view(flow.scope.mirrored_view())
+
+        @flow.global_function(function_config=config)
+        def job(x: tp.ListListNumpy.Placeholder((2, 5, 4, 3), dtype=flow.uint8)
+                ) -> tp.ListNumpy:
+            buffer = flow.tensor_list_to_tensor_buffer(x)
+            return flow.image.batch_align(buffer, (6, 6, 3), flow.uint8, 2, *args)
+        return job([images])[0]
+
+    # 0.4's output is dynamic, as 0.5's default dynamic_out=True: the largest image's size
+    # rounded up to the alignment
+    old, new = run("align"), run(True, "align")
+    np.testing.assert_array_equal(old, new)
+    assert old.shape == (2, 6, 4, 3)
+    np.testing.assert_array_equal(old[1, :5, :2], images[1][0])
+
+
+def test_coco_reader_takes_its_name_eighth_as_oneflow_0_3():
+    import inspect
+    reader = flow.data.coco_reader
+    assert reader.legacy_parameters[7] == "name"
+    params = inspect.signature(reader).parameters
+    assert list(params)[7] == "remove_images_without_annotations"
+
+
+@pytest.mark.parametrize("reduce, old_name", [
+    (flow.math.reduce_mean, "input_blob"), (flow.math.reduce_max, "x"),
+    (flow.math.reduce_min, "x"), (flow.math.reduce_prod, "x"),
+    (flow.math.two_stage_reduce_max, "x"), (flow.math.two_stage_reduce_min, "x")])
+def test_reductions_take_oneflow_0_4s_keyword_for_the_input(reduce, old_name):
+    _, out = same(lambda t: reduce(**{old_name: t}, axis=1, keepdims=True),
+                  lambda t: reduce(input_tensor=t, axis=1, keepdims=True), MATRIX)
+    assert out.shape == (3, 1)
+    with pytest.raises(TypeError, match=rf"{THIS_FILE}:\d+: .*both input_tensor= and "
+                                        rf"{old_name}="):
+        traced(lambda t: reduce(**{old_name: t}, input_tensor=t), MATRIX)
+
+
+def test_watch_and_eager_switch_take_oneflow_0_4s_keywords():
+    seen = []
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        y = x * 2
+        flow.watch(blob_watched=y, handler_or_prompt=lambda v: seen.append(v.numpy()))
+        return y
+
+    job(np.array([1, 2], np.float32))
+    np.testing.assert_array_equal(seen[0], [2, 4])
+    flow.enable_eager_execution(val=False)
+    with pytest.raises(UnsupportedAPIError, match=THIS_FILE):
+        flow.enable_eager_execution(val=True)
+
+
 def test_signatures_that_did_not_change_keep_their_order():
     """conv1d/3d, the pools, moments, layers.conv2d and layers.dense are the same in both
     generations: their positional orders are OneFlow's, unwrapped."""

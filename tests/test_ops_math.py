@@ -557,6 +557,9 @@ CASES = [
     ("tan", M.tan, torch.tan, [uniform((3, 4), -1.2, 1.2)], [1], True),
     ("tanh", M.tanh, torch.tanh, [normal((3, 4))], [1], True),
     ("tanh_v2", M.tanh_v2, torch.tanh, [normal((3, 4))], [1], True),
+    # OneFlow <= 0.2's flow.math.tanh_grad(y, dy): the gradient through tanh from its output
+    ("tanh_grad", M.tanh_grad, lambda y, dy: dy * (1 - y * y),
+     [uniform((3, 4), -0.9, 0.9), normal((3, 4))], [1, 1], True),
     ("relu", M.relu, torch.relu, [sep((3, 4))], [1], True),
     ("gelu", M.gelu, F.gelu, [normal((3, 4))], [1], True),
     ("add_scalar", lambda a: M.add(a, 2.0), lambda a: a + 2, [normal((3, 4))], [1], True),

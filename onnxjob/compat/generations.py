@@ -20,15 +20,37 @@ so a legal <= 0.4 positional call binds its later arguments to the wrong names:
                              dtype, dim1_varying_length,
                              auto_zero_padding, name)
     flow.get_variable       (..., random_seed, distribute, reuse)    nd_sbp (9th)
+    flow.quantization.      (input, quantization_bit,                quantization_formula
+      min_max_observer       quantization_scheme,                     (4th; in 0.4 already)
+                             per_layer_quantization, name)
+    flow.quantization.      (input, quantization_bit,                quantization_formula
+      moving_average_min_    quantization_scheme, momentum, name)     (4th; in 0.4 already)
+      max_observer
+    flow.quantization.      (input, scale, zero_point,               quantization_formula
+      fake_quantization      quantization_bit, quantization_scheme,   (6th; in 0.4 already)
+                             name)
+    flow.optimizer.LAMB,    (lr_scheduler, ..., loss_scale_factor,   weight_decay,
+      LARS                   grad_clipping, train_step_lbn, ...)      weight_decay_includes,
+                                                                      weight_decay_excludes
+                                                                      (6th-8th; OneFlow <= 0.3)
+    flow.image.batch_align  (images, shape, dtype, alignment, name)  dynamic_out (5th)
+    flow.data.coco_reader   (..., stride_partition, name)            remove_images_without_
+                                                                      annotations (8th; <= 0.3)
 
 `two_generations` wraps the 0.5 function: where the two forms differ in the type of the
 argument at a position (a string where 0.5 has a Blob, a bool or a number), that type
 decides, and an old-form call is re-bound by the old parameter names. Calls by keyword
 mean the same in both generations. (OFRecordRawDecoder with exactly six positional
 arguments cannot be told apart: its sixth is `auto_zero_padding` or `truncate`, which
-onnxjob treats alike.) Signatures that only gained parameters at the end
+onnxjob treats alike; fake_quantization's sixth is a name unless it is one of the
+formulas, "google" or "cambricon".) Signatures that only gained parameters at the end
 (layers.batch_normalization's `*_name`s) need nothing. (conv1d/conv3d, the pools,
 moments, layers.conv2d and layers.dense did not change.)
+
+Some keywords were renamed too: `renamed_keywords` takes the old name as the new one
+(flow.math.reduce_max / reduce_min / reduce_prod / two_stage_reduce_*'s `x` and
+reduce_mean's `input_blob`, OneFlow <= 0.4's `input_tensor`; flow.watch / watch_diff's
+`blob_watched`, now `blob`; flow.enable_eager_execution's `val`, now `value`).
 """
 import functools
 import inspect
@@ -80,3 +102,25 @@ def positional_is(index, types):
 
 def _as_tuple(types):
     return types if isinstance(types, tuple) else (types,)
+
+
+def renamed_keywords(**old_to_new):
+    """Decorator: accept OneFlow <= 0.4's keyword names (`old=new` pairs) for parameters
+    0.5 renamed; giving both spellings is a TypeError naming the user's line."""
+    def wrap(fn):
+        params = inspect.signature(fn).parameters
+        unknown = [new for new in old_to_new.values() if new not in params]
+        assert not unknown, f"{fn.__name__}: {unknown} are not parameters"
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{user_location()}: {fn.__name__}() got both {new}= "
+                                        f"and {old}= (OneFlow <= 0.4's name for {new})")
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+        call.renamed_keywords = dict(old_to_new)
+        return call
+    return wrap

@@ -6,6 +6,7 @@ import sys
 import types
 
 from onnxjob import dtypes
+from onnxjob.compat.generations import renamed_keywords
 from onnxjob.errors import unsupported_form
 from onnxjob.frontend.config import process_config
 from onnxjob.runtime.session import default_session
@@ -36,6 +37,7 @@ def eager_execution_enabled():
     return False
 
 
+@renamed_keywords(val="value")
 def enable_eager_execution(value=True):
     """OneFlow's eager mode; onnxjob runs lazy job functions only."""
     if value:

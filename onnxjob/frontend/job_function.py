@@ -406,3 +406,11 @@ def MirroredTensorDef(shape, dtype=None, batch_axis=0, name=None):
     """Deprecated mirrored placeholder used as a parameter default (pre-typing style)."""
     print("WARNING: flow.MirroredTensorDef is deprecated, use oneflow.typing.ListNumpy.Placeholder")
     return tp.ListNumpy.Placeholder(tuple(shape), dtype or dtypes.float)
+
+
+def MirroredTensorListDef(shape, dtype=None, batch_axis=0, name=None):
+    """OneFlow <= 0.3's deprecated tensor-list placeholder used as a parameter default: a
+    tp.ListListNumpy.Placeholder."""
+    print("WARNING: flow.MirroredTensorListDef is deprecated, use "
+          "oneflow.typing.ListListNumpy.Placeholder")
+    return tp.ListListNumpy.Placeholder(tuple(shape), dtype or dtypes.float)

@@ -86,6 +86,10 @@ REASONS = {
     },
     "flow.deprecated": {
         "delete_worker_by_bootstrap": _multi_node("worker processes of a multi-machine env"),
+        # OneFlow <= 0.3: copy the binary to each machine over ssh and start / stop workers
+        "init_worker": _multi_node("starting worker processes on the machines of flow.env"),
+        "delete_worker": _multi_node("stopping the worker processes flow.deprecated."
+                                     "init_worker started"),
     },
     "flow.sysconfig": {
         name: (f"flow.sysconfig.{name} gives the paths and flags to compile a custom C++ op "

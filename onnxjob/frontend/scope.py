@@ -2,6 +2,8 @@
 import contextlib
 import threading
 
+from onnxjob.errors import missing_api
+
 from onnxjob.frontend.helpers import current_scope as scope_of_op
 from onnxjob.frontend.views import (consistent_view, consistent_view_enabled,  # noqa: F401
                                     is_view, mirrored_view, mirrored_view_enabled, only_view)
@@ -152,3 +154,6 @@ def job_body_scope(config):
             yield
     finally:
         _state.placements, _state.attrs = old_placements, old_attrs
+
+
+__getattr__ = missing_api("flow.scope")

@@ -3,6 +3,7 @@ import inspect
 
 
 from onnxjob import typing as tp
+from onnxjob.compat.generations import renamed_keywords
 from onnxjob.compat.zero_d_results import host_results
 from onnxjob.frontend.results import LocalBlob
 from onnxjob.source_info import user_location
@@ -45,12 +46,14 @@ def _values_handler(blob, handler_or_prompt):
         "oneflow.typing.Numpy, oneflow.typing.ListNumpy, oneflow.typing.ListListNumpy")
 
 
+@renamed_keywords(blob_watched="blob")
 def watch(blob, handler_or_prompt=None):
     """Call the handler with `blob`'s value after every run of the job."""
     builder = current_builder("flow.watch")
     builder.watches.append((blob, _make_handler(blob, handler_or_prompt), False, user_location()))
 
 
+@renamed_keywords(blob_watched="blob")
 def watch_diff(blob, handler_or_prompt=None):
     """Call the handler with d(sum of loss)/d(blob) after every run of the train job.
 

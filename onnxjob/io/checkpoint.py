@@ -17,9 +17,10 @@ import time
 import numpy as np
 
 from onnxjob import dtypes, settings
-from onnxjob.errors import CheckpointError
+from onnxjob.errors import CheckpointError, missing_api
 from onnxjob.frontend.config import started_session
 from onnxjob.runtime import backend, distributed
+from onnxjob.source_info import user_location
 
 _META_DIM = re.compile(r"dim:\s*(-?\d+)")
 _META_TYPE = re.compile(r"data_type:\s*(k\w+)")
@@ -192,6 +193,19 @@ def save(path, var_dict=None):
     _write(path, session, var_dict)
 
 
+def save_var_dict(obj, save_dir=None):
+    """`flow.save(obj, save_dir)`: OneFlow's top-level form of `save`, the variables (a
+    dict of name to variable, as flow.get_all_variables() gives) first, then the folder.
+    A folder first (flow.checkpoint.save's order, `save_dir` then a dict or None) is taken
+    too."""
+    if isinstance(obj, (str, os.PathLike)) and not isinstance(save_dir, (str, os.PathLike)):
+        obj, save_dir = save_dir, obj
+    if not isinstance(save_dir, (str, os.PathLike)):
+        raise TypeError(f"{user_location()}: flow.save(obj, save_dir) takes the folder to "
+                        f"write as save_dir, got {type(save_dir).__name__}")
+    save(save_dir, obj)
+
+
 FAULT_POINT_ANNOUNCEMENT = "onnxjob checkpoint fault point:"
 # the name of a save's temporary folder begins so (renamed to the target once complete)
 SAVE_PREFIX = ".onnxjob-save-"
@@ -261,3 +275,6 @@ class CheckPoint:
 
     def init(self):
         started_session(sync=False)
+
+
+__getattr__ = missing_api("flow.checkpoint")

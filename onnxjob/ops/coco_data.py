@@ -2,12 +2,15 @@
 host: encoded images and per-image annotations as tensor buffers, ids and sizes as blobs."""
 import numpy as np
 
+from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.errors import TraceError
 from onnxjob.io import coco
 from onnxjob.ops.host import TENSOR_BUFFER, host_value, to_blob
 from onnxjob.ops.random import gen_seed
 
 
+@two_generations(("annotation_file", "image_dir", "batch_size", "shuffle", "random_seed",
+                  "group_by_aspect_ratio", "stride_partition", "name"), positional_is(7, str))
 def coco_reader(annotation_file, image_dir, batch_size, shuffle=True, random_seed=None,
                 group_by_aspect_ratio=True, stride_partition=True,
                 remove_images_without_annotations=True, name=None):

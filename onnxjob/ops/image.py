@@ -10,6 +10,7 @@ io/images.py: OpenCV's resize coefficients, OneFlow's crop and normalize arithme
 import numpy as np
 
 from onnxjob import dtypes
+from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.io import images as image_io
@@ -368,6 +369,7 @@ def normalize(image, std, mean, name=None):
                       [image], image.batch_size, TENSOR_BUFFER, api)
 
 
+@two_generations(("images", "shape", "dtype", "alignment", "name"), positional_is(4, str))
 def batch_align(images, shape, dtype, alignment, dynamic_out=True, name=None):
     """The images in one zero-padded batch of `dtype` (uint8 or float32), each at the top
     left. dynamic_out=False: the (N, *shape) batch; dynamic_out=True (OneFlow's default): a

@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from onnxjob.compat.generations import positional_is, two_generations
+from onnxjob.compat.generations import positional_is, renamed_keywords, two_generations
 from onnxjob.compat.zero_d_inputs import as_vector, as_vectors
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
@@ -314,6 +314,15 @@ sqrt = _unary("Sqrt", "flow.math.sqrt", "The square root.")
 tan = _unary("Tan", "flow.math.tan", "tan(x).")
 tanh = _unary("Tanh", "flow.math.tanh", "The hyperbolic tangent.")
 tanh_v2 = _unary("Tanh", "flow.math.tanh_v2", "The hyperbolic tangent (deprecated name).")
+
+
+def tanh_grad(y, dy, name=None):
+    """OneFlow <= 0.2's flow.math.tanh_grad: the gradient through tanh from its output `y`
+    and the output's gradient `dy`, dy * (1 - y * y)."""
+    api = "flow.math.tanh_grad"
+    y, dy = _check_dtype(y, api), _check_dtype(dy, api)
+    one = as_blob(np.ones((), y.np_dtype), like=y)
+    return _named(op("Mul", dy, op("Sub", one, op("Mul", y, y))), name)
 _relu = _unary("Relu", "flow.math.relu", "max(x, 0) (ints too).", _ARITHMETIC)
 
 
@@ -415,14 +424,19 @@ def _reduce(op_type, api, allowed, doc):
 
 reduce_sum = _reduce("ReduceSum", "flow.math.reduce_sum", _ARITHMETIC,
                      "Sum over `axis` (None = all axes; `[]` returns the input).")
-reduce_mean = _reduce("ReduceMean", "flow.math.reduce_mean", _ARITHMETIC,
-                      "Mean over `axis` (None = all axes; `[]` returns the input).")
-reduce_max = _reduce("ReduceMax", "flow.math.reduce_max", _ARITHMETIC,
-                     "Maximum over `axis` (None = all axes; `[]` returns the input).")
-reduce_min = _reduce("ReduceMin", "flow.math.reduce_min", _ARITHMETIC,
-                     "Minimum over `axis` (None = all axes; `[]` returns the input).")
-reduce_prod = _reduce("ReduceProd", "flow.math.reduce_prod", _ARITHMETIC,
-                      "Product over `axis` (None = all axes; `[]` returns the input).")
+# OneFlow <= 0.4 named the input `input_blob` (reduce_mean) or `x` (max, min, prod)
+reduce_mean = renamed_keywords(input_blob="input_tensor")(_reduce(
+    "ReduceMean", "flow.math.reduce_mean", _ARITHMETIC,
+    "Mean over `axis` (None = all axes; `[]` returns the input)."))
+reduce_max = renamed_keywords(x="input_tensor")(_reduce(
+    "ReduceMax", "flow.math.reduce_max", _ARITHMETIC,
+    "Maximum over `axis` (None = all axes; `[]` returns the input)."))
+reduce_min = renamed_keywords(x="input_tensor")(_reduce(
+    "ReduceMin", "flow.math.reduce_min", _ARITHMETIC,
+    "Minimum over `axis` (None = all axes; `[]` returns the input)."))
+reduce_prod = renamed_keywords(x="input_tensor")(_reduce(
+    "ReduceProd", "flow.math.reduce_prod", _ARITHMETIC,
+    "Product over `axis` (None = all axes; `[]` returns the input)."))
 reduce_logsumexp = _reduce("ReduceLogSumExp", "flow.math.reduce_logsumexp", FLOATS,
                            "log(sum(exp(x))) over `axis`, without overflow.")
 two_stage_reduce_max = reduce_max  # one device: the plain reduction

@@ -11,8 +11,11 @@ its name) that a train job updates (the first value taken as is, then
 m * momentum + new * (1 - momentum)) and a predict job reads. `_moving_min_max` is that
 kernel over given state, which quantization-aware training (ops/qat.py) uses too.
 """
+import numbers
+
 import numpy as np
 
+from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.variables import assign, get_variable
@@ -70,6 +73,8 @@ def _zeros(like):
     return as_blob(np.zeros(like.shape, like.np_dtype), like=like)
 
 
+@two_generations(("input", "quantization_bit", "quantization_scheme", "per_layer_quantization",
+                  "name"), positional_is(3, bool))
 def min_max_observer(input, quantization_bit=8, quantization_scheme="symmetric",
                      quantization_formula="google", per_layer_quantization=True, name=None):
     """(scale, zero_point) of `input` from its min and max: (1,) blobs, or (C,) per channel
@@ -91,6 +96,8 @@ def min_max_observer(input, quantization_bit=8, quantization_scheme="symmetric",
             op("Identity", zero_point, name=name and f"{name}_zero_point"))
 
 
+@two_generations(("input", "quantization_bit", "quantization_scheme", "momentum", "name"),
+                 positional_is(3, numbers.Real))
 def moving_average_min_max_observer(input, quantization_bit=8, quantization_scheme="symmetric",
                                     quantization_formula="google", momentum=0.95, name=None):
     """(scale, zero_point), (1,) blobs, from moving averages of `input`'s max and min that
@@ -185,6 +192,13 @@ def _fake_quant_grad(n, g, need):
 register_composite("onnxjob.FakeQuantization", _fake_quant_expand, _fake_quant_grad)
 
 
+def _fake_quantization_is_old(args):
+    """OneFlow <= 0.3's sixth positional argument is the name; 0.4's is the formula."""
+    return len(args) > 5 and isinstance(args[5], str) and args[5] not in ("google", "cambricon")
+
+
+@two_generations(("input", "scale", "zero_point", "quantization_bit", "quantization_scheme",
+                  "name"), _fake_quantization_is_old)
 def fake_quantization(input, scale, zero_point, quantization_bit=8,
                       quantization_scheme="symmetric", quantization_formula="google", name=None):
     """`input` quantized to `quantization_bit` bits with `scale` and `zero_point` (an
@@ -198,5 +212,8 @@ def fake_quantization(input, scale, zero_point, quantization_bit=8,
     return op("onnxjob.FakeQuantization", input, scale, zero_point, bit=quantization_bit,
               scheme=quantization_scheme, formula=quantization_formula, name=name)
 
+
+# OneFlow 0.3's exported spelling
+moving_average_min_maxObserver = moving_average_min_max_observer
 
 __getattr__ = missing_api("flow.quantization")

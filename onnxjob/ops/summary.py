@@ -107,6 +107,9 @@ class HParam(_Ignored):
     """Ignored."""
 
 
+Hparam = HParam   # OneFlow <= 0.4's exported name
+
+
 class IntegerRange(_Ignored):
     """Ignored."""
 

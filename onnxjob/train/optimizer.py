@@ -15,6 +15,7 @@ import weakref
 
 import numpy as np
 
+from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
 from onnxjob.frontend.variables import VariableSpec, variable_blob
@@ -489,8 +490,13 @@ class RMSProp(Optimizer):
 class LAMB(Optimizer):
     """LAMB as OneFlow's lamb_update: the bias-corrected Adam direction (weight decay
     excluded) scaled by the trust ratio ||w|| / ||direction||, then w -= lr * ratio *
-    (direction + wd*w). The bias corrections come from state beta1_t / beta2_t."""
+    (direction + wd*w). The bias corrections come from state beta1_t / beta2_t.
+    OneFlow <= 0.3's positional order (grad_clipping sixth, no weight decay arguments) is
+    accepted too (compat/generations.py)."""
 
+    @two_generations(("self", "lr_scheduler", "beta1", "beta2", "epsilon", "loss_scale_factor",
+                      "grad_clipping", "train_step_lbn", "loss_scale_policy"),
+                     positional_is(6, by_global_norm))
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-6,
                  loss_scale_factor=None, weight_decay=None, weight_decay_includes=None,
                  weight_decay_excludes=None, grad_clipping=None, train_step_lbn=None,
@@ -512,8 +518,12 @@ class LAMB(Optimizer):
 
 class LARS(Optimizer):
     """Momentum SGD with the layer-wise rate coeff*||w|| / (eps + ||g|| + wd*||w||);
-    the weight decay is applied outside the momentum, as OneFlow's lars_update."""
+    the weight decay is applied outside the momentum, as OneFlow's lars_update. OneFlow
+    <= 0.3's positional order (grad_clipping sixth) is accepted too."""
 
+    @two_generations(("self", "lr_scheduler", "momentum_beta", "epsilon", "lars_coefficient",
+                      "loss_scale_factor", "grad_clipping", "train_step_lbn",
+                      "loss_scale_policy"), positional_is(6, by_global_norm))
     def __init__(self, lr_scheduler, momentum_beta=0.9, epsilon=1e-9, lars_coefficient=0.0001,
                  loss_scale_factor=None, weight_decay=None, weight_decay_includes=None,
                  weight_decay_excludes=None, grad_clipping=None, train_step_lbn=None,

@@ -11,7 +11,7 @@ import os
 import unittest
 
 from onnxjob.compat.unittest_helpers import env
-from onnxjob.errors import unsupported_form
+from onnxjob.errors import missing_api, unsupported_form
 from onnxjob.compat.unittest_helpers.env import device_num, node_size
 from onnxjob.frontend.helpers import enable_eager_execution, enable_typing_check
 from onnxjob.runtime.session import clear_default_session
@@ -104,3 +104,6 @@ def register_test_cases(scope, directory, filter_by_num_nodes, base_class=unitte
                    if name.startswith("test") and callable(getattr(module, name))
                    and filter_by_num_nodes(_num_nodes(getattr(module, name)))}
         scope[class_name] = type(class_name, (test_case_mixin, base_class), methods)
+
+
+__getattr__ = missing_api("flow.unittest")
