@@ -50,7 +50,7 @@ case "$1" in
         --device cuda --batch 64 --steps 3 --top 15 $amp 2>&1 | tee -a "$out/profile.log"
     done
     timeout "$(left 570)" python3 bench/bench_variants.py --model resnet50 default= \
-      im2col=ONNXJOB_CONV_WGRAD=im2col conv=ONNXJOB_CONV_WGRAD=conv 2>&1 | tee "$out/variants.log" ;;
+      im2col=ONNXJOB_CONV_WGRAD=im2col 2>&1 | tee "$out/variants.log" ;;
   serving)
     timeout "$(left 300)" python3 bench/bench_serving.py --device cuda --models lenet,resnet50 \
       --calls 500 --resnet-calls 300 2>&1 | tee "$out/serving.log"
