@@ -945,3 +945,56 @@ def test_the_body_sees_its_configs_logical_view_whatever_the_caller_has_open(cal
         _, view = job(np.ones((2, 3), np.float32))
         assert flow.scope.mirrored_view_enabled() == (caller_view == "mirrored_view")
     assert view[0] == float(config_view == "mirrored_view")
+
+
+# -- the op-identifying attributes of a blob ------------------------------------------------
+
+def test_op_name_is_the_ops_name_and_blob_name_the_outputs_as_in_oneflows_lbi():
+    # OneFlow's lazy blob: op_name and blob_name are its lbi's two parts, the logical blob
+    # name joins them with "/"; a variable's op is the variable itself
+    seen = {}
+
+    def body(x):
+        with flow.scope.namespace("s1"):
+            w = flow.get_variable("w", shape=(4, 5), initializer=flow.ones_initializer())
+            fc = flow.matmul(flow.reshape(x, (6, 4)), w, name="fc")
+            act = flow.math.relu(fc)
+            values, indices = flow.math.top_k(act, k=2), flow.math.argmax(act)
+        for key, blob in dict(w=w, fc=fc, act=act, values=values, indices=indices).items():
+            seen[key] = (blob.op_name, blob.blob_name, blob.logical_blob_name,
+                         (blob.lbi.op_name, blob.lbi.blob_name))
+        return act
+
+    _run(body)
+    assert seen["w"][0] == "s1-w"
+    assert seen["fc"][:2] == ("s1-fc", "out")
+    for key, (op_name, blob_name, lbn, lbi) in seen.items():
+        assert "/" not in op_name, key
+        assert lbi == (op_name, blob_name), key
+        if key != "w":
+            assert lbn == f"{op_name}/{blob_name}", key
+
+
+def test_op_names_of_a_namespaced_conv_and_gather_are_oneflows():
+    seen = {}
+
+    def body(x):
+        image = flow.reshape(x, (1, 2, 3, 4))
+        with flow.scope.namespace("job1_scope1"):
+            kernel = flow.get_variable("conv_weight", shape=(5, 2, 3, 3),
+                                       initializer=flow.random_uniform_initializer())
+            conv = flow.nn.conv2d(image, kernel, 1, "SAME", "NCHW", name="conv")
+            picked = flow.gather(x, flow.constant(1, shape=(2,), dtype=flow.int32), axis=1,
+                                 name="pick")
+        seen.update(conv=conv.op_name, gather=picked.op_name)
+        return conv
+
+    _run(body)
+    assert seen == {"conv": "job1_scope1-conv", "gather": "job1_scope1-pick"}
+
+
+def test_flow_variable_scope_points_at_the_names_released_oneflow_exports():
+    with pytest.raises(UnsupportedAPIError, match=rf"{THIS_FILE}:\d+: flow.variable_scope .*"
+                                                  r"flow.deprecated.variable_scope"):
+        flow.variable_scope("scope")
+    assert flow.deprecated.variable_scope is flow.scope.namespace

@@ -220,7 +220,6 @@ def _install_blob_surface():
     Blob.with_boxing_disabled = lambda self, val=True: op("Identity", self)
     Blob.lbi = property(lambda self: types.SimpleNamespace(op_name=self.op_name,
                                                            blob_name=self.blob_name))
-    Blob.blob_name = property(lambda self: "out")
     Blob.job_name = property(lambda self: self.builder.job_name)
     Blob.IdenticalTo = _identical_to
 

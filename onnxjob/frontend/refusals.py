@@ -58,6 +58,10 @@ REASONS = {
         "function": ("flow.function(func_config) is the job decorator of OneFlow before "
                      "0.1 (released OneFlow has flow.global_function(type, func_config), "
                      "which onnxjob provides)"),
+        "variable_scope": ("flow.variable_scope is not a name of released OneFlow: 0.1-0.5 "
+                           "export that context as flow.deprecated.variable_scope "
+                           "and flow.name_scope (use flow.scope.namespace), which onnxjob "
+                           "provides"),
     },
     "flow.keras.activations": {
         name: (f"flow.keras.activations.{name} is a gradient op OneFlow 0.1.0 exported for "

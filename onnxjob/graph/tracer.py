@@ -92,9 +92,17 @@ class Blob:
 
     @property
     def op_name(self):
-        """The name of the op that made this Blob: the name a flow.user_op_builder op was
-        given (with its name scope), else the Blob's own name."""
-        return self.given_op_name or self.value.name
+        """The name of the op that made this Blob, as OneFlow's `lbi.op_name`: the name a
+        flow.user_op_builder op was given (with its name scope), else the part of the
+        logical blob name before its `/` ("scope-conv" of "scope-conv/out"); a variable's
+        or placeholder's name has no `/` and is its own op name."""
+        return self.given_op_name or self.value.name.rpartition("/")[0] or self.value.name
+
+    @property
+    def blob_name(self):
+        """The output's name within its op, as OneFlow's `lbi.blob_name` ("out" of
+        "scope-conv/out", "out1" of an op's second output)."""
+        return self.value.name.rpartition("/")[2] if "/" in self.value.name else "out"
 
     @property
     def ndim(self):
