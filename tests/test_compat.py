@@ -182,3 +182,21 @@ def test_transpose_util_and_experimental_unittest_resolve(tmp_path):
     done = run_onnxjob("run", script, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "ok" in done.stdout
+
+
+def test_saved_model_pb2_imports_and_refuses_its_messages_by_line(tmp_path):
+    # OneFlow's serving tests import saved_model_pb2 at the top even where they load the
+    # model through InferenceSession.load_saved_model and never build the message
+    script = write(tmp_path / "script.py", """
+        from oneflow.core.serving import saved_model_pb2 as saved_model_pb
+        import oneflow.compatible.single_client as flow
+        assert callable(flow.serving.InferenceSession().load_saved_model)
+        print("imported")
+        saved_model_pb.SavedModel()
+    """)
+    done = run_onnxjob("run", script, cwd=tmp_path)
+    assert "imported" in done.stdout, done.stderr
+    assert done.returncode != 0
+    assert "script.py:6" in done.stderr
+    assert "saved_model_pb2.SavedModel is not provided" in done.stderr
+    assert "load_saved_model" in done.stderr

@@ -16,6 +16,9 @@ What resolves:
     oneflow.core.common.data_type_pb2
     oneflow.core.record.record_pb2                 OFRecord messages (compat/protos.py)
     oneflow.core.job.initializer_conf_pb2          InitializerConf messages
+    oneflow.core.serving.saved_model_pb2           importable (tests import it at the top); its
+                                                   messages describe OneFlow's saved-model
+                                                   format, so using one raises naming the line
     oneflow.[compatible.single_client.]ops.transpose_util   OneFlow's permutation helpers
     oneflow._oneflow_internal, oneflow_api         OneFlow's C++ extension (0.5, 0.4): importable
                                                    (scripts import it at the top); the names job
@@ -69,7 +72,17 @@ def _core_modules():
                              "OneFlow's data_type.proto DataType values.",
                              kInvalidDataType=0,
                              **{d.oneflow_enum: d.oneflow_enum_value for d in dtypes.ALL})
+    # OneFlow's saved_model.prototxt holds compiled op lists that onnxjob cannot run;
+    # its own saved models are read by flow.serving.InferenceSession.load_saved_model
+    saved_model = _enum_module("oneflow.core.serving.saved_model_pb2",
+                               "OneFlow's saved_model.proto (its messages are not provided).")
+    saved_model.__getattr__ = missing_api(
+        saved_model.__name__,
+        default="it describes OneFlow's saved-model format (compiled op lists), which "
+                "onnxjob does not read: load onnxjob's saved models with "
+                "flow.serving.InferenceSession().load_saved_model(path)")
     return {op_conf.__name__: op_conf, data_type.__name__: data_type,
+            saved_model.__name__: saved_model,
             "oneflow.core.record.record_pb2": protos.record_pb2,
             "oneflow.core.job.initializer_conf_pb2": protos.initializer_conf_pb2}
 
@@ -108,7 +121,8 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             root.__path__ = []
             return root
         if fullname in ("oneflow.compatible", "oneflow.core", "oneflow.core.operator",
-                        "oneflow.core.common", "oneflow.core.record", "oneflow.core.job"):
+                        "oneflow.core.common", "oneflow.core.record", "oneflow.core.job",
+                        "oneflow.core.serving"):
             package = types.ModuleType(fullname)
             package.__path__ = []
             return package
