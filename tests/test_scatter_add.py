@@ -96,3 +96,32 @@ def test_a_mirrored_gather_gradient_counts_every_repeated_index():
         counts = np.bincount(idx.ravel(), minlength=shape[1]).astype(np.float32)
         np.testing.assert_array_equal(seen["g"], np.broadcast_to(counts[None, :, None], shape))
     flow.clear_default_session()
+
+
+def test_gather_nd_gradient_of_data_smaller_than_its_placeholder():
+    """A mirrored ListNumpy x fed smaller than its placeholder in every axis (OneFlow's
+    dynamic blob): gather_nd's gradient adds each picked row into x's own run-time shape."""
+    rng = np.random.default_rng(1)
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+    seen = {}
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.ListNumpy.Placeholder((16, 16)),
+            i: tp.ListNumpy.Placeholder((20, 1), dtype=flow.int32)) -> tp.ListNumpy:
+        w = flow.get_variable("w", shape=(1,), initializer=flow.constant_initializer(1))
+        x = x * w
+        flow.watch_diff(x, lambda g: seen.setdefault("g", g.numpy_list()[0].copy()))
+        y = flow.gather_nd(x, i)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                           momentum=0).minimize(y)
+        return y
+
+    x = rng.random((12, 15), dtype=np.float32)
+    idx = rng.integers(0, 12, (20, 1)).astype(np.int32)
+    y = job([x], [idx])[0]
+    np.testing.assert_array_equal(y, x[idx[:, 0]])
+    expected = np.zeros_like(x)
+    np.add.at(expected, idx[:, 0], 1.0)
+    np.testing.assert_array_equal(seen["g"], expected)
+    flow.clear_default_session()

@@ -30,7 +30,8 @@ def resolve_reshape(in_shape, shape):
 
 
 def _reshape_infer(inputs, attrs, num_outputs):
-    return [(resolve_reshape(inputs[0].shape, const_value(inputs[1])), inputs[0].np_dtype)]
+    # the shape may be another Blob's, read with Shape (its static shape: the maximum)
+    return [(resolve_reshape(inputs[0].shape, static_value(inputs[1])), inputs[0].np_dtype)]
 
 
 def reshape_to(x, shape):
@@ -429,28 +430,42 @@ def _scatter_nd_add_expand(inputs, attrs, num_outputs):
     segment sum of 6144 rows into 4 was off by up to 15 in 2 of 8 runs; a mirrored job's
     gather gradient, whose indices have a run-time row count, by up to 56); its
     ScatterElements adds them one after another. The number of updates may be known only
-    at run time (dynamic idx / updates), and so may data's rows when idx picks one axis."""
+    at run time (dynamic idx / updates); so may any of data's dims when idx picks one
+    axis (_dynamic_rows_scatter_add)."""
     data, idx, updates = inputs
+    if data.is_dynamic:
+        return [_dynamic_rows_scatter_add(data, idx, updates)]
     k = idx.shape[-1]
     head, tail = data.shape[:k], data.shape[k:]
     size = int(np.prod(tail))
     idx = op("Reshape", op("Cast", idx, to=dtypes.int64.ir_dtype.value),
              int64_constant(idx, [-1, k]))
-    if data.is_dynamic:     # k == 1 (see _scatter_nd_lower): the rows' count at run time
-        dims = op("Shape", data, start=0, end=1)
-        strides = int64_constant(idx, [1])
-    else:
-        dims = int64_constant(idx, list(head))
-        strides = int64_constant(idx, [int(np.prod(head[j + 1:])) for j in range(k)])
+    dims = int64_constant(idx, list(head))
+    strides = int64_constant(idx, [int(np.prod(head[j + 1:])) for j in range(k)])
     idx = op("Where", op("Less", idx, int64_constant(idx, 0)), op("Add", idx, dims), idx)
     row = op("ReduceSum", op("Mul", idx, strides), int64_constant(idx, [1]), keepdims=1)
     positions = op("Expand", row, int64_constant(idx, [1, size]))      # (count, size)
     slices = int64_constant(idx, [-1, size])
     summed = op("ScatterElements", op("Reshape", data, slices), positions,
                 op("Reshape", updates, slices), axis=0, reduction="add")
-    if data.is_dynamic:     # its rows are summed's
-        return [op("Reshape", summed, int64_constant(idx, [-1] + list(tail)))]
     return [reshape_to(summed, data.shape)]
+
+
+def _dynamic_rows_scatter_add(data, idx, updates):
+    """The scatter-add of a one-axis index (idx (..., 1)) into data whose dims are known at
+    run time only: data as (rows, the rest flattened), the updates as (count, the rest
+    flattened) (Flatten: no size fixed while tracing), one ScatterElements along the rows,
+    the index broadcast to the updates' run-time shape, and the sum back in data's shape."""
+    lead = len(idx.shape) - 1
+    idx = op("Reshape", op("Cast", idx, to=dtypes.int64.ir_dtype.value),
+             int64_constant(idx, [-1, 1]))
+    rows = op("Shape", data, start=0, end=1)
+    idx = op("Where", op("Less", idx, int64_constant(idx, 0)), op("Add", idx, rows), idx)
+    updates = op("Flatten", updates, axis=lead)
+    zeros = op("ConstantOfShape", op("Shape", updates), value=np.zeros(1, np.int64))
+    summed = op("ScatterElements", op("Flatten", data, axis=1), op("Add", zeros, idx),
+                updates, axis=0, reduction="add")
+    return op("Reshape", summed, op("Shape", data))
 
 
 register_composite("onnxjob.ScatterNDAdd", _scatter_nd_add_expand, _scatter_nd_grad)
