@@ -21,6 +21,7 @@ import pytest
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.errors import OnnxJobError
+from onnxjob.frontend.blob_arguments import API_MODULES
 from onnxjob.graph.tracer import Blob
 from onnxjob.io import megatron, ofrecord, onerec
 from ofrecord_datasets import encode
@@ -28,9 +29,8 @@ from ofrecord_datasets import encode
 NAMESPACES = {"flow": flow, "flow.math": flow.math, "flow.nn": flow.nn,
               "flow.layers": flow.layers, "flow.random": flow.random, "flow.image": flow.image,
               "flow.data": flow.data, "flow.detection": flow.detection}
-# the modules OneFlow's API is implemented in; other functions a namespace module shows
-# (graph primitives, compat decorators, errors) are imports, not API
-API_MODULES = ("onnxjob.ops", "onnxjob.frontend", "onnxjob.io", "onnxjob.train")
+# (API_MODULES: the modules OneFlow's API is implemented in; other functions a namespace
+# module shows, graph primitives, compat decorators, errors, are imports, not API)
 # onnxjob's helpers that an op module's namespace shows: not OneFlow names
 INTERNAL = {"named_op", "convolution", "is_channels_last", "spatial_tuple", "variable_blob",
             "functional_layer_norm", "op_seed", "to_blob", "check_host_value",

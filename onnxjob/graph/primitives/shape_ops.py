@@ -442,13 +442,19 @@ def _scatter_nd_add_expand(inputs, attrs, num_outputs):
              int64_constant(idx, [-1, k]))
     dims = int64_constant(idx, list(head))
     strides = int64_constant(idx, [int(np.prod(head[j + 1:])) for j in range(k)])
-    idx = op("Where", op("Less", idx, int64_constant(idx, 0)), op("Add", idx, dims), idx)
+    idx = _wrap_negative(idx, dims)
     row = op("ReduceSum", op("Mul", idx, strides), int64_constant(idx, [1]), keepdims=1)
     positions = op("Expand", row, int64_constant(idx, [1, size]))      # (count, size)
     slices = int64_constant(idx, [-1, size])
     summed = op("ScatterElements", op("Reshape", data, slices), positions,
                 op("Reshape", updates, slices), axis=0, reduction="add")
     return [reshape_to(summed, data.shape)]
+
+
+def _wrap_negative(idx, dims):
+    """int64 indices counted from the back (-1: the last) as the non-negative ones they
+    stand for, `dims` the sizes of the axes they index."""
+    return op("Where", op("Less", idx, int64_constant(idx, 0)), op("Add", idx, dims), idx)
 
 
 def _dynamic_rows_scatter_add(data, idx, updates):
@@ -459,8 +465,7 @@ def _dynamic_rows_scatter_add(data, idx, updates):
     lead = len(idx.shape) - 1
     idx = op("Reshape", op("Cast", idx, to=dtypes.int64.ir_dtype.value),
              int64_constant(idx, [-1, 1]))
-    rows = op("Shape", data, start=0, end=1)
-    idx = op("Where", op("Less", idx, int64_constant(idx, 0)), op("Add", idx, rows), idx)
+    idx = _wrap_negative(idx, op("Shape", data, start=0, end=1))
     updates = op("Flatten", updates, axis=lead)
     zeros = op("ConstantOfShape", op("Shape", updates), value=np.zeros(1, np.int64))
     summed = op("ScatterElements", op("Flatten", data, axis=1), op("Add", zeros, idx),
