@@ -18,7 +18,8 @@ from onnxjob.graph import memory_plan
 from onnxjob.passes import (AlignBroadcastRanks, BatchNormStatistics, FoldReshapes,
                     FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool,
                     SumSquareReductions, RecomputeCheapValues, ReluMaskAsMul,
-                    ShareCastsThroughViews, SplitChannelReductions, op_counts)
+                    ShareBatchNormCentering, ShareCastsThroughViews, SplitChannelReductions,
+                    op_counts)
 
 
 def build(fn, *shapes):
@@ -228,6 +229,64 @@ def test_batch_norm_statistics_runs_only_for_cpu_jobs():
     from onnxjob.passes import default_passes
     assert any(isinstance(p, BatchNormStatistics) for p in default_passes("cpu"))
     assert not any(isinstance(p, BatchNormStatistics) for p in default_passes("cuda"))
+
+
+def _batch_norm_backward_parts(x, dy, b):
+    """The parts of a CUDA-form batch norm's forward statistics and backward, as
+    graph/primitives/batch_norm.py emits them: the forward's x - mean, the backward's x -
+    mean made again from the (C,) mean reshaped back, and b * (x - mean) as an inference
+    BatchNormalization of x."""
+    builder, channels = x.builder, x.shape[1]
+    bshape = builder.constant(np.array([1, channels, 1, 1], np.int64))
+    mean = op("ReduceMean", x, axes=[0, 2, 3], keepdims=1)
+    centered = op("Sub", x, mean)
+    var = op("ReduceMean", op("Mul", centered, centered), axes=[0, 2, 3], keepdims=1)
+    mean_c = op("Reshape", mean, builder.constant(np.array([channels], np.int64)))
+    again = op("Sub", x, op("Reshape", mean_c, bshape))
+    d_gamma = op("ReduceSum", op("Mul", dy, again), builder.constant(
+        np.array([0, 2, 3], np.int64)), keepdims=1)
+    zeros = builder.constant(np.zeros(channels, np.float32))
+    unit = builder.constant(np.full(channels, 1 - 1e-5, np.float32))
+    spread = op("BatchNormalization", x, b, zeros, mean_c, unit, epsilon=1e-5)
+    return op("Add", op("Add", spread, d_gamma), var)
+
+
+def test_share_batch_norm_centering():
+    """The backward's x - mean is the forward's, and b * (x - mean) reads it: x is read by
+    forward nodes only, and the numbers are the same."""
+    shapes = [(4, 3, 5, 5), (4, 3, 5, 5), (3,)]
+    check(ShareBatchNormCentering(), _batch_norm_backward_parts, shapes,
+          {"Sub": 2, "BatchNormalization": 1}, {"Sub": 1, "BatchNormalization": 1})
+    model = build(_batch_norm_backward_parts, *shapes)
+    ShareBatchNormCentering()(model)
+    x = model.graph.inputs[0]
+    assert sorted(u.node.op_type for u in x.uses()) == ["ReduceMean", "Sub"]
+    (bn,) = [n for n in model.graph if n.op_type == "BatchNormalization"]
+    assert bn.inputs[0].producer().op_type == "Sub" and bn.inputs[3] is bn.inputs[2]
+
+
+def test_share_batch_norm_centering_needs_the_forward_s_centering():
+    """Without a forward x - mean (a CPU job's statistics come from one training-mode
+    node), nothing changes."""
+    def backward_only(x, dy, b):
+        channels = x.shape[1]
+        mean_c = op("ReduceMean", x, axes=[0, 2, 3], keepdims=0)
+        again = op("Sub", x, op("Reshape", mean_c, x.builder.constant(
+            np.array([1, channels, 1, 1], np.int64))))
+        zeros = x.builder.constant(np.zeros(channels, np.float32))
+        unit = x.builder.constant(np.full(channels, 1 - 1e-5, np.float32))
+        return op("Add", op("Mul", dy, again), op("BatchNormalization", x, b, zeros, mean_c,
+                                                   unit, epsilon=1e-5))
+    assert not ShareBatchNormCentering()(build(backward_only, (2, 3, 4, 4), (2, 3, 4, 4),
+                                               (3,))).modified
+
+
+def test_share_batch_norm_centering_runs_for_cuda_float32_jobs_only():
+    from onnxjob.passes import default_passes
+
+    def has(device, amp):
+        return any(isinstance(p, ShareBatchNormCentering) for p in default_passes(device, amp))
+    assert has("cuda", False) and not has("cuda", True) and not has("cpu", False)
 
 
 def test_align_broadcast_ranks_computed_scalar():

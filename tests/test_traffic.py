@@ -56,3 +56,60 @@ def test_a_train_step_s_nodes_are_grouped_by_what_made_them():
     assert sum(b for _, b in groups.values()) == sum(t.moved for t in step.nodes)
     assert step.memory_bound_bytes() + step.compute_bytes() == sum(t.moved for t in step.nodes)
     flow.clear_default_session()
+
+
+def _cuda_form_conv_bn_step(monkeypatch, skip):
+    """(compiled graph, loss and updated weights on the CPU EP) of a conv / batch norm /
+    ReLU train step compiled for the CUDA EP, with `skip` passes left out."""
+    import onnxruntime as ort
+    monkeypatch.setenv("ONNXJOB_SKIP_PASSES", skip)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 3, 8, 8))) -> tp.Numpy:
+        init = flow.random_normal_initializer(stddev=0.3)
+        h = flow.layers.conv2d(x, 6, 3, padding="SAME", kernel_initializer=init, name="c")
+        h = flow.nn.relu(flow.layers.batch_normalization(h, axis=1, name="bn"))
+        h = flow.layers.conv2d(h, 4, 3, padding="SAME", kernel_initializer=init, name="c2")
+        loss = flow.math.reduce_mean(flow.math.square(h))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    session = default_session()
+    session.device = "cuda"
+    compiled = compile_job(session.jobs["job"], session, 0)
+    rng = np.random.default_rng(0)
+    inputs = {v.name: v for v in compiled.model.graph.inputs}
+    feeds = {compiled.placeholder_names[0]: rng.standard_normal((4, 3, 8, 8)).astype(np.float32)}
+    for variable, name in compiled.variable_inputs.items():
+        shape, dtype = inputs[name].shape.numpy(), inputs[name].type.dtype.numpy()
+        drawn = rng.standard_normal(shape) * 0.3 + (1 if "gamma" in variable else 0)
+        feeds[name] = (drawn if dtype.kind == "f" else np.zeros(shape)).astype(dtype)
+    names = [compiled.output_names[0]] + [compiled.state_outputs[v] for v in
+                                          ("c-weight", "bn-gamma", "bn-beta", "c2-weight")]
+    sess = ort.InferenceSession(compiled.serialized(), providers=["CPUExecutionProvider"])
+    results = sess.run(names, feeds)
+    flow.clear_default_session()
+    return compiled.model.graph, results
+
+
+def test_the_batch_norm_backward_reads_the_forward_s_centering(monkeypatch):
+    """Compiled for CUDA in float32, the batch norm's backward makes no x - mean of its own
+    (passes/share_batch_norm_centering.py): its group moves two activations' passes less,
+    nothing in the backward reads the convolution's output, and the step's numbers are
+    those of the graph without the pass."""
+    graph, results = _cuda_form_conv_bn_step(monkeypatch, "")
+    before, expected = _cuda_form_conv_bn_step(monkeypatch, "ShareBatchNormCentering")
+    norm = "backward batch norm"
+    subs = [t for t in traffic.traffic(graph).nodes
+            if t.group == norm and t.node.op_type == "Sub"]
+    assert subs == []
+    activation = 4 * 6 * 8 * 8 * 4
+    saved = traffic.traffic(before).by_group()[norm][1] - \
+        traffic.traffic(graph).by_group()[norm][1]
+    assert 2 * activation <= saved < 2 * activation + 1024   # (and the Sub's mean vector)
+    (conv,) = [n for n in graph if n.op_type == "Conv" and n.outputs[0].shape[1] == 6 and
+               traffic.origin(n)[0] == "forward"]
+    assert all(traffic.origin(u.node)[0] == "forward" for u in conv.outputs[0].uses())
+    for got, want in zip(results, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

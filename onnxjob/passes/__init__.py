@@ -24,6 +24,7 @@ from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
+from .share_batch_norm_centering import ShareBatchNormCentering
 from .share_casts_through_views import ShareCastsThroughViews
 from .split_channel_reductions import SplitChannelReductions
 from .sum_square_reductions import SumSquareReductions
@@ -37,16 +38,18 @@ def register_pass(pass_factory):
     return pass_factory
 
 
-def default_passes(device=None):
+def default_passes(device=None, mixed_precision=False):
     """The pipeline every job runs (each pass: one module, rewrite cases in its docstring);
-    jobs compiled for `device="cuda"` also run KeepOnCuda and SplitChannelReductions, the
-    others ReluMaskAsMul and BatchNormStatistics.
+    jobs compiled for `device="cuda"` also run KeepOnCuda and SplitChannelReductions (and
+    ShareBatchNormCentering unless `mixed_precision`), the others ReluMaskAsMul and
+    BatchNormStatistics.
 
     `ONNXJOB_SKIP_PASSES=Name,Name` leaves those passes out (by class name), to measure
     or debug one pass at a time (a name that is no default pass raises SettingsError).
     """
     skip = set(settings.get("SKIP_PASSES"))
-    return [p for p in default_pipeline(device) if type(p).__name__ not in skip]
+    return [p for p in default_pipeline(device, mixed_precision)
+            if type(p).__name__ not in skip]
 
 
 def _final_stage():
@@ -62,7 +65,8 @@ def _final_stage():
 def build_pipeline(config=None, device=None):
     extra = list(config.get("passes", []) if config is not None else [])
     extra += [factory() for factory in _REGISTERED]
-    return ir_passes.PassManager(default_passes(device) + extra, steps=4, early_stop=True)
+    passes = default_passes(device, mixed_precision_type(config) is not None)
+    return ir_passes.PassManager(passes + extra, steps=4, early_stop=True)
 
 
 def has_user_passes(config=None):

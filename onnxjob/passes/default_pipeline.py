@@ -12,13 +12,18 @@ from .mask_before_unpool import MaskBeforeMaxUnpool
 from .sum_square_reductions import SumSquareReductions
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
+from .share_batch_norm_centering import ShareBatchNormCentering
 from .split_channel_reductions import SplitChannelReductions
 
 
-def default_pipeline(device):
-    """The default passes, in order, for a job compiled for `device` ("cpu" or "cuda")."""
+def default_pipeline(device, mixed_precision=False):
+    """The default passes, in order, for a job compiled for `device` ("cpu" or "cuda"),
+    `mixed_precision` when AutoMixedPrecision runs after them."""
     return [
         FoldReshapes(),
+        # (first: it matches the batch norm's mean before SplitChannelReductions splits it;
+        # in float32 only, see its docstring)
+        *([ShareBatchNormCentering()] if device == "cuda" and not mixed_precision else []),
         FoldTransposeIntoGemm(),
         MaskBeforeMaxUnpool(),
         # (before SplitChannelReductions splits the mean it matches; after
