@@ -203,6 +203,32 @@ def test_optimizer_state_variables_have_oneflow_names():
                                   np.float32([np.float32(0.9) * np.float32(0.9)]))
 
 
+def test_lamb_of_a_zero_variable_takes_the_unit_ratio():
+    """||w|| = 0 (a zero-initialized variable's first step): OneFlow's trust ratio is 1, so
+    w moves by lr * (adam_diff + wd*w); from the second step on the ratio is the norms'."""
+    b1, b2, eps, wd, lr = 0.8, 0.9, 1e-4, 0.1, f32(0.1)
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        w = flow.get_variable("w", (4,), initializer=flow.zeros_initializer())
+        loss = flow.math.reduce_sum(w * w * a * 0.5 + w * a)
+        optim.LAMB(0.1, b1, b2, eps, weight_decay=wd).minimize(loss)
+        return loss
+
+    w, s, update = np.zeros(4), {}, lamb(b1, b2, eps, wd)
+    for step in range(3):
+        job(A)
+        g = A * w + A
+        if step == 0:   # the reference's ratio is ||w|| / ||diff||: 0 here, 1 in OneFlow
+            s["b1t"], s["b2t"] = float(f32(b1) * f32(b1)), float(f32(b2) * f32(b2))
+            s["m"], s["v"] = (1 - f32(b1)) * g, (1 - f32(b2)) * g * g
+            w = w - lr * (s["m"] / (1 - s["b1t"])) / (np.sqrt(s["v"] / (1 - s["b2t"])) + f32(eps))
+        else:
+            w = update(w, g, lr, step, s)
+        np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w, rtol=RTOL,
+                                   atol=ATOL, err_msg=f"step {step + 1}")
+
+
 def test_lr_schedule_with_warmup_feeds_adam():
     sched = S.PolynomialScheduler(0.1, 4, 0.0, warmup=S.warmup.linear(2, 0.0))
     ref = reference({"w": adam(bc=True), "b": adam(bc=True)}, lr_fn=sched.numpy_lr)

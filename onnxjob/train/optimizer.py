@@ -119,14 +119,15 @@ class _StepContext:
     """What the optimizers of one train step share: the builder, the int64 train step
     and the float32 Adam bias corrections (one per beta)."""
 
-    def __init__(self, builder, step, sparse_names, dynamic_loss_scale, finite=None):
+    def __init__(self, builder, step, sparse_names, dynamic_loss_scale):
         self.builder = builder
         self.step = step
         self.sparse_names = sparse_names
         self.dynamic_loss_scale = dynamic_loss_scale
-        # a dynamic loss scale's "every gradient is finite" (a bool scalar), or None, and
-        # the state names whose updates keep_unless_finite made
-        self.finite = finite
+        # a dynamic loss scale's "every gradient is finite" (a bool scalar, set once the
+        # gradients are scaled), or None, and the state names whose updates keep their
+        # value on a non-finite step already
+        self.finite = None
         self.kept = set()
         self._corrections = {}
 
@@ -157,6 +158,10 @@ class Optimizer:
 
     _sparse_capable = False  # OneFlow has indexed-slices kernels for sgd/momentum/adam
     _always_lazy = False
+    # the update skips a dynamic loss scale's non-finite step through its scalar
+    # coefficients (update_rules.gated), not a select over each new value: 2 passes over
+    # the variable instead of 3 per new value
+    _skips_by_coefficients = False
 
     def __init__(self, lr_scheduler=None, loss_scale_factor=None, grad_clipping=None,
                  train_step_lbn=None, loss_scale_policy=None, variables=None,
@@ -250,20 +255,32 @@ class Optimizer:
         scale, scale_state = _loss_scales.get(builder, (None, None))
         # OneFlow's order (generate_backward_and_optimizer_op_confs.cpp, v0.5.0): 1/elem_cnt
         # and unscale, count the non-finite values of the unscaled gradients, regularize,
-        # then per optimizer clip and update.
+        # then per optimizer clip and update. Here the scalar factors (1/elem_cnt, 1/scale,
+        # clipping) are multiplied together and applied once (update_rules.scaled; first,
+        # where a regularizer reads the unscaled g), and the non-finite values are counted
+        # in the gradients so scaled (finite exactly where the unscaled ones are).
+        factors = {}
         if scale is not None and grads:
-            grads = R.unscale(grads, scale, int(np.prod(builder.losses[0].shape)))
-        finite = R.all_finite(list(grads.values())) if dynamic and grads else None
+            factors = R.unscale_factors(grads, scale, int(np.prod(builder.losses[0].shape)))
         ctx = _StepContext(builder, self._train_step(builder, job_name),
-                           _indexed_slices_names(config), dynamic, finite)
+                           _indexed_slices_names(config), dynamic)
         updated = {n for member in self._members() for n in member._names(builder)}
         regularized = {}
         for name, g in grads.items():
             reg = builder.variable_specs[name].regularizer
-            regularized[name] = g if reg is None or name not in updated else R.regularize(
-                builder.variables[name], g, reg)
-        for member in self._members():
-            member._update_group(ctx, regularized)
+            if reg is not None and name in updated:
+                g = R.regularize(builder.variables[name], R.scaled(g, factors.pop(name, None)),
+                                 reg)
+            regularized[name] = g
+        scaled = [(member, member._scaled_gradients(ctx, regularized, factors))
+                  for member in self._members()]
+        if dynamic and grads:
+            ready = {n: g for _, group in scaled for n, g in group.items()}
+            ctx.finite = R.all_finite(list(ready.values()) + [
+                R.scaled(g, factors.get(n)) for n, g in regularized.items() if n not in ready])
+        for member, group in scaled:
+            member._update_group(ctx, group)
+        finite = ctx.finite
         if dynamic:
             self._skip_and_schedule(builder, finite, before, scale_state, ctx.kept)
 
@@ -297,25 +314,38 @@ class Optimizer:
         builder.state_updates[spec.name] = op("Add", step, int64_constant(step, [1]))
         return step
 
+    def _scaled_gradients(self, ctx, grads, factors):
+        """{name: gradient} of this optimizer's variables that have grads, clipped and times
+        their pending scalar `factors` ({name: scalar or None}), one pass each."""
+        names = [n for n in self._names(ctx.builder) if n in grads]
+        group = {n: grads[n] for n in names}
+        pending = {n: factors.get(n) for n in names}
+        if names and self.grad_clipping is not None:
+            pending = R.clip_by_global_norm(group, self.grad_clipping.clip_norm, pending)
+        return {n: R.scaled(group[n], pending[n]) for n in names}
+
     def _update_group(self, ctx, grads):
-        """Schedule, clipping and updates of this optimizer's variables that have grads."""
+        """Schedule and updates of this optimizer's variables (`grads`: {name: gradient},
+        from _scaled_gradients)."""
         builder = ctx.builder
-        names = [n for n in self._names(builder) if n in grads]
-        if not names:
+        if not grads:
             return
         lr = self.lr_scheduler.lr(ctx.step)
-        group = {n: grads[n] for n in names}
-        if self.grad_clipping is not None:
-            group = R.clip_by_global_norm(group, self.grad_clipping.clip_norm)
-        for name in names:
+        for name, g in grads.items():
             w = builder.variables[name]
-            new = self._update(ctx, name, w, group[name], R.cast_like(lr, w),
-                               self._weight_decay_rate(name))
+            keep = ctx.finite if self._skips_by_coefficients else None
+            if keep is not None:    # (g * 0 would be NaN where g is not finite)
+                g = op("Where", keep, g, R.attr(g, 0.0))
+            new = self._update(ctx, name, w, g, R.cast_like(lr, w),
+                               self._weight_decay_rate(name), keep)
             indices = self._sparse_indices(ctx, name)
             if indices is not None:
                 mask = R.row_mask(indices, w)
                 new = {n: R.masked(mask, b, builder.variables[n]) for n, b in new.items()}
-            new = ctx.keep_unless_finite(new)
+            if keep is not None:
+                ctx.kept.update(new)
+            else:
+                new = ctx.keep_unless_finite(new)
             builder.state_updates.update(new)
 
     def _weight_decay_rate(self, name):
@@ -344,8 +374,10 @@ class Optimizer:
             return None
         return R.lookup_indices(ctx.builder, ctx.builder.variables[name])
 
-    def _update(self, ctx, name, w, g, lr, weight_decay):
-        """{variable name: new value} for `w` and its optimizer state."""
+    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None):
+        """{variable name: new value} for `w` and its optimizer state; `keep` (only for
+        optimizers with _skips_by_coefficients) is the dynamic loss scale's bool "every
+        gradient is finite", false on a step the update must leave as it was."""
         raise NotImplementedError
 
 
@@ -388,7 +420,7 @@ class SGD(Optimizer):
                          loss_scale_policy, variables)
         self.momentum = momentum or 0.0
 
-    def _update(self, ctx, name, w, g, lr, weight_decay):
+    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None):
         if not self.momentum:
             return {name: R.sgd(w, g, lr, weight_decay)}
         m_name, m = _state(name, "momentum", w)
@@ -414,6 +446,7 @@ class Adam(Optimizer):
     in OneFlow 0.5) w -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), bc = 1 - beta**(step+1)."""
 
     _sparse_capable = True
+    _skips_by_coefficients = True
 
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  do_bias_correction=False, loss_scale_factor=None, grad_clipping=None,
@@ -423,7 +456,7 @@ class Adam(Optimizer):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self.do_bias_correction = do_bias_correction
 
-    def _update(self, ctx, name, w, g, lr, weight_decay):
+    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None):
         m_name, m = _state(name, "m", w)
         v_name, v = _state(name, "v", w)
         corrections = None
@@ -431,7 +464,7 @@ class Adam(Optimizer):
             corrections = (R.cast_like(ctx.bias_correction(self.beta1), w),
                            R.cast_like(ctx.bias_correction(self.beta2), w))
         w_new, m_new, v_new = R.adam(w, g, m, v, lr, self.beta1, self.beta2, self.epsilon,
-                                     weight_decay, corrections)
+                                     weight_decay, corrections, keep)
         return {name: w_new, m_name: m_new, v_name: v_new}
 
 
@@ -476,7 +509,7 @@ class RMSProp(Optimizer):
                          loss_scale_policy, variables)
         self.decay_rate, self.epsilon, self.centered = decay_rate, epsilon, centered
 
-    def _update(self, ctx, name, w, g, lr, weight_decay):
+    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None):
         ms_name, ms = _state(name, "mean_square", w)
         mg_name, mg = _state(name, "mean_gradient", w) if self.centered else (None, None)
         # NOTE: OneFlow's rmsprop kernel takes weight_decay but does not use it.
@@ -494,6 +527,8 @@ class LAMB(Optimizer):
     OneFlow <= 0.3's positional order (grad_clipping sixth, no weight decay arguments) is
     accepted too (compat/generations.py)."""
 
+    _skips_by_coefficients = True
+
     @two_generations(("self", "lr_scheduler", "beta1", "beta2", "epsilon", "loss_scale_factor",
                       "grad_clipping", "train_step_lbn", "loss_scale_policy"),
                      positional_is(6, by_global_norm))
@@ -506,13 +541,13 @@ class LAMB(Optimizer):
                          weight_decay_excludes)
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
 
-    def _update(self, ctx, name, w, g, lr, weight_decay):
+    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None):
         m_name, m = _state(name, "m", w)
         v_name, v = _state(name, "v", w)
         b1_name, b1 = _state(name, "beta1_t", w, np.float32(self.beta1), shape=(1,))
         b2_name, b2 = _state(name, "beta2_t", w, np.float32(self.beta2), shape=(1,))
         w_new, m_new, v_new, b1_new, b2_new = R.lamb(
-            w, g, m, v, b1, b2, lr, self.beta1, self.beta2, self.epsilon, weight_decay)
+            w, g, m, v, b1, b2, lr, self.beta1, self.beta2, self.epsilon, weight_decay, keep)
         return {name: w_new, m_name: m_new, v_name: v_new, b1_name: b1_new, b2_name: b2_new}
 
 
@@ -534,7 +569,7 @@ class LARS(Optimizer):
         self.momentum_beta, self.epsilon = momentum_beta, epsilon
         self.lars_coefficient = lars_coefficient
 
-    def _update(self, ctx, name, w, g, lr, weight_decay):
+    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None):
         m_name, m = _state(name, "momentum", w)
         w_new, m_new = R.lars(w, g, m, lr, self.momentum_beta, self.epsilon,
                               self.lars_coefficient, weight_decay)
