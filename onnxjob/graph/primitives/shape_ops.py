@@ -430,8 +430,7 @@ def _scatter_nd_add_expand(inputs, attrs, num_outputs):
     segment sum of 6144 rows into 4 was off by up to 15 in 2 of 8 runs; a mirrored job's
     gather gradient, whose indices have a run-time row count, by up to 56); its
     ScatterElements adds them one after another. The number of updates may be known only
-    at run time (dynamic idx / updates); so may any of data's dims when idx picks one
-    axis (_dynamic_rows_scatter_add)."""
+    at run time (dynamic idx / updates); so may data's dims (_dynamic_rows_scatter_add)."""
     data, idx, updates = inputs
     if data.is_dynamic:
         return [_dynamic_rows_scatter_add(data, idx, updates)]
@@ -458,17 +457,25 @@ def _wrap_negative(idx, dims):
 
 
 def _dynamic_rows_scatter_add(data, idx, updates):
-    """The scatter-add of a one-axis index (idx (..., 1)) into data whose dims are known at
-    run time only: data as (rows, the rest flattened), the updates as (count, the rest
-    flattened) (Flatten: no size fixed while tracing), one ScatterElements along the rows,
-    the index broadcast to the updates' run-time shape, and the sum back in data's shape."""
-    lead = len(idx.shape) - 1
+    """The scatter-add into data whose dims are known at run time only: with k = idx's
+    last dim, data as (rows: its first k dims, the rest flattened), the updates as (count,
+    the rest flattened) (Flatten: no size fixed while tracing), each index's row number
+    from data's run-time dims (((i0 * d1 + i1) * d2 + i2) ...), one ScatterElements along
+    the rows with the row numbers broadcast to the updates' run-time shape, and the sum
+    back in data's shape."""
+    k, lead = idx.shape[-1], len(idx.shape) - 1
     idx = op("Reshape", op("Cast", idx, to=dtypes.int64.ir_dtype.value),
-             int64_constant(idx, [-1, 1]))
-    idx = _wrap_negative(idx, op("Shape", data, start=0, end=1))
+             int64_constant(idx, [-1, k]))
+    dims = op("Shape", data, start=0, end=k)
+    idx = _wrap_negative(idx, dims)
+    row = None
+    for j in range(k):
+        column = op("Slice", idx, *(int64_constant(idx, [v]) for v in (j, j + 1, 1)))
+        row = column if row is None else op("Add", op("Mul", row, op(
+            "Slice", dims, *(int64_constant(idx, [v]) for v in (j, j + 1, 0)))), column)
     updates = op("Flatten", updates, axis=lead)
     zeros = op("ConstantOfShape", op("Shape", updates), value=np.zeros(1, np.int64))
-    summed = op("ScatterElements", op("Flatten", data, axis=1), op("Add", zeros, idx),
+    summed = op("ScatterElements", op("Flatten", data, axis=k), op("Add", zeros, row),
                 updates, axis=0, reduction="add")
     return op("Reshape", summed, op("Shape", data))
 
@@ -477,11 +484,10 @@ register_composite("onnxjob.ScatterNDAdd", _scatter_nd_add_expand, _scatter_nd_g
 
 
 def _scatter_nd_lower(inputs, attrs, num_outputs):
-    """A scatter-add is onnxjob.ScatterNDAdd (see there) where data's slices have a static
-    size, and data's rows too unless idx picks one axis."""
+    """Every scatter-add is onnxjob.ScatterNDAdd (see there)."""
     data, idx, _ = inputs
     if attr_text(attrs, "reduction", "none") != "add" or idx.is_dynamic and \
-            len(idx.shape) < 2 or data.is_dynamic and idx.shape[-1] != 1:
+            len(idx.shape) < 2:
         return None
     try:
         _scatter_nd_infer(inputs, attrs, num_outputs)
