@@ -43,6 +43,12 @@ class UnsupportedAPIError(OnnxJobError, AttributeError):
     `getattr(obj, name, default)` keep working)."""
 
 
+class OutsideJobError(TraceError, NotImplementedError):
+    """A job-only API (an op, a loss, a variable) called outside a job function body:
+    OneFlow's lazy API raises NotImplementedError there (no implementation is enabled in
+    that mode); onnxjob's names the line; both kinds catch it."""
+
+
 class UnknownFlagError(UnsupportedAPIError, AssertionError):
     """A function_config flag OneFlow does not define: OneFlow's FunctionConfig asserts
     there (an AssertionError), onnxjob's names the line; both kinds catch it."""

@@ -51,11 +51,42 @@ Some keywords were renamed too: `renamed_keywords` takes the old name as the new
 (flow.math.reduce_max / reduce_min / reduce_prod / two_stage_reduce_*'s `x` and
 reduce_mean's `input_blob`, OneFlow <= 0.4's `input_tensor`; flow.watch / watch_diff's
 `blob_watched`, now `blob`; flow.enable_eager_execution's `val`, now `value`).
+
+One kernel computes differently too: Adam's with bias correction (Adam(do_bias_correction=
+True), AdamW's, LazyAdam's). OneFlow <= 0.4 scaled the learning rate, lr_t = lr *
+sqrt(1 - beta2**t) / (1 - beta1**t), and stepped w - lr_t * (m / (sqrt(v) + eps) + wd * w);
+0.5 steps w - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps) - lr * wd * w. Code that reaches
+onnxjob as `import oneflow` (the alias's root) rather than 0.5's
+`oneflow.compatible.single_client` (where 0.5 moved the lazy API) or `onnxjob` was
+written for OneFlow <= 0.4 (`written_for_0_4`) and gets <= 0.4's update.
 """
 import functools
 import inspect
+import sys
 
-from onnxjob.source_info import user_location
+from onnxjob.source_info import _is_internal, user_location
+
+
+def written_for_0_4():
+    """Whether the user's code calling onnxjob now (the innermost frame outside onnxjob)
+    was written for OneFlow <= 0.4: its module holds the `oneflow` root of onnxjob's alias
+    (compat/oneflow_alias.py: `import oneflow as flow`) and not onnxjob itself (0.5's
+    `oneflow.compatible.single_client`, or `import onnxjob`). A module holding neither
+    counts as <= 0.4 when the process imported `oneflow` through the alias and never
+    `oneflow.compatible.single_client`."""
+    package = sys.modules.get("onnxjob")     # (not imported here: it imports this module)
+    frame = sys._getframe(1)
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is not None:
+        values = list(frame.f_globals.values())
+        if any(v is package for v in values):
+            return False
+        if any(type(v).__name__ == "_RootAlias" for v in values):
+            return True
+    root = sys.modules.get("oneflow")
+    return type(root).__name__ == "_RootAlias" and \
+        "oneflow.compatible.single_client" not in sys.modules
 
 
 def two_generations(old_params, is_old):

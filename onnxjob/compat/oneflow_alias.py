@@ -20,6 +20,7 @@ What resolves:
                                                    messages describe OneFlow's saved-model
                                                    format, so using one raises naming the line
     oneflow.[compatible.single_client.]ops.transpose_util   OneFlow's permutation helpers
+      (and <= 0.4's oneflow.python.ops.transpose_util)
     oneflow._oneflow_internal, oneflow_api         OneFlow's C++ extension (0.5, 0.4): importable
                                                    (scripts import it at the top); the names job
                                                    code reaches (compat/framework_modules.py),
@@ -139,12 +140,13 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             module = framework_modules.framework_module(package, name)
             if module is not None:
                 return module
-        if fullname in ("oneflow.ops", _SINGLE_CLIENT + ".ops"):
+        if fullname in ("oneflow.ops", _SINGLE_CLIENT + ".ops", "oneflow.python.ops"):
             # OneFlow's package of op wrappers: only its helper module is importable
             package = types.ModuleType(fullname)
             package.__path__ = []
             return package
-        if fullname in ("oneflow.ops.transpose_util", _SINGLE_CLIENT + ".ops.transpose_util"):
+        if fullname in ("oneflow.ops.transpose_util", _SINGLE_CLIENT + ".ops.transpose_util",
+                        "oneflow.python.ops.transpose_util"):    # (<= 0.4's path)
             return importlib.import_module("onnxjob.compat.transpose_util")
         core = _core_modules()
         if fullname in core:

@@ -9,6 +9,12 @@ as the one-element vector did (compat/zero_d_inputs.py does the same for ops ins
 job); everything else about it is the plain 0-d array's, so its shape stays () and what
 NumPy computes from it (`loss * 2`, `loss.mean()`) is NumPy's own scalar or array. Fed
 back to a job, a 0-d array goes where 0.4's (1,) value went (`as_fed`).
+
+A job defined by code written for OneFlow <= 0.4 (`import oneflow as flow`:
+compat/generations.written_for_0_4) gets those values with 0.4's own shape, (1,)
+(`host_results(values, as_vector=True)`): such programs also hand them to NumPy as vectors
+(`np.concatenate(losses)`, `np.array_equal(out, [x])`, `out.tolist()[0]`), which no 0-d
+array can stand in for.
 """
 import numbers
 
@@ -50,17 +56,18 @@ class ZeroDResult(np.ndarray):
         return array[()] if return_scalar or array.ndim == 0 else array
 
 
-def host_result(array):
-    """`array` as the caller receives it: a 0-d ndarray as a ZeroDResult view."""
+def host_result(array, as_vector=False):
+    """`array` as the caller receives it: a 0-d ndarray as a ZeroDResult view, or with
+    `as_vector` as OneFlow <= 0.4's (1,) vector."""
     if type(array) is np.ndarray and array.ndim == 0:
-        return array.view(ZeroDResult)
+        return array.reshape(1) if as_vector else array.view(ZeroDResult)
     return array
 
 
-def host_results(values):
+def host_results(values, as_vector=False):
     """`values` (one array per device, or a tensor list) with each 0-d ndarray as a
-    ZeroDResult."""
-    return [host_result(v) for v in values]
+    ZeroDResult, or with `as_vector` as a (1,) vector (see the module doc)."""
+    return [host_result(v, as_vector) for v in values]
 
 
 def as_fed(value, placeholder_shape):

@@ -16,6 +16,7 @@ from onnxjob.runtime import distributed
 from onnxjob.runtime.session import default_session, default_session_slot
 from onnxjob.train.optimizer import resolve_optimizer
 from onnxjob.source_info import user_location
+from onnxjob.compat.generations import written_for_0_4
 
 
 class JobFunction:
@@ -27,6 +28,8 @@ class JobFunction:
         self.job_type = job_type
         self.config = config
         self.location = user_location()
+        # defined by code written for OneFlow <= 0.4: 0-d results come back as (1,)
+        self.written_for_0_4 = written_for_0_4()
         sig = inspect.signature(func)
         self.param_names, self.param_annotations = [], []
         annotated = []
@@ -151,6 +154,8 @@ class JobFunction:
             code = self.func.__code__
             tree = results.flatten_unannotated(
                 ret, blobs, f"{code.co_filename}:{code.co_firstlineno}: job {self.name}")
+        if self.written_for_0_4:
+            results.zero_d_as_vectors(tree)
         optimizer = resolve_optimizer(builder, self)
         if builder.qat is not None:
             blobs = builder.qat.close(blobs, optimizer)

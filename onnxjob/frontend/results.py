@@ -10,15 +10,30 @@ from onnxjob.graph.tracer import Blob
 
 class Leaf:
     """One graph output, converted on the way back per its leaf annotation; `zero_d`:
-    whether the output is 0-d (the caller gets it as a ZeroDResult)."""
+    whether the output is 0-d (the caller gets it as a ZeroDResult, or as OneFlow <= 0.4's
+    (1,) vector where `as_vector`: compat/zero_d_results.py)."""
 
-    __slots__ = ("kind", "index", "is_dynamic", "zero_d")
+    __slots__ = ("kind", "index", "is_dynamic", "zero_d", "as_vector")
 
     def __init__(self, kind, index, is_dynamic=False, zero_d=False):
         self.kind = kind
         self.index = index
         self.is_dynamic = is_dynamic
         self.zero_d = zero_d
+        self.as_vector = False
+
+
+def zero_d_as_vectors(tree):
+    """Mark each 0-d leaf of `tree` to come back as a (1,) vector (a job defined by code
+    written for OneFlow <= 0.4, compat/generations.written_for_0_4)."""
+    if isinstance(tree, Leaf):
+        tree.as_vector = tree.zero_d
+    elif isinstance(tree, (tuple, list)):
+        for t in tree:
+            zero_d_as_vectors(t)
+    elif isinstance(tree, dict):
+        for t in tree.values():
+            zero_d_as_vectors(t)
 
 
 def _mismatch(ret, annotation, job_name, extra=""):
@@ -104,9 +119,9 @@ def flatten_unannotated(ret, blobs, where="the job", path=""):
         f"global_function); got {type(ret).__name__} {ret!r} at return value{path}")
 
 
-def convert_leaf(kind, values, is_dynamic=False):
+def convert_leaf(kind, values, is_dynamic=False, as_vector=False):
     """The caller's value of one output; `values` holds one array per device."""
-    values = host_results(values)
+    values = host_results(values, as_vector)
     if kind is tp.Numpy:
         return values[0]
     if kind is tp.ListNumpy:
@@ -121,7 +136,7 @@ def build(tree, values):
     if tree is None:
         return None
     if isinstance(tree, Leaf):
-        return convert_leaf(tree.kind, values[tree.index], tree.is_dynamic)
+        return convert_leaf(tree.kind, values[tree.index], tree.is_dynamic, tree.as_vector)
     if isinstance(tree, tuple):
         return tuple(build(t, values) for t in tree)
     if isinstance(tree, list):

@@ -3,7 +3,7 @@ import inspect
 
 
 from onnxjob import typing as tp
-from onnxjob.compat.generations import renamed_keywords
+from onnxjob.compat.generations import renamed_keywords, written_for_0_4
 from onnxjob.compat.zero_d_results import host_results
 from onnxjob.frontend.results import LocalBlob
 from onnxjob.source_info import user_location
@@ -14,7 +14,8 @@ def _make_handler(blob, handler_or_prompt):
     """A function of the per-device values that calls the user's handler as OneFlow does
     (0-d values as ZeroDResults, compat/zero_d_results.py)."""
     handler = _values_handler(blob, handler_or_prompt)
-    return lambda values: handler(host_results(values))
+    as_vector = written_for_0_4()     # (OneFlow <= 0.4's (1,) for a 0-d value)
+    return lambda values: handler(host_results(values, as_vector))
 
 
 def _values_handler(blob, handler_or_prompt):

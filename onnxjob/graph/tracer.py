@@ -14,7 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from onnxjob import dtypes
-from onnxjob.errors import ConcreteBlobError, TraceError, UnsupportedAPIError
+from onnxjob.errors import ConcreteBlobError, OutsideJobError, TraceError, UnsupportedAPIError
 from onnxjob.graph.name_scope import namespace_prefix
 from onnxjob.graph.registry import get_primitive
 from onnxjob.source_info import short_location, user_location
@@ -477,7 +477,7 @@ def tracing(builder):
 def current_builder(api_name="this op"):
     builder = getattr(_state, "builder", None)
     if builder is None:
-        raise TraceError(f"{api_name} can only be used inside a job function body "
+        raise OutsideJobError(f"{api_name} can only be used inside a job function body "
                          "(a function decorated with @flow.global_function)")
     return builder
 

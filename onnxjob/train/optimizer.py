@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 
-from onnxjob.compat.generations import positional_is, two_generations
+from onnxjob.compat.generations import positional_is, two_generations, written_for_0_4
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
 from onnxjob.frontend.variables import VariableSpec, variable_blob
@@ -184,6 +184,8 @@ class Optimizer:
         self.weight_decay_includes = _patterns(weight_decay_includes)
         self.weight_decay_excludes = _patterns(weight_decay_excludes)
         self._job_variables = weakref.WeakKeyDictionary()
+        # made by code written for OneFlow <= 0.4: Adam then updates as that release did
+        self.written_for_0_4 = written_for_0_4()
 
     # -- recording ------------------------------------------------------------------------
     def minimize(self, loss):
@@ -459,6 +461,11 @@ class Adam(Optimizer):
     def _update(self, ctx, name, w, g, lr, weight_decay, keep=None):
         m_name, m = _state(name, "m", w)
         v_name, v = _state(name, "v", w)
+        if self.written_for_0_4:    # that generation's kernel (compat/generations.py)
+            w_new, m_new, v_new = R.adam_0_4(
+                w, g, m, v, lr, self.beta1, self.beta2, self.epsilon, weight_decay,
+                ctx.step if self.do_bias_correction else None, keep)
+            return {name: w_new, m_name: m_new, v_name: v_new}
         corrections = None
         if self.do_bias_correction:
             corrections = (R.cast_like(ctx.bias_correction(self.beta1), w),

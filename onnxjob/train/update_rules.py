@@ -236,6 +236,28 @@ def adam(w, g, m, v, lr, beta1, beta2, epsilon, weight_decay, corrections=None, 
     return w_new, m_new, v_new
 
 
+def adam_0_4(w, g, m, v, lr, beta1, beta2, epsilon, weight_decay, step=None, keep=None):
+    """OneFlow <= 0.4's adam_update (compat/generations.py): the moments as `adam`;
+    w' = w - lr_t * (m' / (sqrt(v') + eps) + weight_decay * w), with lr_t = lr when `step`
+    is None (no bias correction), else as 0.4's adam_bias_correction_learning_rate kernel:
+    lr * sqrt(1 - beta2**(step+1)) / (1 - beta1**(step+1)), the powers taken in double and
+    rounded to float32."""
+    m_new, v_new, _ = _moments(g, m, v, beta1, beta2, keep)
+    if step is not None:
+        exponent = op("Cast", reshape_to(step, ()) + int64_constant(step, 1),
+                      to=dtypes.float64.ir_dtype.value)
+        one = as_blob(np.float32(1), like=lr, dtype=np.float32)
+        powers = [op("Cast", op("Pow", as_blob(np.float64(np.float32(b)), like=exponent,
+                                             dtype=np.float64), exponent), to=_FLOAT32)
+                  for b in (beta1, beta2)]
+        lr = lr * cast_like(op("Sqrt", one - powers[1]) / (one - powers[0]), lr)
+    lr = gated(keep, lr, attr(lr, 0.0))
+    step_dir = m_new / (op("Sqrt", v_new) + attr(v, epsilon))
+    if weight_decay:
+        step_dir = step_dir + attr(w, weight_decay) * w
+    return w - lr * step_dir, m_new, v_new
+
+
 def lamb(w, g, m, v, beta1_t, beta2_t, lr, beta1, beta2, epsilon, weight_decay, keep=None):
     """lamb_update: beta_t *= beta (state starting at beta, so step t uses beta**(t+1));
     adam_diff = (m'/(1-b1_t)) / (sqrt(v'/(1-b2_t)) + eps);

@@ -1,0 +1,120 @@
+"""Programs written for OneFlow <= 0.4 (`import oneflow as flow`) against programs written
+for 0.5 (`import oneflow.compatible.single_client as flow`): where the two releases
+computed or returned differently, each program gets its own release's behaviour
+(compat/generations.py, compat/zero_d_results.py)."""
+import runpy
+
+import numpy as np
+import pytest
+
+import onnxjob as flow
+from onnxjob.compat import install_oneflow_alias, uninstall_oneflow_alias
+
+PROGRAM = '''
+import numpy as np
+import {module} as flow
+import {module}.typing as tp
+
+W0 = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
+
+
+@flow.global_function(type="train")
+def train(mask: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+    w = flow.get_variable("w", (4,), initializer=flow.constant_initializer(0.0))
+    loss = flow.math.reduce_mean(w * mask)
+    flow.optimizer.AdamW(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), beta1=0.9,
+                         beta2=0.99, epsilon=1e-3, weight_decay=0.9,
+                         do_bias_correction=True).minimize(loss)
+    return loss
+
+
+@flow.global_function()
+def argmax(x: tp.Numpy.Placeholder((5,))) -> tp.Numpy:
+    return flow.math.argmax(x)
+
+
+flow.load_variables({{"w": W0}})
+MASKS = [np.random.default_rng(i).uniform(size=4).astype(np.float32) for i in range(4)]
+LOSSES = [train(m) for m in MASKS]
+W = flow.get_all_variables()["w"].numpy()
+ARGMAX = argmax(np.array([0.0, 3.0, 1.0, -2.0, 0.5], np.float32))
+'''
+
+
+def run_program(tmp_path, module):
+    path = tmp_path / "program.py"
+    path.write_text(PROGRAM.format(module=module))
+    flow.clear_default_session()
+    install_oneflow_alias()
+    try:
+        return runpy.run_path(str(path))
+    finally:
+        uninstall_oneflow_alias()
+        flow.clear_default_session()
+
+
+def adamw_reference(masks, w, generation):
+    """w after AdamW steps on mean(w * mask) (gradient mask / 4), in float64, with the
+    update of OneFlow <= 0.4 (adam_bias_correction_learning_rate, then
+    w - lr_t * (m / (sqrt(v) + eps) + wd * w)) or of 0.5's adam_update."""
+    lr, b1, b2, eps, wd = 0.5, 0.9, 0.99, 1e-3, 0.9
+    w, m, v = w.astype(np.float64), 0.0, 0.0
+    for t, mask in enumerate(masks):
+        g = mask / 4
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        bc1, bc2 = 1 - b1 ** (t + 1), 1 - b2 ** (t + 1)
+        if generation == "0.4":
+            w = w - lr * np.sqrt(bc2) / bc1 * (m / (np.sqrt(v) + eps) + wd * w)
+        else:
+            w = w - lr / bc1 * m / (np.sqrt(v) / np.sqrt(bc2) + eps) - lr * wd * w
+    return w
+
+
+@pytest.mark.parametrize("module,generation", [("oneflow", "0.4"),
+                                               ("oneflow.compatible.single_client", "0.5")])
+def test_each_program_gets_its_release_s_adam_with_bias_correction(tmp_path, module,
+                                                                    generation):
+    """OneFlow <= 0.4 scaled the learning rate by sqrt(bc2) / bc1 and the weight decay with
+    it; 0.5 divides the step by bc1 and v by bc2 and decays by lr alone."""
+    ns = run_program(tmp_path, module)
+    expected = adamw_reference(ns["MASKS"], ns["W0"], generation)
+    other = adamw_reference(ns["MASKS"], ns["W0"], "0.5" if generation == "0.4" else "0.4")
+    assert np.abs(expected - other).max() > 0.1     # the releases differ here
+    np.testing.assert_allclose(ns["W"], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_0_4_program_gets_0_d_results_as_one_element_vectors(tmp_path):
+    """OneFlow <= 0.4 returned a full reduction and a vector's argmax with shape (1,);
+    programs concatenate and compare them as such."""
+    ns = run_program(tmp_path, "oneflow")
+    assert all(loss.shape == (1,) for loss in ns["LOSSES"])
+    assert np.concatenate(ns["LOSSES"]).shape == (4,)
+    assert np.array_equal(ns["ARGMAX"], np.array([1]))
+    assert ns["ARGMAX"].tolist() == [1]
+
+
+def test_a_0_5_program_gets_0_d_results(tmp_path):
+    ns = run_program(tmp_path, "oneflow.compatible.single_client")
+    assert all(loss.shape == () for loss in ns["LOSSES"])
+    assert f"{ns['LOSSES'][0]:.3f}" and ns["ARGMAX"].shape == () and int(ns["ARGMAX"]) == 1
+
+
+def test_a_job_only_api_outside_a_job_raises_oneflow_s_not_implemented_error():
+    """OneFlow's lazy API raises NotImplementedError where no implementation is enabled
+    (its own test_oneflow_export calls flow.losses.add_loss outside a job); onnxjob's
+    error names the line and is a TraceError too."""
+    from onnxjob.errors import TraceError
+    for call in (lambda: flow.losses.add_loss(None), lambda: flow.get_variable("v", (1,))):
+        with pytest.raises(NotImplementedError, match="inside a job function body") as info:
+            call()
+        assert isinstance(info.value, TraceError) and "test_generations.py" in str(info.value)
+
+
+def test_0_4_s_path_of_the_permutation_helpers_imports():
+    install_oneflow_alias()
+    try:
+        from oneflow.python.ops.transpose_util import (  # noqa: F401
+            get_inversed_perm, get_perm_when_transpose_axis_to_last_dim)
+        assert list(get_inversed_perm([2, 0, 1])) == [1, 2, 0]
+    finally:
+        uninstall_oneflow_alias()
