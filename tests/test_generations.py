@@ -118,3 +118,22 @@ def test_0_4_s_path_of_the_permutation_helpers_imports():
         assert list(get_inversed_perm([2, 0, 1])) == [1, 2, 0]
     finally:
         uninstall_oneflow_alias()
+
+
+def test_transpose_keeps_the_batch_axis_where_asked():
+    """OneFlow <= 0.3's blob.batch_axis moves with a transpose unless
+    batch_axis_non_change=True keeps the input's."""
+    import onnxjob.typing as tp
+    seen = {}
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3, 4))) -> tp.Numpy:
+        moved = flow.transpose(x, perm=[1, 0])
+        kept = flow.transpose(x, perm=[1, 0], batch_axis_non_change=True)
+        seen.update(x=x.batch_axis, moved=moved.batch_axis, kept=kept.batch_axis)
+        return kept
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(job(x), x.T)
+    assert seen == {"x": 0, "moved": 1, "kept": 0}
+    flow.clear_default_session()

@@ -21,6 +21,7 @@ from onnxjob.errors import missing_api
 from onnxjob.frontend import scope
 from onnxjob.graph.split_batch import Split, kind_while_tracing
 from onnxjob.graph.tracer import Blob, op
+from onnxjob.ops._array_common import BATCH_AXIS
 
 
 # OneFlow's split axis of a blob that is not split (py_blob_desc.h)
@@ -196,7 +197,10 @@ def _rows_axis(blob, ranks):
 def _batch_axis(self):
     """OneFlow <= 0.3's batch axis: the axis that indexes the placeholders' rows (0 for a
     placeholder; moved by a transpose, gone after a reduction over it), None where there
-    is none (variables, sums over the batch)."""
+    is none (variables, sums over the batch), or what its op set (`keep_batch_axis`)."""
+    kept = self.value.metadata_props.get(BATCH_AXIS)
+    if kept is not None:
+        return None if kept == "none" else int(kept)
     return _rows_axis(self, 2)
 
 

@@ -19,3 +19,13 @@ def check_axis(axis, rank, api):
 def to_flow_dtype(dtype):
     """The flow dtype class of a flow dtype or a NumPy dtype."""
     return dtypes.from_numpy(dtypes.to_numpy(dtype))
+
+
+# a value's OneFlow <= 0.3 batch axis as its op set it (transpose's batch_axis_non_change),
+# kept as metadata on the value (frontend/distribute.py's Blob.batch_axis reads it)
+BATCH_AXIS = "onnxjob.batch_axis"
+
+
+def keep_batch_axis(blob, axis):
+    """Make `axis` (or None) `blob`'s batch_axis, whatever axis the rows are on."""
+    blob.value.metadata_props[BATCH_AXIS] = "none" if axis is None else str(axis)

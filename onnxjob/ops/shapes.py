@@ -13,7 +13,7 @@ from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import resolve_reshape
 from onnxjob.graph.tracer import int64_constant, op
 from onnxjob.ops import qat
-from onnxjob.ops._array_common import check_axis, to_flow_dtype
+from onnxjob.ops._array_common import check_axis, keep_batch_axis, to_flow_dtype
 
 __all__ = ["broadcast_like", "dynamic_reshape", "elem_cnt", "expand", "expand_dims", "flatten",
            "reshape", "reshape_like", "squeeze", "transpose"]
@@ -89,14 +89,18 @@ def expand_dims(input, axis, name=None):
 @two_generations(("a", "perm", "conjugate", "name"), positional_is(3, str))
 def transpose(a, perm=None, conjugate=False, batch_axis_non_change=False, name=None):
     """Permute the axes by `perm` (None: reverse them); OneFlow <= 0.4's order (a string
-    fourth argument is the name) is accepted too."""
+    fourth argument is the name) is accepted too. `batch_axis_non_change`: the result's
+    `batch_axis` (OneFlow <= 0.3's) is `a`'s, not moved with the axes."""
     if conjugate:
         raise TraceError("transpose: conjugate=True is not supported (as in OneFlow)")
     a = as_vector(a, where=perm is not None and len(perm) == 1)   # compat/zero_d_inputs.py
     rank = len(a.shape)
     perm = list(range(rank))[::-1] if perm is None else [
         check_axis(p, rank, "transpose") for p in perm]
-    return op("Transpose", a, perm=perm, name=name)
+    out = op("Transpose", a, perm=perm, name=name)
+    if batch_axis_non_change:
+        keep_batch_axis(out, a.batch_axis)
+    return out
 
 
 def expand(x, expand_size, name=None):
