@@ -85,7 +85,7 @@ def const_value(blob):
 def static_value(blob):
     """The NumPy value of a shape-valued Blob while tracing: a constant's value, or, for a
     value computed from the shape of a dynamic Blob (Shape, then Gather, Slice, Concat,
-    Min, Max, Cast, Reshape, Squeeze or Unsqueeze of such values), its value at the
+    Min, Max, Add, Sub, Cast, Reshape, Squeeze or Unsqueeze of such values), its value at the
     static shapes, which are the maximum shapes of dynamic Blobs. Shape rules use it for
     the inputs that say how large an output is (ConstantOfShape's shape, TopK's k, ...):
     the output's static shape is then its maximum shape."""
@@ -125,6 +125,9 @@ _STATIC_FOLDS = {
     "Reshape": lambda a, at: a[0].reshape([int(d) for d in a[1]]),
     "Squeeze": lambda a, at: np.squeeze(a[0], axis=tuple(int(d) for d in a[1])),
     "Unsqueeze": lambda a, at: np.expand_dims(a[0], axis=tuple(int(d) for d in a[1])),
+    # (a size from two Blobs' sizes: a dynamic conv's input gradient padded to x's size)
+    "Add": lambda a, at: np.add(a[0], a[1]),
+    "Sub": lambda a, at: np.subtract(a[0], a[1]),
 }
 
 

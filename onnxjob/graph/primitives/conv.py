@@ -9,7 +9,7 @@ come from their parts.
 import numpy as np
 
 from onnxjob.graph.primitives.shape_ops import reshape_to
-from onnxjob.graph.primitives.conv_weight_grad import weight_grad
+from onnxjob.graph.primitives.conv_weight_grad import conv_weight_grad, weight_grad
 from onnxjob.graph.primitives.windows import (
     checked_lowering, flipped_transposed, gather_windows, geometry, pad_or_crop, pad_spatial,
     spatial_axes, text, window_out)
@@ -72,13 +72,49 @@ def conv_input_grad(gy, w, x_shape, strides, dil, pads, group):
               pads=list(pads), group=group, output_padding=out_pad if any(out_pad) else None)
 
 
+def _dynamic_input_grad(gy, w, x, strides, dil, pads, group):
+    """dL/dx of a Conv whose x is known at run time only (a mirrored blob fed smaller than
+    its placeholder): the ConvTranspose without cropping its end (its end pads and
+    output_padding, fixed from the placeholder's sizes, would be wrong for the run's),
+    then padded or cut at the end of each spatial axis to x's run-time size: the rows
+    past it are the forward's end padding, the rows missing are the ones no window
+    reached (a negative Pad crops)."""
+    nd = len(x.shape) - 2
+    dx = op("ConvTranspose", gy, w, strides=list(strides), dilations=list(dil),
+            pads=list(pads[:nd]) + [0] * nd, group=group)
+    missing = op("Sub", op("Shape", x, start=2), op("Shape", dx, start=2))
+    zeros = int64_constant(gy, [0] * (nd + 2))
+    return op("Pad", dx, op("Concat", zeros, int64_constant(gy, [0, 0]), missing, axis=0))
+
+
+def _dynamic_weight_grad(x, gy, w_shape, strides, dil, pads, group):
+    """dL/dW of a Conv whose x is known at run time only: the batch-transposed Conv
+    (conv_weight_grad.conv_weight_grad), which takes any run-time size, per group."""
+    if group == 1:
+        return conv_weight_grad(x, gy, w_shape, strides, dil, pads)
+    per_group = (w_shape[0] // group,) + tuple(w_shape[1:])
+    xs = op("Split", x, int64_constant(x, [x.shape[1] // group] * group), axis=1,
+            num_outputs=group)
+    gys = op("Split", gy, int64_constant(gy, [per_group[0]] * group), axis=1,
+             num_outputs=group)
+    return op("Concat", *(conv_weight_grad(xi, gi, per_group, strides, dil, pads)
+                          for xi, gi in zip(xs, gys)), axis=0)
+
+
 def _conv_grad(n, g, need):
     x, w = n.inputs[:2]
     strides, dil, pads = geometry(n.attrs, x)
     group = int(n.attrs.get("group", 1))
     gy = g[0]
-    grads = [conv_input_grad(gy, w, x.shape, strides, dil, pads, group) if need[0] else None,
-             weight_grad(x, gy, w.shape, strides, dil, pads, group) if need[1] else None]
+    if x.is_dynamic or gy.is_dynamic:     # sizes known at run time only
+        grads = [_dynamic_input_grad(gy, w, x, strides, dil, pads, group) if need[0]
+                 else None,
+                 _dynamic_weight_grad(x, gy, w.shape, strides, dil, pads, group) if need[1]
+                 else None]
+    else:
+        grads = [conv_input_grad(gy, w, x.shape, strides, dil, pads, group)
+                 if need[0] else None,
+                 weight_grad(x, gy, w.shape, strides, dil, pads, group) if need[1] else None]
     if len(n.inputs) > 2:
         grads.append(op("ReduceSum", gy, int64_constant(gy, [0] + spatial_axes(len(x.shape))),
                         keepdims=0) if need[2] else None)

@@ -18,14 +18,15 @@ def conv_weight_grad(x, gy, w_shape, strides, dil, pads):
 
     x^T (C, N, *S) convolved with gy^T (M, N, *So) as the kernel, stride and dilation
     swapped, gives (C, M, *k') with k' >= k; the extra rows come from input rows no
-    output window used and are cut off.
+    output window used and are cut off (always where x's sizes are known at run time
+    only: k' is then the run's).
     """
     nd = len(w_shape) - 2
     swap = [1, 0] + spatial_axes(nd + 2)
     xt = op("Transpose", x, perm=swap)
     gt = op("Transpose", gy, perm=swap)
     gw = op("Conv", xt, gt, strides=list(dil), dilations=list(strides), pads=list(pads))
-    if gw.shape[2:] != tuple(w_shape[2:]):
+    if gw.shape[2:] != tuple(w_shape[2:]) or x.is_dynamic or gy.is_dynamic:
         gw = op("Slice", gw, *(int64_constant(gw, v) for v in (
             [0] * nd, list(w_shape[2:]), spatial_axes(nd + 2))))
     return op("Transpose", gw, perm=swap)

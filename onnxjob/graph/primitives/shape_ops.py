@@ -269,7 +269,8 @@ register("NonZero", _non_zero_infer, None, differentiable=False,
 
 def _pad_infer(inputs, attrs, num_outputs):
     x = inputs[0]
-    pads = const_value(inputs[1])
+    # (pads computed from a dynamic Blob's shape: their value at the maximum shapes)
+    pads = static_value(inputs[1])
     r = len(x.shape)
     if attr_text(attrs, "mode", "constant") == "reflect" and any(
             max(pads[i], pads[i + r]) >= d for i, d in enumerate(x.shape)):
