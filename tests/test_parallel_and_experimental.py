@@ -236,6 +236,8 @@ def test_a_blobs_parallel_conf_is_the_placement_it_was_made_under():
             z = y + 1
         seen["y"] = (y.parallel_conf.device_tag(), y.parallel_conf.device_name())
         seen["z"] = (z.parallel_conf.device_tag(), z.parallel_conf.device_name())
+        # OneFlow <= 0.4's protobuf fields (its test_cpu_only_user_op: "cpu" in device_tag)
+        seen["fields"] = (y.parallel_conf.device_tag, list(z.parallel_conf.device_name))
         return z
 
     @flow.global_function()
@@ -246,5 +248,6 @@ def test_a_blobs_parallel_conf_is_the_placement_it_was_made_under():
     job(np.ones((2, 5), np.float32))
     plain(np.ones((2, 5), np.float32))
     assert seen["y"] == ("cpu", ["0:0"]) and seen["z"] == ("gpu", ["0:0-1"])
+    assert seen["fields"] == ("cpu", ["0:0-1"]) and "cpu" in seen["fields"][0]
     from onnxjob.runtime.session import default_session
     assert seen["plain"] == ("gpu" if default_session().device == "cuda" else "cpu")

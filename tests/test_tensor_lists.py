@@ -59,6 +59,16 @@ def test_a_tensor_list_goes_through_a_tensor_buffer_and_back():
     assert np.array_equal(run([[c]])[0][0], c)
 
 
+def test_identity_of_a_tensor_list_is_the_list():
+    """OneFlow 0.2's test_tensor_list_and_tensor_buffer: flow.identity of a ListListNumpy
+    placeholder (the graph had a tensor-typed Identity of a sequence: onnxruntime refused
+    the model)."""
+    run = job(lambda x: flow.identity(x), tp.ListListNumpy.Placeholder((2, 5)))
+    a, b = np.random.rand(1, 3).astype(np.float32), np.random.rand(1, 4).astype(np.float32)
+    out = run([[a, b]])
+    assert np.array_equal(out[0][0], a) and np.array_equal(out[0][1], b)
+
+
 def test_tensor_buffer_to_tensor_list_casts_to_its_dtype():
     run = job(lambda x: round_trip(x, (3,), flow.int32),
               tp.ListListNumpy.Placeholder((1, 3)))

@@ -60,20 +60,39 @@ def device_count(machine_device_ids):
     return total
 
 
+class _CallableStr(str):
+    """A protobuf string field of OneFlow <= 0.4 that 0.5's binding made a method: read
+    either way (`conf.device_tag`, `conf.device_tag()`)."""
+
+    def __call__(self):
+        return str(self)
+
+
+class _CallableList(list):
+    """A repeated protobuf field of OneFlow <= 0.4 that 0.5 made a method (see above)."""
+
+    def __call__(self):
+        return list(self)
+
+
 class ParallelConf:
     """`Blob.parallel_conf`: the device tag ("cpu" or "gpu", OneFlow's names) and the
-    "machine:devices" strings of the placement a blob was made under."""
+    "machine:devices" strings of the placement a blob was made under, as OneFlow 0.5's
+    methods (`device_tag()`, `device_name()`) and <= 0.4's protobuf fields
+    (`device_tag`, `device_name`)."""
 
     def __init__(self, device_tag, machine_device_ids):
         self._tag = "gpu" if device_tag == "cuda" else device_tag
         ids = machine_device_ids if machine_device_ids is not None else "0:0"
         self._names = [ids] if isinstance(ids, str) else list(ids)
 
+    @property
     def device_tag(self):
-        return self._tag
+        return _CallableStr(self._tag)
 
+    @property
     def device_name(self):
-        return list(self._names)
+        return _CallableList(self._names)
 
     def __repr__(self):
         return f"ParallelConf(device_tag={self._tag!r}, device_name={self._names})"

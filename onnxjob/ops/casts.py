@@ -20,13 +20,16 @@ def cast(x, dtype, name=None):
 
 
 def identity(x, name=None):
-    """`x` unchanged."""
+    """`x` unchanged (a tensor list stays the list it is: the graph's Identity of a
+    sequence would be typed as a tensor)."""
+    if getattr(x, "is_tensor_list", False):
+        return x
     return op("Identity", x, name=name)
 
 
 def identity_n(inputs, name=None):
     """Each of `inputs`, unchanged (a list)."""
-    return [op("Identity", x) for x in inputs]
+    return [identity(x) for x in inputs]
 
 
 def amp_white_identity(x, name=None):
