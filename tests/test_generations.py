@@ -91,6 +91,10 @@ def test_a_0_4_program_gets_0_d_results_as_one_element_vectors(tmp_path):
     assert np.concatenate(ns["LOSSES"]).shape == (4,)
     assert np.array_equal(ns["ARGMAX"], np.array([1]))
     assert ns["ARGMAX"].tolist() == [1]
+    # and to a number, as NumPy 1.x converted any one-element array
+    loss = ns["LOSSES"][0]
+    assert float(loss) == loss[0] and int(ns["ARGMAX"]) == 1 and "%.3f" % loss
+    assert type(loss * 2) is np.ndarray and type(loss.mean()) is not type(loss)
 
 
 def test_a_0_5_program_gets_0_d_results(tmp_path):

@@ -14,7 +14,7 @@ A job defined by code written for OneFlow <= 0.4 (`import oneflow as flow`:
 compat/generations.written_for_0_4) gets those values with 0.4's own shape, (1,)
 (`host_results(values, as_vector=True)`): such programs also hand them to NumPy as vectors
 (`np.concatenate(losses)`, `np.array_equal(out, [x])`, `out.tolist()[0]`), which no 0-d
-array can stand in for.
+array can stand in for; `float(loss)` works on them as with NumPy 1.x (VectorOfOne).
 """
 import numbers
 
@@ -56,11 +56,35 @@ class ZeroDResult(np.ndarray):
         return array[()] if return_scalar or array.ndim == 0 else array
 
 
+class VectorOfOne(np.ndarray):
+    """OneFlow <= 0.4's one-element result, shape (1,), that also converts to a Python
+    number as NumPy 1.x let any one-element array do (`float(loss)`, `int(argmax)`,
+    `"%.3f" % loss`; NumPy 2 refuses arrays of rank > 0 there); derived arrays are plain."""
+
+    def __float__(self):
+        return float(np.asarray(self).reshape(-1)[0]) if self.size == 1 else \
+            super().__float__()
+
+    def __int__(self):
+        return int(np.asarray(self).reshape(-1)[0]) if self.size == 1 else super().__int__()
+
+    def __complex__(self):
+        return complex(np.asarray(self).reshape(-1)[0]) if self.size == 1 else \
+            super().__complex__()
+
+    def __repr__(self):
+        return repr(np.asarray(self))
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        array = array.view(np.ndarray)
+        return array[()] if return_scalar or array.ndim == 0 else array
+
+
 def host_result(array, as_vector=False):
     """`array` as the caller receives it: a 0-d ndarray as a ZeroDResult view, or with
-    `as_vector` as OneFlow <= 0.4's (1,) vector."""
+    `as_vector` as OneFlow <= 0.4's (1,) vector (a VectorOfOne)."""
     if type(array) is np.ndarray and array.ndim == 0:
-        return array.reshape(1) if as_vector else array.view(ZeroDResult)
+        return array.reshape(1).view(VectorOfOne) if as_vector else array.view(ZeroDResult)
     return array
 
 
