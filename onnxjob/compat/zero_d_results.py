@@ -31,7 +31,20 @@ def _reads_as_vector(key):
     return isinstance(key, (numbers.Integral, slice))
 
 
-class ZeroDResult(np.ndarray):
+class _HostResult(np.ndarray):
+    """A result array whose repr is the plain array's and whose derived arrays are plain:
+    a ufunc's result (arithmetic, comparisons, reductions such as .mean()) is what it is
+    for a plain array, a NumPy scalar or a plain ndarray."""
+
+    def __repr__(self):
+        return repr(np.asarray(self))
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        array = array.view(np.ndarray)
+        return array[()] if return_scalar or array.ndim == 0 else array
+
+
+class ZeroDResult(_HostResult):
     """A 0-d ndarray that indexes, iterates and has len() as a (1,) vector (see the
     module doc); derived arrays of other shapes behave as plain ndarrays."""
 
@@ -46,38 +59,25 @@ class ZeroDResult(np.ndarray):
     def __iter__(self):
         return iter(np.asarray(self).reshape(1)) if self.ndim == 0 else super().__iter__()
 
-    def __repr__(self):
-        return repr(np.asarray(self))
 
-    def __array_wrap__(self, array, context=None, return_scalar=False):
-        # a ufunc's result (arithmetic, comparisons, reductions such as .mean()) is what it
-        # is for a plain 0-d array: a NumPy scalar, or a plain ndarray
-        array = array.view(np.ndarray)
-        return array[()] if return_scalar or array.ndim == 0 else array
-
-
-class VectorOfOne(np.ndarray):
+class VectorOfOne(_HostResult):
     """OneFlow <= 0.4's one-element result, shape (1,), that also converts to a Python
     number as NumPy 1.x let any one-element array do (`float(loss)`, `int(argmax)`,
     `"%.3f" % loss`; NumPy 2 refuses arrays of rank > 0 there); derived arrays are plain."""
 
+    def _number(self, kind):
+        """kind(its one element), or NumPy's own refusal for a view of another size."""
+        plain = np.asarray(self)
+        return kind(plain.reshape(-1)[0]) if plain.size == 1 else kind(plain)
+
     def __float__(self):
-        return float(np.asarray(self).reshape(-1)[0]) if self.size == 1 else \
-            super().__float__()
+        return self._number(float)
 
     def __int__(self):
-        return int(np.asarray(self).reshape(-1)[0]) if self.size == 1 else super().__int__()
+        return self._number(int)
 
     def __complex__(self):
-        return complex(np.asarray(self).reshape(-1)[0]) if self.size == 1 else \
-            super().__complex__()
-
-    def __repr__(self):
-        return repr(np.asarray(self))
-
-    def __array_wrap__(self, array, context=None, return_scalar=False):
-        array = array.view(np.ndarray)
-        return array[()] if return_scalar or array.ndim == 0 else array
+        return self._number(complex)
 
 
 def host_result(array, as_vector=False):

@@ -282,9 +282,8 @@ class Optimizer:
                 R.scaled(g, factors.get(n)) for n, g in regularized.items() if n not in ready])
         for member, group in scaled:
             member._update_group(ctx, group)
-        finite = ctx.finite
         if dynamic:
-            self._skip_and_schedule(builder, finite, before, scale_state, ctx.kept)
+            self._skip_and_schedule(builder, ctx.finite, before, scale_state, ctx.kept)
 
     def _skip_and_schedule(self, builder, finite, before, scale_state, kept):
         """A dynamic loss scale's end of the step: every state this step updates (the
@@ -333,9 +332,9 @@ class Optimizer:
         if not grads:
             return
         lr = self.lr_scheduler.lr(ctx.step)
+        keep = ctx.finite if self._skips_by_coefficients else None
         for name, g in grads.items():
             w = builder.variables[name]
-            keep = ctx.finite if self._skips_by_coefficients else None
             if keep is not None:    # (g * 0 would be NaN where g is not finite)
                 g = op("Where", keep, g, R.attr(g, 0.0))
             new = self._update(ctx, name, w, g, R.cast_like(lr, w),
