@@ -349,9 +349,10 @@ def _cuda_form_step(amp, x, labels, values):
         feeds[name] = values[variable]
     half_norms = [n for n in compiled.model.graph if n.op_type == "BatchNormalization"
                   and n.outputs[0].type.dtype == ir.DataType.FLOAT16]
-    # 2 forward, 2 x 2 backward but for bn1 * dy: the max-pool gradient (a scatter-add) is
-    # float32, as a reduction
-    assert len(half_norms) == (5 if amp else 0)
+    # 2 forward, 3 x 2 backward (x-hat for the gradient sums, passes/
+    # batch_norm_row_statistics.py, a * dy + c and b * (x - mean)) but for bn1's a * dy:
+    # the max-pool gradient (a scatter-add) is float32, as a reduction
+    assert len(half_norms) == (7 if amp else 0)
     sess = ort.InferenceSession(compiled.serialized(), providers=["CPUExecutionProvider"])
     names = [compiled.output_names[0]] + [compiled.state_outputs[v] for v in
                                           ("c1-weight", "c2-weight", "out-weight")]

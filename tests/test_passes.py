@@ -15,8 +15,8 @@ import onnxjob.typing as tp
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from onnxjob.graph import memory_plan
-from onnxjob.passes import (AlignBroadcastRanks, BatchNormStatistics, FoldReshapes,
-                    FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool,
+from onnxjob.passes import (AlignBroadcastRanks, BatchNormRowStatistics, BatchNormStatistics,
+                    FoldReshapes, FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool,
                     SumSquareReductions, RecomputeCheapValues, ReluMaskAsMul,
                     ShareBatchNormCentering, ShareCastsThroughViews, SplitChannelReductions,
                     op_counts)
@@ -587,3 +587,107 @@ def test_sum_square_reductions_of_a_sum():
                   flow.math.reduce_sum(flow.math.reduce_sum(op("Mul", r, r), axis=[1])))
     check(SumSquareReductions(), fn, [(3, 4)], {"Mul": 2, "ReduceSum": 3},
           {"ReduceSumSquare": 2, "ReduceSum": 1, "Mul": 0})
+
+
+def _batch_norm_step_model(shape, epsilon=1e-3, **attrs):
+    """A train batch norm's forward and backward as the tracer and the gradient pass emit
+    them (the CUDA form: statistics and sums as parts): outputs y, mean + var, and the
+    gradients of sum(y * ct) for x, gamma and beta."""
+    from onnxjob.frontend.variables import VariableSpec
+    from onnxjob.graph import autodiff
+    builder, channels = GraphBuilder("g", is_train=True), shape[1]
+    with tracing(builder):
+        inputs = {}
+        for name, s in (("x", shape), ("gamma", (channels,)), ("beta", (channels,))):
+            inputs[name] = b = builder.add_input(name, s, np.float32)
+            builder.variables[name] = b
+            builder.variable_specs[name] = VariableSpec(name, s, np.float32, None)
+        y, mean, var = op("onnxjob.BatchNormTrain", inputs["x"], inputs["gamma"],
+                          inputs["beta"], axis=1, epsilon=epsilon, num_outputs=3, **attrs)
+        ct = builder.add_input("ct", shape, np.float32)
+        loss = op("ReduceSum", op("Mul", y, ct),
+                  builder.constant(np.arange(len(shape), dtype=np.int64)), keepdims=0)
+        grads = autodiff.backward(builder, [loss])
+        outs = [y, op("Add", mean, var)] + [grads[n] for n in ("x", "gamma", "beta")]
+        for i, blob in enumerate(outs):
+            blob = op("Identity", blob)
+            blob.value.name = f"out{i}"
+            builder.graph.outputs.append(blob.value)
+    return ir.Model(builder.graph, ir_version=IR_VERSION)
+
+
+def _batch_norm_step_reference(feeds, epsilon):
+    """The same outputs in float64 NumPy (the closed forms cuDNN computes)."""
+    x, gamma, beta, ct = (feeds[n].astype(np.float64) for n in ("x", "gamma", "beta", "ct"))
+    axes = (0,) + tuple(range(2, x.ndim))
+    bshape = [1, x.shape[1]] + [1] * (x.ndim - 2)
+    mean, var = x.mean(axes), x.var(axes)
+    xhat = (x - mean.reshape(bshape)) / np.sqrt(var + epsilon).reshape(bshape)
+    y = xhat * gamma.reshape(bshape) + beta.reshape(bshape)
+    d_beta, d_gamma = ct.sum(axes), (ct * xhat).sum(axes)
+    count = x.size // x.shape[1]
+    dx = (gamma / np.sqrt(var + epsilon)).reshape(bshape) * (
+        ct - (d_beta / count).reshape(bshape) - xhat * (d_gamma / count).reshape(bshape))
+    return [y, mean + var, dx, d_gamma, d_beta]
+
+
+@pytest.mark.parametrize("shape", [(4, 8, 5, 5), (3, 4, 6), (2, 16, 3, 4, 2)])
+def test_batch_norm_row_statistics(shape):
+    """The batch's statistics and the backward's sums from per-row LayerNormalization
+    statistics give what the parts give (x far from zero mean, a constant row whose
+    1 / std is infinite), both within float32 rounding of float64: nothing reads x but
+    the row statistics, the normalizations and the gradients' x-hat."""
+    epsilon = 1e-3
+    model = _batch_norm_step_model(shape, epsilon)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape) * 3 + 20
+    x[1, 2] = 7.0                           # one row's variance is 0
+    feeds = {"x": x.astype(np.float32), "ct": rng.standard_normal(shape).astype(np.float32),
+             "gamma": rng.uniform(0.5, 2, shape[1]).astype(np.float32),
+             "beta": rng.standard_normal(shape[1]).astype(np.float32)}
+    expected = _run_all(model, feeds)
+    reference = _batch_norm_step_reference(feeds, epsilon)
+    result = BatchNormRowStatistics()(model)
+    assert result.modified
+    common.RemoveUnusedNodesPass()(model)
+    assert op_counts(model)["LayerNormalization"] == 3      # x, dy and dy * x-hat
+    x_value = model.graph.inputs[0]
+    assert {u.node.op_type for u in x_value.uses()} == {"LayerNormalization",
+                                                       "BatchNormalization"}
+    got = _run_all(model, feeds)
+    for name, g, e, r in zip(["y", "mean + var", "dx", "d_gamma", "d_beta"],
+                             got, expected, reference):
+        scale = np.abs(r).max()
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=2e-5 * scale, err_msg=name)
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5 * scale, err_msg=name)
+    assert not BatchNormRowStatistics()(model).modified
+
+
+@pytest.mark.parametrize("local_statistics", [0, 1])
+def test_batch_norm_row_statistics_of_a_data_parallel_step(local_statistics):
+    """In a data-parallel step's graph (before it is split per rank) the rank-local
+    markers and the collectives read the new statistics and sums: each rank's come from
+    its own rows, as before."""
+    model = _batch_norm_step_model((8, 4, 3, 3), ranks=2, local_statistics=local_statistics)
+    assert BatchNormRowStatistics()(model).modified
+    common.RemoveUnusedNodesPass()(model)
+    x = model.graph.inputs[0]
+    assert {u.node.op_type for u in x.uses()} == {"LayerNormalization", "BatchNormalization"}
+    marked = [n.inputs[0].producer() for n in model.graph if n.op_type == "RankLocal"]
+    assert len(marked) == (4 if local_statistics else 2)
+    assert all("/rows_" in p.name for p in marked), [p.name for p in marked]
+    assert not BatchNormRowStatistics()(model).modified
+
+
+def test_batch_norm_row_statistics_needs_rows_of_two_or_more():
+    """A batch norm over (N, C, 1, 1) has rows of one element (onnxruntime's
+    LayerNormalization refuses them): the parts stay."""
+    assert not BatchNormRowStatistics()(_batch_norm_step_model((8, 4, 1, 1))).modified
+
+
+def test_batch_norm_row_statistics_runs_for_cuda_mixed_precision_jobs_only():
+    from onnxjob.passes import default_passes
+
+    def has(device, amp):
+        return any(isinstance(p, BatchNormRowStatistics) for p in default_passes(device, amp))
+    assert has("cuda", True) and not has("cuda", False) and not has("cpu", True)

@@ -58,14 +58,20 @@ def test_a_train_step_s_nodes_are_grouped_by_what_made_them():
     flow.clear_default_session()
 
 
-def _cuda_form_conv_bn_step(monkeypatch, skip):
-    """(compiled graph, loss and updated weights on the CPU EP) of a conv / batch norm /
-    ReLU train step compiled for the CUDA EP, with `skip` passes left out."""
+_STEP_WEIGHTS = ("c-weight", "bn-gamma", "bn-beta", "c2-weight")
+
+
+def _cuda_form_conv_bn_step(monkeypatch, skip, amp=False):
+    """(compiled graph, [loss, then the weights' updates] on the CPU EP) of a conv / batch
+    norm / ReLU train step compiled for the CUDA EP, with `skip` passes left out, under
+    mixed precision with `amp`."""
     import onnxruntime as ort
     monkeypatch.setenv("ONNXJOB_SKIP_PASSES", skip)
     flow.clear_default_session()
+    config = flow.FunctionConfig()
+    config.enable_auto_mixed_precision(amp)
 
-    @flow.global_function(type="train")
+    @flow.global_function(type="train", function_config=config)
     def job(x: tp.Numpy.Placeholder((4, 3, 8, 8))) -> tp.Numpy:
         init = flow.random_normal_initializer(stddev=0.3)
         h = flow.layers.conv2d(x, 6, 3, padding="SAME", kernel_initializer=init, name="c")
@@ -85,12 +91,12 @@ def _cuda_form_conv_bn_step(monkeypatch, skip):
         shape, dtype = inputs[name].shape.numpy(), inputs[name].type.dtype.numpy()
         drawn = rng.standard_normal(shape) * 0.3 + (1 if "gamma" in variable else 0)
         feeds[name] = (drawn if dtype.kind == "f" else np.zeros(shape)).astype(dtype)
-    names = [compiled.output_names[0]] + [compiled.state_outputs[v] for v in
-                                          ("c-weight", "bn-gamma", "bn-beta", "c2-weight")]
+    names = [compiled.output_names[0]] + [compiled.state_outputs[v] for v in _STEP_WEIGHTS]
     sess = ort.InferenceSession(compiled.serialized(), providers=["CPUExecutionProvider"])
-    results = sess.run(names, feeds)
+    loss, *weights = sess.run(names, feeds)
     flow.clear_default_session()
-    return compiled.model.graph, results
+    return compiled.model.graph, [loss] + [
+        new - feeds[compiled.variable_inputs[v]] for v, new in zip(_STEP_WEIGHTS, weights)]
 
 
 def test_the_batch_norm_backward_reads_the_forward_s_centering(monkeypatch):
@@ -113,6 +119,38 @@ def test_the_batch_norm_backward_reads_the_forward_s_centering(monkeypatch):
     assert all(traffic.origin(u.node)[0] == "forward" for u in conv.outputs[0].uses())
     for got, want in zip(results, expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_batch_norm_under_mixed_precision_reads_half_tensors_only(monkeypatch):
+    """Under mixed precision the batch norm's statistics and gradient sums come from
+    per-row statistics of the half tensors (passes/batch_norm_row_statistics.py): no
+    activation-sized tensor is cast to float32 for them, the batch norm's groups (and those
+    casts) move under 0.6x the bytes they did, and the step's loss and updates are as close to
+    float32's as without the pass."""
+    graph, results = _cuda_form_conv_bn_step(monkeypatch, "", amp=True)
+    before, parts = _cuda_form_conv_bn_step(monkeypatch, "BatchNormRowStatistics", amp=True)
+    _, exact = _cuda_form_conv_bn_step(monkeypatch, "", amp=False)
+    norm = ("forward batch norm", "backward batch norm")
+    for g in (graph, before):
+        assert any(n.op_type == "Conv" and n.outputs[0].type.dtype == ir.DataType.FLOAT16
+                   for n in g)
+    assert {n.inputs[0].type.dtype for n in graph if n.op_type == "LayerNormalization"} == \
+        {ir.DataType.FLOAT16}
+
+    def moved(g):   # the batch norm's own nodes and the activation casts made for them
+        return sum(t.moved for t in traffic.traffic(g).nodes if t.group in norm or (
+            t.node.op_type == "Cast" and t.node.outputs[0] in casts_of(g)))
+
+    def casts_of(g):
+        return {n.outputs[0] for n in g if n.op_type == "Cast" and n.outputs[0].shape is not
+                None and n.outputs[0].shape.numpy() == (4, 6, 8, 8)}
+    assert {v.type.dtype for v in casts_of(before)} == {ir.DataType.FLOAT}
+    assert {v.type.dtype for v in casts_of(graph)} <= {ir.DataType.FLOAT16}
+    assert moved(graph) < 0.6 * moved(before), (moved(graph), moved(before))
+    for got, without, want in zip(results, parts, exact):
+        error = np.abs(got - want).max()
+        assert error <= 2 * np.abs(without - want).max() + 2e-6 * np.abs(want).max(), \
+            (error, np.abs(without - want).max())
 
 
 def _update_passes(make_optimizer):

@@ -16,6 +16,7 @@ from onnxjob import settings
 
 from .align_broadcast_ranks import AlignBroadcastRanks
 from .auto_mixed_precision import AutoMixedPrecision
+from .batch_norm_row_statistics import BatchNormRowStatistics
 from .batch_norm_statistics import BatchNormStatistics
 from .default_pipeline import default_pass_names, default_pipeline, final_passes
 from .fold_reshapes import FoldReshapes
@@ -158,7 +159,8 @@ def op_counts(model):
     return dict(collections.Counter(node.op_type for node in model.graph))
 
 
-__all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormStatistics", "FoldReshapes",
+__all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormRowStatistics",
+           "BatchNormStatistics", "FoldReshapes",
            "FoldTransposeIntoGemm", "KeepOnCuda", "MaskBeforeMaxUnpool",
            "RecomputeCheapValues", "ReluMaskAsMul", "ShareCastsThroughViews",
            "SplitChannelReductions", "SumSquareReductions",

@@ -29,6 +29,10 @@ user ops; here they are mapped onto the ONNX ops onnxjob emits:
      computed mean alone is cast (|mean| <= max |x|). So the activations between two
      convolutions stay half (ResNet50's AMP step cast ~5 GB a step at batch 8 between
      float16 and float32 with the normalization in float32).
+     A LayerNormalization whose Y nothing reads (per-row statistics: passes/
+     batch_norm_row_statistics.py) follows its data input too: with a half x its scale
+     and bias are cast to half and its Mean and InvStdDev stay float32, which
+     onnxruntime accumulates in float32 (ONNX's stash_type).
   4. every other op stays float32: softmax, log-softmax and the losses, reductions
      (ReduceSum/ReduceMean: batch-norm statistics, bias gradients; scatters with
      reduction="add", which the CPU EP also cannot run in float16), Exp/Log/Pow/Sqrt,
@@ -156,6 +160,8 @@ class AutoMixedPrecision(InPlacePass):
                 continue
             if node.op_type in DATA_FOLLOW and self._normalizes_half(node):
                 self._batch_norm_to_half(node)
+            elif self._row_statistics_of_half(node):
+                self._to_half(node, outputs=1)
             elif self._runs_in_half(node):
                 self._to_half(node)
             else:
@@ -212,16 +218,26 @@ class AutoMixedPrecision(InPlacePass):
         constants = [v.const_value.numpy() for v in per_channel if v.const_value is not None]
         return all(np.all(np.abs(c) < HALF_MAX) for c in constants)
 
+    def _row_statistics_of_half(self, node):
+        """Rule 3: a LayerNormalization of a half x whose Y nothing reads."""
+        if node.op_type != "LayerNormalization" or node.domain not in ("", "ai.onnx") or \
+                len(node.outputs) < 2 or _dtype(node.inputs[0]) != self.half:
+            return False
+        y = node.outputs[0]
+        return not y.uses() and not y.is_graph_output()
+
     def _votes(self, value):
         return value not in self._silent and _may_vote(value)
 
     # -- rewriting ------------------------------------------------------------------------
-    def _to_half(self, node):
+    def _to_half(self, node, outputs=None):
+        """Cast `node`'s float32 inputs of its computed type to half and make its float32
+        outputs (the first `outputs` of them, when given) half."""
         for i in _t_inputs(node, self._opset):
             value = node.inputs[i]
             if _dtype(value) == ir.DataType.FLOAT:
                 node.replace_input_with(i, self._cast(value, self.half, node))
-        for out in node.outputs:
+        for out in list(node.outputs)[:outputs]:
             if _dtype(out) == ir.DataType.FLOAT:
                 out.type = ir.TensorType(self.half)
                 self._changed.add(out)

@@ -4,6 +4,7 @@ runs the pipeline, reading the settings)."""
 from onnx_ir.passes import common
 
 from .align_broadcast_ranks import AlignBroadcastRanks
+from .batch_norm_row_statistics import BatchNormRowStatistics
 from .batch_norm_statistics import BatchNormStatistics
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
@@ -24,6 +25,9 @@ def default_pipeline(device, mixed_precision=False):
         # (first: it matches the batch norm's mean before SplitChannelReductions splits it;
         # in float32 only, see its docstring)
         *([ShareBatchNormCentering()] if device == "cuda" and not mixed_precision else []),
+        # (under mixed precision it takes the batch norm's statistics and gradient sums in
+        # its stead, also before the reductions it matches are rewritten)
+        *([BatchNormRowStatistics()] if device == "cuda" and mixed_precision else []),
         FoldTransposeIntoGemm(),
         MaskBeforeMaxUnpool(),
         # (before SplitChannelReductions splits the mean it matches; after
@@ -46,5 +50,5 @@ def final_passes():
 
 def default_pass_names():
     """Class names of the default passes on any device (what ONNXJOB_SKIP_PASSES takes)."""
-    return sorted({type(p).__name__ for device in ("cpu", "cuda")
-                   for p in default_pipeline(device) + final_passes()})
+    return sorted({type(p).__name__ for device in ("cpu", "cuda") for amp in (False, True)
+                   for p in default_pipeline(device, amp) + final_passes()})
