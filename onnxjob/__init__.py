@@ -27,7 +27,9 @@ from onnxjob.frontend.helpers import (Size, convert_oneflow_dtype_to_numpy_dtype
                                       manual_seed, no_grad)
 from onnxjob.frontend.helpers import enable_typing_check as _enable_typing_check
 from onnxjob.frontend.helpers import (
+    delete_worker_by_bootstrap as _delete_worker_by_bootstrap,
     delete_worker_of_multi_process as _delete_worker_of_multi_process)
+from onnxjob.frontend.devices import device, placement  # noqa: F401
 from onnxjob.frontend.generators import create_generator as Generator  # noqa: F401
 from onnxjob.frontend.generators import default_generator  # noqa: F401
 from onnxjob.frontend.initializers import (constant_initializer, glorot_normal_initializer,  # noqa: F401
@@ -87,6 +89,7 @@ from onnxjob.frontend.user_op_builder import (consistent_user_op_builder,  # noq
                                               consistent_user_op_module_builder,
                                               find_or_create_module, user_op_builder,
                                               user_op_module_builder)
+from onnxjob.frontend.user_op_builder import BuiltinOp as builtin_op  # noqa: F401
 from onnxjob.ops import experimental as _experimental, quantization  # noqa: F401
 from onnxjob.ops import parallel as _parallel
 from onnxjob.ops.detection import (object_bbox_flip, object_bbox_scale,  # noqa: F401
@@ -153,6 +156,7 @@ tensorrt = _Namespace("flow.tensorrt", cache_int8_calibration=_cache_int8_calibr
 autograd = _Namespace("flow.autograd", no_grad=no_grad)
 deprecated = _Namespace("flow.deprecated", variable_scope=scope.namespace,
                         delete_worker_of_multi_process=_delete_worker_of_multi_process,
+                        delete_worker_by_bootstrap=_delete_worker_by_bootstrap,
                         nn=_Namespace("flow.deprecated.nn", Module=nn.Module))
 image_batch_align = image.batch_align
 image_decode = image.decode

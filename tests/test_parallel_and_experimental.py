@@ -251,3 +251,40 @@ def test_a_blobs_parallel_conf_is_the_placement_it_was_made_under():
     assert seen["fields"] == ("cpu", ["0:0-1"]) and "cpu" in seen["fields"][0]
     from onnxjob.runtime.session import default_session
     assert seen["plain"] == ("gpu" if default_session().device == "cuda" else "cpu")
+
+
+def test_flow_placement_and_flow_device_in_each_generation_s_sense():
+    """OneFlow 0.2's flow.placement.current_scope() (model code such as two_stage_reduce
+    reads its default_device_tag and machine_id2device_id_list inside a job) and
+    flow.device("gpu:0") as a placement scope; OneFlow 0.5's flow.placement(tag, {machine:
+    [devices]}) and flow.device("cuda:0") as values with their fields."""
+    seen = {}
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((6, 2))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-2"):
+            here = flow.placement.current_scope()
+            seen["scope"] = (here.default_device_tag, here.machine_id2device_id_list,
+                             here.parallel_size)
+            parts = flow.advanced.distribute_split(x, axis=0)
+            total = flow.advanced.distribute_add(
+                [flow.math.reduce_sum(p, axis=0, keepdims=True) for p in parts])
+        with flow.device("gpu:1"):
+            y = total * 2
+            seen["device"] = (y.parallel_conf.device_tag(), y.parallel_conf.device_name())
+        return y
+
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    np.testing.assert_allclose(job(x), 2 * x.sum(0, keepdims=True))
+    assert seen["scope"] == ("cpu", {0: [0, 1, 2]}, 3)
+    assert seen["device"] == ("gpu", ["0:1"])
+    place = flow.placement("gpu", {0: [0, 1], 1: [2]})
+    assert (place.device_tag, place.parallel_num, place.hierarchy) == ("gpu", 3, [3])
+    assert place == flow.placement("gpu", ["0:0-1", "1:2"])
+    cuda = flow.device("cuda:2")
+    assert (cuda.type, cuda.index, str(cuda)) == ("cuda", 2, "cuda:2")
+    assert flow.device("cuda", 2) == cuda and flow.device("cpu").index == 0
+    assert repr(cuda) == "device(type='cuda', index=2)"
+    with pytest.raises(ValueError, match="flow.device takes"):
+        flow.device("tpu:0")
+    flow.deprecated.delete_worker_by_bootstrap()     # one machine: no worker to stop

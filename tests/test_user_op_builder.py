@@ -421,3 +421,32 @@ def test_dynamic_loss_scale_schedule_needs_variables():
 
     with pytest.raises(TraceError, match="must be a variable"):
         bad(np.zeros(1, np.int64))
+
+
+def test_builtin_op_declared_once_and_applied_to_a_job_s_blobs():
+    """OneFlow 0.5's flow.builtin_op: declared once (inputs, outputs, attributes), then
+    called on blobs with more attributes; each call is one op of the type."""
+    scaled_add = (flow.builtin_op("scalar_add").Input("in").Output("out")
+                  .Attr("has_float_operand", True).Build())
+    concat = flow.builtin_op("concat", "joined").Input("in", 2).Output("out").Attr("axis", 1).op
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> Tuple[tp.Numpy, tp.Numpy]:
+        (y,) = scaled_add(x, float_operand=2.5)
+        (z,) = scaled_add(y, float_operand=-1.0)
+        (both,) = concat(y, z, max_dim_size=6)
+        assert both.op_name == "joined"
+        return y, both
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y, both = job(x)
+    np.testing.assert_allclose(y, x + 2.5)
+    np.testing.assert_allclose(both, np.concatenate([x + 2.5, x + 1.5], axis=1))
+    flow.clear_default_session()
+    with pytest.raises(TraceError, match=r"takes 2 input blob\(s\) \(in x2\), got 1"):
+        @flow.global_function()
+        def wrong(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+            return concat(x)[0]
+        wrong(x)
+    with pytest.raises(UnsupportedAPIError, match="not_an_op"):
+        flow.builtin_op("not_an_op")

@@ -96,6 +96,13 @@ def delete_worker_of_multi_process(run_dir):
     print("temp run dir removed at localhost:" + run_dir, flush=True)
 
 
+def delete_worker_by_bootstrap(ssh_port=22):
+    """`flow.deprecated.delete_worker_by_bootstrap()`: OneFlow stops, over ssh, the worker
+    processes of every machine but the first of a multi-machine env; onnxjob's env is one
+    machine (its ranks are processes it starts and stops itself), so there is none."""
+    return None
+
+
 class no_grad:
     """OneFlow's context manager / decorator that turns off eager autograd recording. Lazy
     job functions record no eager autograd, so in onnxjob (as in OneFlow's lazy mode) it

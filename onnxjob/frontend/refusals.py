@@ -41,12 +41,7 @@ _EAGER_OPTIM = _eager("flow.experimental.optim updates eager Tensor parameters; 
 REASONS = {
     "flow": {
         "Tensor": _eager("flow.Tensor, an eager tensor"),
-        "device": _eager("flow.device places eager tensors"),
-        "placement": _eager("flow.placement places consistent eager tensors; jobs use "
-                            "flow.scope.placement"),
         "InitEagerGlobalSession": _eager("the eager global session"),
-        "builtin_op": _eager("flow.builtin_op builds an op of OneFlow's eager functional "
-                             "API; a job builds ops by type name with flow.user_op_builder"),
         "eager_nccl_all_reduce": _multi_node("an eager NCCL all-reduce across devices"),
         **{name: _custom_op(f"flow.{name} is a YOLOv3 op of the OneFlow builds that linked "
                             "the oneflow_yolov3 kernels")
@@ -89,7 +84,6 @@ REASONS = {
                        "flow.watch_diff in a train job"),
     },
     "flow.deprecated": {
-        "delete_worker_by_bootstrap": _multi_node("worker processes of a multi-machine env"),
         # OneFlow <= 0.3: copy the binary to each machine over ssh and start / stop workers
         "init_worker": _multi_node("starting worker processes on the machines of flow.env"),
         "delete_worker": _multi_node("stopping the worker processes flow.deprecated."

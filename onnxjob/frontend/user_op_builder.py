@@ -24,6 +24,7 @@ import warnings
 import weakref
 
 from onnxjob.errors import TraceError, UnsupportedAPIError
+from onnxjob.frontend.extras import unique_str
 from onnxjob.graph.name_scope import namespace_prefix
 from onnxjob.graph.tracer import current_builder, op
 from onnxjob.ops import user_ops
@@ -214,6 +215,59 @@ class UserOpModuleBuilder(UserOpConfBuilder):
     def Op(self, op_type_name):
         raise ValueError(f"user op module builder of {op_type_name} can't call "
                          "'.Op(op_type_name)' method")
+
+
+class BuiltinOp:
+    """`flow.builtin_op(op_type_name, op_name=None)`: OneFlow 0.5's op declared once and
+    applied to inputs: `.Input(name, num)`, `.Output(name, num)` and `.Attr(name, value)`
+    declare it, `.Build()` (or `.op`) gives it, and `op(*blobs, **attrs)` adds one op of
+    the type to the job being traced, its inputs the blobs in declaration order, its
+    attributes those of `.Attr` and of the call, and returns its outputs (a tuple, in
+    declaration order). OneFlow applies it to eager tensors; here to a job's blobs."""
+
+    def __init__(self, op_type_name, op_name=None):
+        self._type = _op_type(op_type_name)
+        self._name = op_name
+        self._inputs = []       # [(arg name, number of blobs)]
+        self._outputs = {}      # arg name -> number of blobs
+        self._attrs = {}
+
+    def Input(self, input_name, num=1):
+        assert isinstance(num, int) and num >= 1, "flow.builtin_op: Input num must be >= 1"
+        self._inputs.append((input_name, num))
+        return self
+
+    def Output(self, output_name, num=1):
+        assert isinstance(num, int) and num >= 1, "flow.builtin_op: Output num must be >= 1"
+        self._type.check_output(output_name, num)
+        self._outputs[output_name] = num
+        return self
+
+    def Attr(self, attr_name, attr_value, attr_type_name=None):
+        self._attrs[attr_name] = self._type.convert_attr(attr_name, attr_value)
+        return self
+
+    def Build(self):
+        return self
+
+    op = property(Build)
+
+    def __call__(self, *blobs, **attrs):
+        expected = sum(num for _, num in self._inputs)
+        if len(blobs) != expected:
+            names = ", ".join(f"{n} x{num}" for n, num in self._inputs) or "none"
+            raise TraceError(f"{user_location()}: flow.builtin_op({self._type.name!r}) takes "
+                             f"{expected} input blob(s) ({names}), got {len(blobs)}")
+        builder = UserOpConfBuilder(self._name or unique_str(self._type.name + "_"),
+                                    self._type.name)
+        blobs = iter(blobs)
+        for name, num in self._inputs:
+            builder.Input(name, [next(blobs) for _ in range(num)])
+        for name, num in self._outputs.items():
+            builder.Output(name, num)
+        for name, value in {**self._attrs, **attrs}.items():
+            builder.Attr(name, value)
+        return builder.Build().InferAndTryRun().RemoteBlobList()
 
 
 def user_op_builder(op_name):
