@@ -274,9 +274,19 @@ def test_flow_placement_and_flow_device_in_each_generation_s_sense():
             seen["device"] = (y.parallel_conf.device_tag(), y.parallel_conf.device_name())
         return y
 
+    config = flow.function_config()
+    config.default_placement_scope(flow.scope.placement("gpu", "0:1"))   # (advisory)
+
+    @flow.global_function(function_config=config)
+    def default_scope() -> tp.Numpy:     # as OneFlow 0.2's test_function_config
+        here = flow.placement.current_scope()
+        seen["default"] = (here.default_device_tag, here.machine_id2device_id_list)
+        return flow.get_variable("w", (3,), initializer=flow.constant_initializer(1))
+
     x = np.arange(12, dtype=np.float32).reshape(6, 2)
     np.testing.assert_allclose(job(x), 2 * x.sum(0, keepdims=True))
-    assert seen["scope"] == ("cpu", {0: [0, 1, 2]}, 3)
+    np.testing.assert_allclose(default_scope(), np.ones(3))
+    assert seen["scope"] == ("cpu", {0: [0, 1, 2]}, 3) and seen["default"] == ("gpu", {0: [1]})
     assert seen["device"] == ("gpu", ["0:1"])
     place = flow.placement("gpu", {0: [0, 1], 1: [2]})
     assert (place.device_tag, place.parallel_num, place.hierarchy) == ("gpu", 3, [3])

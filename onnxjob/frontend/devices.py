@@ -12,6 +12,7 @@ flow.scope.placement does (advisory: onnxjob runs a whole job on one execution p
 import re
 
 from onnxjob.frontend import scope
+from onnxjob.graph.tracer import current_builder, in_job
 from onnxjob.runtime.session import default_session
 
 
@@ -89,7 +90,11 @@ class placement(PlacementScope):     # noqa: N801  (OneFlow's name)
     @staticmethod
     def current_scope():
         """The placement in effect: the innermost flow.scope.placement (or flow.device /
-        flow.placement scope), else the session's device 0."""
+        flow.placement scope), else, in a job, its function_config's
+        default_placement_scope, else the session's device 0 (as Blob.parallel_conf)."""
+        if in_job():
+            conf = current_builder().placement_in_effect()
+            return PlacementScope(conf.device_tag, list(conf.device_name))
         inner = scope.current_placement()
         if inner is not None:
             return PlacementScope(inner.device_tag, inner.machine_device_ids or "0:0")
