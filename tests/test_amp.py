@@ -20,7 +20,7 @@ import onnxjob.typing as tp
 from models import BATCH, lenet, mlp
 from onnxjob.errors import TraceError
 from onnxjob.graph.compiler import IR_VERSION
-from onnxjob.graph.tracer import GraphBuilder, as_blob, op, tracing
+from onnxjob.graph.tracer import ORIGIN, GraphBuilder, as_blob, op, tracing
 from onnxjob.passes import AutoMixedPrecision, op_counts
 from onnxjob.runtime import backend
 from onnxjob.runtime.session import default_session
@@ -176,6 +176,27 @@ def test_float32_value_meeting_half_value_runs_in_float32():
     np.testing.assert_allclose(_run(model, feeds), expected, rtol=1e-2, atol=1e-2)
 
 
+def test_exp_of_a_value_never_positive_follows_its_half_input():
+    """Rule 3: exp(-m^2 / 2) of a half m (GELU's derivative) runs in half, its result in
+    [0, 1]; an Exp of anything else stays float32."""
+    def fn(x, w):
+        m = op("MatMul", x, w)
+        square = op("Mul", m, m)
+        bounded = op("Exp", op("Mul", square, as_blob(np.float32(-0.5))))
+        negated = op("Exp", op("Neg", square))
+        growing = op("Exp", op("Mul", square, as_blob(np.float32(0.5))))
+        return op("Add", op("Add", bounded, negated), op("Exp", op("Add", m, growing)))
+    model = _graph(fn, [(4, 8)], [(8, 16)])
+    feeds = _feeds(model)
+    feeds["w0"] *= 0.3
+    expected = _run(model, feeds)
+    assert AutoMixedPrecision()(model).modified
+    exps = [n for n in model.graph if n.op_type == "Exp"]
+    half = [n.outputs[0].type.dtype == ir.DataType.FLOAT16 for n in exps]
+    assert half == [True, True, False, False], half
+    np.testing.assert_allclose(_run(model, feeds), expected, rtol=2e-2, atol=2e-2)
+
+
 def test_bfloat16_only_where_the_opset_allows_it():
     """bfloat16 Conv needs opset 22: at onnxjob's opset 17 a Conv stays float32, a MatMul
     goes to bfloat16."""
@@ -240,9 +261,14 @@ def _assert_amp_graph(by_op, model, types):
     for op_type in compute:
         assert by_op[op_type] == {F16}, (op_type, by_op[op_type])
     for op_type in ("Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss", "ReduceSum",
-                    "ReduceMean", "Exp", "Log"):
+                    "ReduceMean", "Log"):
         assert by_op.get(op_type, {F32}) <= {F32, onnx.TensorProto.INT64}, \
             (op_type, by_op[op_type])
+    # an Exp in half is GELU's derivative's exp(-x^2 / 2), in [0, 1] (AMP rule 3)
+    for node in model.graph.node:
+        if node.op_type == "Exp" and types.get(node.output[0]) == F16:
+            origin = {p.key: p.value for p in node.metadata_props}.get(ORIGIN)
+            assert origin == "backward:onnxjob.Gelu", (node.name, origin)
     for out in model.graph.output:   # results, watches and every updated variable
         assert out.type.tensor_type.elem_type != F16, out.name
     # each variable is cast to half at most once per step
@@ -373,6 +399,54 @@ def test_cuda_form_amp_step_agrees_with_float32():
     np.testing.assert_allclose(loss16, loss32, rtol=2e-2, atol=2e-2)
     for w16, w32 in zip(weights16, weights32):
         np.testing.assert_allclose(w16, w32, rtol=2e-2, atol=1e-2)
+
+
+def _gelu_step(amp, x, w):
+    """(compiled graph, updated w) of one SGD step of mean(gelu(x @ w)^2), compiled for
+    CUDA and run on the CPU EP."""
+    from onnxjob.graph.compiler import compile_job
+    flow.clear_default_session()
+
+    @flow.global_function(type="train",
+                          function_config=_amp_config() if amp else flow.function_config())
+    def job(images: tp.Numpy.Placeholder(x.shape)) -> tp.Numpy:
+        weight = flow.get_variable("w", w.shape, initializer=flow.zeros_initializer())
+        h = flow.math.gelu(flow.matmul(images, weight))
+        loss = flow.math.reduce_mean(h * h)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0])).minimize(loss)
+        return loss
+
+    session = default_session()
+    session.device = "cuda"
+    compiled = compile_job(session.jobs["job"], session, 0)
+    inputs = {v.name: v for v in compiled.model.graph.inputs}
+    feeds = {compiled.placeholder_names[0]: x}
+    for variable, name in compiled.variable_inputs.items():     # w, and zero state
+        feeds[name] = w if variable == "w" else np.zeros(
+            inputs[name].shape.numpy(), inputs[name].type.dtype.numpy())
+    sess = ort.InferenceSession(compiled.serialized(), providers=["CPUExecutionProvider"])
+    (updated,) = sess.run([compiled.state_outputs["w"]], feeds)
+    flow.clear_default_session()
+    return compiled.model.graph, updated
+
+
+def test_gelu_gradient_runs_in_half_under_amp():
+    """GELU's derivative (Phi(x) + x phi(x), phi by exp(-x^2 / 2)) runs in half after a
+    half MatMul: no GELU node of the backward computes in float32 (the Erf is the
+    forward's), and the step agrees
+    with float32's to half precision."""
+    from onnxjob.graph.traffic import origin
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    w = (rng.standard_normal((32, 64)) * 0.3).astype(np.float32)
+    graph, half = _gelu_step(True, x, w)
+    _, exact = _gelu_step(False, x, w)
+    backward = [n for n in graph if origin(n) == ("backward", "onnxjob.Gelu")]
+    assert {n.op_type for n in backward} >= {"Exp", "Mul", "Add"}
+    assert {n.outputs[0].type.dtype for n in backward} == {ir.DataType.FLOAT16}
+    update, exact_update = half - w, exact - w
+    np.testing.assert_allclose(update, exact_update, rtol=2e-2,
+                               atol=1e-2 * np.abs(exact_update).max())
 
 
 def _mnist_batches(path, steps):

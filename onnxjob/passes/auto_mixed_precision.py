@@ -33,6 +33,9 @@ user ops; here they are mapped onto the ONNX ops onnxjob emits:
      batch_norm_row_statistics.py) follows its data input too: with a half x its scale
      and bias are cast to half and its Mean and InvStdDev stay float32, which
      onnxruntime accumulates in float32 (ONNX's stash_type).
+     An Exp of a value that is never positive (a square times a negative constant, or
+     minus a square: the Gaussian exp(-x^2 / 2) of GELU's derivative) follows its input
+     too: its result lies in [0, 1], where half's relative precision holds.
   4. every other op stays float32: softmax, log-softmax and the losses, reductions
      (ReduceSum/ReduceMean: batch-norm statistics, bias gradients; scatters with
      reduction="add", which the CPU EP also cannot run in float16), Exp/Log/Pow/Sqrt,
@@ -138,6 +141,40 @@ def _may_vote(value):
     return True
 
 
+def _constant_sign(value):
+    """-1, 0 or 1 when `value` is a constant (or this pass's cast of one) whose elements
+    all have that sign (0: all zero or of mixed signs), else None."""
+    node = value.producer() if value is not None else None
+    if node is not None and node.op_type == "Cast":
+        value = node.inputs[0]
+    if value is None or value.const_value is None:
+        return None
+    array = value.const_value.numpy()
+    return -1 if np.all(array < 0) else 1 if np.all(array > 0) else 0
+
+
+def _is_square(value):
+    """Whether `value` is Mul(a, a): never negative."""
+    node = value.producer() if value is not None else None
+    return node is not None and node.op_type == "Mul" and len(node.inputs) == 2 and \
+        node.inputs[0] is node.inputs[1]
+
+
+def _never_positive(value):
+    """Whether `value` is, by how it is made, <= 0 everywhere (rule 3's Exp): Neg of a
+    square, or a square times a negative constant."""
+    node = value.producer() if value is not None else None
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type == "Neg":
+        return _is_square(node.inputs[0])
+    if node.op_type == "Mul" and len(node.inputs) == 2:
+        a, b = node.inputs
+        return (_is_square(a) and _constant_sign(b) == -1) or \
+            (_is_square(b) and _constant_sign(a) == -1)
+    return False
+
+
 class AutoMixedPrecision(InPlacePass):
     """Rewrite a float32 job graph to compute in `half` (ir.DataType.FLOAT16 or BFLOAT16)
     by the rules in the module docstring."""
@@ -174,8 +211,9 @@ class AutoMixedPrecision(InPlacePass):
 
     # -- deciding -------------------------------------------------------------------------
     def _runs_in_half(self, node):
-        if node.domain not in ("", "ai.onnx") or (node.op_type not in ALLOW
-                                                   and node.op_type not in FOLLOW):
+        if node.domain not in ("", "ai.onnx") or (
+                node.op_type not in ALLOW and node.op_type not in FOLLOW and
+                not (node.op_type == "Exp" and _never_positive(node.inputs[0]))):
             return False
         reduction = node.attributes.get("reduction")
         if reduction is not None and reduction.value != "none":
