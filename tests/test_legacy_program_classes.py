@@ -975,6 +975,20 @@ def test_op_name_is_the_ops_name_and_blob_name_the_outputs_as_in_oneflows_lbi():
             assert lbn == f"{op_name}/{blob_name}", key
 
 
+def test_a_blob_s_view_warnings_are_empty_on_one_device():
+    """OneFlow's lazy blobs say (as text) when a mirrored blob's shape is read in a consistent
+    view or the reverse; one device's views agree: no warning, and the blob is itself."""
+    seen = {}
+
+    def body(x):
+        seen["warnings"] = (x.get_lazy_shape_log_warning(), x.get_mirror_shape_log_warning())
+        seen["identical"] = (x.IdenticalTo(x), x.IdenticalTo(flow.identity(x)))
+        return x
+
+    _run(body)
+    assert seen == {"warnings": ("", ""), "identical": (True, False)}
+
+
 def test_op_names_of_a_namespaced_conv_and_gather_are_oneflows():
     seen = {}
 
