@@ -13,7 +13,7 @@ from onnx_ir.passes import common
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.graph.compiler import IR_VERSION
-from onnxjob.graph.tracer import GraphBuilder, op, tracing
+from onnxjob.graph.tracer import GraphBuilder, as_blob, op, tracing
 from onnxjob.graph import memory_plan
 from onnxjob.passes import (AlignBroadcastRanks, BatchNormRowStatistics, BatchNormStatistics,
                     FoldReshapes, FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool,
@@ -503,11 +503,23 @@ def test_recompute_cheap_values_keeps_a_cast_whose_input_would_live_longer():
     assert not RecomputeCheapValues()(model).modified
 
 
-def test_recompute_cheap_values_leaves_a_graph_input_s_cast_made_once():
-    """A variable's half copy is made once a step (AutoMixedPrecision's rule 5), even when
-    it is live across the peak."""
-    model = build(_wide_peak_between_reads(lambda x: x), (64, 64))
-    assert not RecomputeCheapValues()(model).modified
+def test_recompute_cheap_values_leaves_a_variable_s_cast_made_once():
+    """A variable's half copy (of a graph input the optimizer's update reads) is made once
+    a step (AutoMixedPrecision's rule 5), even when it is live across the peak; so is any
+    input's in a graph without an update (a predict job's weights are not told from its
+    data); a copy of fed data (an input nothing of a train step's update reads) is made
+    again after the peak."""
+    def updating(read_x):
+        def source(x):
+            with x.builder.origin("update"):
+                op("Mul", x if read_x else as_blob(np.float32(2)), as_blob(np.float32(0.5)))
+            return x
+        return source
+    for fn in (updating(True), lambda x: x):
+        assert not RecomputeCheapValues()(build(_wide_peak_between_reads(fn), (64, 64))).modified
+    fed = build(_wide_peak_between_reads(updating(False)), (64, 64))
+    before = _peak(fed)
+    assert RecomputeCheapValues()(fed).modified and _peak(fed) < before
 
 
 def test_recompute_cheap_values_makes_a_short_elementwise_chain_again():

@@ -19,14 +19,16 @@ Cases it finds:
 - BERT's GELU: its gradient reads x alone and recomputes 1 + erf(x / sqrt(2)) in the
   backward, but CommonSubexpressionElimination merges that with the forward's, which is
   then kept across the peak (24 MiB a layer at batch 32).
-A variable's half copy (a Cast of a graph input) is made once a step, as
-AutoMixedPrecision's rule 5 says.
+A variable's half copy (a Cast of a variable) is made once a step, as AutoMixedPrecision's
+rule 5 says; a half copy of fed data (the images, which a first convolution's weight
+gradient reads again in the backward) is made again after the peak like any cheap value.
 NOTE: this runs last, after CommonSubexpressionElimination, which would merge v' into v.
 """
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
 from onnxjob.graph import memory_plan
+from .auto_mixed_precision import fed_inputs
 
 # elementwise ops (one output, each element from the same element of the inputs, or of a
 # broadcast constant/vector)
@@ -41,8 +43,8 @@ class _Chain:
     `value` again at position `first_late` of `plan`'s order, and says whether it can be
     made there from values that are live there anyway."""
 
-    def __init__(self, plan, first_late):
-        self.plan, self.first_late = plan, first_late
+    def __init__(self, plan, first_late, fed):
+        self.plan, self.first_late, self.fed = plan, first_late, fed
         self.nodes = []
 
     def build(self, value):
@@ -54,7 +56,7 @@ class _Chain:
             if source is None or source.const_value is not None:
                 continue
             if source.is_graph_input() or source.is_initializer():
-                if node.op_type == "Cast":
+                if node.op_type == "Cast" and source not in self.fed:
                     return False    # a variable's half copy: made once a step
                 continue
             until = self.plan.last_read_position(source)
@@ -95,6 +97,7 @@ class RecomputeCheapValues(InPlacePass):
     def call(self, model):
         graph = model.graph
         modified, copies = False, 0
+        fed = fed_inputs(graph)     # (their half copies may be made again; a variable's not)
         for _ in range(ROUNDS):
             plan = memory_plan.plan(graph)
             position = {id(n): i for i, n in enumerate(plan.order)}
@@ -105,7 +108,7 @@ class RecomputeCheapValues(InPlacePass):
                     else []
                 if not late:
                     continue
-                chain = _Chain(plan, min(position[id(n)] for n, _ in late))
+                chain = _Chain(plan, min(position[id(n)] for n, _ in late), fed)
                 if chain.build(value):
                     moves.append((chain.nodes, value, late))
             if not moves:
