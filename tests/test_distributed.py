@@ -431,3 +431,48 @@ def test_the_cuda_form_of_a_conv_net_splits_over_the_ranks(rank_0_of_2, monkeypa
              for i in part_a.graph.input}
     session = ort.InferenceSession(part_a.SerializeToString(), providers=["CPUExecutionProvider"])
     assert all(np.isfinite(g).all() for g in session.run(grads, feeds))
+
+
+def test_the_cuda_form_under_mixed_precision_splits_over_the_ranks(rank_0_of_2, monkeypatch):
+    """Under mixed precision the CUDA form's batch norm statistics come from per-row
+    LayerNormalizations (passes/batch_norm_row_statistics.py) and a dense layer's bias
+    gradient is a half MatMul by a row of ones over the batch (passes/half_column_sums.py):
+    split for rank 0 of 2 both run on the rank's rows (its own statistics; the ones cut
+    to its rows) and the gradients come out partial sums."""
+    import onnx
+    import onnxruntime as ort
+    monkeypatch.setenv("ONNXJOB_SYNC_BATCH_NORM", "0")
+    import onnxjob.typing as tp
+    from onnxjob.graph.compiler import compile_job
+    from onnxjob.graph.split_batch import Split, split_batch
+    from onnxjob.runtime import data_parallel
+    from onnxjob.runtime.session import default_session
+    config = flow.function_config()
+    config.enable_auto_mixed_precision(True)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((512, 3, 4, 4))) -> tp.Numpy:
+        w = flow.get_variable("w", (4, 3, 3, 3), initializer=flow.random_normal_initializer())
+        y = flow.layers.batch_normalization(flow.nn.conv2d(x, w, 1, "SAME"), axis=1)
+        h = flow.layers.dense(flow.reshape(flow.nn.relu(y), (512, -1)), 8, name="fc")
+        loss = flow.math.reduce_mean(h * h)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    session = default_session()
+    session.device, session.data_parallel = "cuda", True
+    compiled = compile_job(session.jobs["job"], session, 0)
+    model = onnx.load_from_string(compiled.serialized())
+    assert {"LayerNormalization", "MatMul"} <= {n.op_type for n in model.graph.node}
+    state_a, _ = data_parallel.state_by_part(model, compiled)
+    grads = list(compiled.gradient_outputs.values())
+    part_a = data_parallel._extract(model, [i.name for i in model.graph.input],
+                                    list(compiled.output_names) + grads + [o for _, o in state_a])
+    kinds = split_batch(part_a, compiled.placeholder_names, 0, 2, "job")
+    assert grads and not any(isinstance(kinds[g], Split) for g in grads), kinds
+    rng = np.random.default_rng(0)
+    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+             .astype(onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
+             for i in part_a.graph.input}
+    session = ort.InferenceSession(part_a.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert all(np.isfinite(g).all() for g in session.run(grads, feeds))

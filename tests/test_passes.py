@@ -16,7 +16,8 @@ from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.graph.tracer import GraphBuilder, as_blob, op, tracing
 from onnxjob.graph import memory_plan
 from onnxjob.passes import (AlignBroadcastRanks, BatchNormRowStatistics, BatchNormStatistics,
-                    FoldReshapes, FoldTransposeIntoGemm, KeepOnCuda, MaskBeforeMaxUnpool,
+                    FoldReshapes, FoldTransposeIntoGemm, HalfColumnSums, KeepOnCuda,
+                    MaskBeforeMaxUnpool,
                     SumSquareReductions, RecomputeCheapValues, ReluMaskAsMul,
                     ShareBatchNormCentering, ShareCastsThroughViews, SplitChannelReductions,
                     op_counts)
@@ -679,14 +680,16 @@ def test_batch_norm_row_statistics(shape):
 def test_batch_norm_row_statistics_of_a_data_parallel_step(local_statistics):
     """In a data-parallel step's graph (before it is split per rank) the rank-local
     markers and the collectives read the new statistics and sums: each rank's come from
-    its own rows, as before."""
+    its own rows, as before (tests/test_distributed.py splits such a step)."""
     model = _batch_norm_step_model((8, 4, 3, 3), ranks=2, local_statistics=local_statistics)
     assert BatchNormRowStatistics()(model).modified
     common.RemoveUnusedNodesPass()(model)
     x = model.graph.inputs[0]
     assert {u.node.op_type for u in x.uses()} == {"LayerNormalization", "BatchNormalization"}
     marked = [n.inputs[0].producer() for n in model.graph if n.op_type == "RankLocal"]
-    assert len(marked) == (4 if local_statistics else 2)
+    # the mean and variance (and with local statistics the two sums), and the mean the
+    # rows' spread is taken around (the rank's own, as the parts' x - mean was)
+    assert len(marked) == (5 if local_statistics else 3)
     assert all("/rows_" in p.name for p in marked), [p.name for p in marked]
     assert not BatchNormRowStatistics()(model).modified
 
@@ -702,4 +705,61 @@ def test_batch_norm_row_statistics_runs_for_cuda_mixed_precision_jobs_only():
 
     def has(device, amp):
         return any(isinstance(p, BatchNormRowStatistics) for p in default_passes(device, amp))
+    assert has("cuda", True) and not has("cuda", False) and not has("cpu", True)
+
+
+def _half_column_sums_model(shape, axes):
+    """float32 x -> half (x * 2) -> float32 copy -> ReduceSum over `axes` (keepdims 0): the
+    form AutoMixedPrecision gives a bias gradient of a half gradient."""
+    def fn(x):
+        half = op("Mul", op("Cast", x, to=ir.DataType.FLOAT16.value),
+                  as_blob(np.float16(2)))
+        return op("ReduceSum", op("Cast", half, to=ir.DataType.FLOAT.value),
+                  x.builder.constant(np.array(axes, np.int64)), keepdims=0)
+    return build(fn, shape)
+
+
+@pytest.mark.parametrize("shape,axes", [((1024, 48), [0]), ((8, 64, 3, 5), [0, 1])])
+def test_half_column_sums(shape, axes):
+    """A float32 sum over a half tensor's leading axes becomes one half MatMul by a row of
+    ones: the same sums to half precision (against float64), the half tensor read once;
+    a sum past float16's range is infinite, as the half weight gradient beside it would
+    be (a dynamic loss scale skips that step)."""
+    model = _half_column_sums_model(shape, axes)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(shape) * 3 + 5).astype(np.float32)
+    expected = run(model, [x])
+    reference = (2 * x.astype(np.float16).astype(np.float64)).sum(tuple(axes))
+    np.testing.assert_allclose(expected, reference, rtol=1e-5)
+    assert HalfColumnSums()(model).modified
+    common.RemoveUnusedNodesPass()(model)
+    counts = op_counts(model)
+    assert counts["MatMul"] == 1 and counts.get("ReduceSum", 0) == 0
+    (matmul,) = [n for n in model.graph if n.op_type == "MatMul"]
+    assert matmul.inputs[1].type.dtype == ir.DataType.FLOAT16
+    np.testing.assert_allclose(run(model, [x]), reference, rtol=1e-3)
+    assert np.isinf(run(model, [x * 100])).all()       # sums of ~1e6
+    assert not HalfColumnSums()(model).modified
+
+
+def test_half_column_sums_leaves_other_sums_alone():
+    """Few rows, a trailing axis, or a float32 copy read by something else: nothing
+    changes."""
+    assert not HalfColumnSums()(_half_column_sums_model((64, 48), [0])).modified
+    assert not HalfColumnSums()(_half_column_sums_model((1024, 48), [1])).modified
+
+    def shared(x):
+        copy = op("Cast", op("Cast", x, to=ir.DataType.FLOAT16.value),
+                  to=ir.DataType.FLOAT.value)
+        total = op("ReduceSum", copy, x.builder.constant(np.array([0], np.int64)),
+                   keepdims=0)
+        return op("Add", total, op("ReduceMax", copy, axes=[0], keepdims=0))
+    assert not HalfColumnSums()(build(shared, (1024, 48))).modified
+
+
+def test_half_column_sums_runs_for_cuda_mixed_precision_jobs_only():
+    from onnxjob.passes.default_pipeline import final_passes
+
+    def has(device, amp):
+        return any(isinstance(p, HalfColumnSums) for p in final_passes(device, amp))
     assert has("cuda", True) and not has("cuda", False) and not has("cpu", True)

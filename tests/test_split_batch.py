@@ -76,3 +76,31 @@ def test_scatter_elements_with_whole_updates_takes_the_ranks_rows_of_them():
         assert kinds["out"] == Split(0)
         np.testing.assert_array_equal(run(part, x[rank * rows:(rank + 1) * rows]),
                                       whole[rank * rows:(rank + 1) * rows])
+
+
+def test_a_whole_operand_contracted_with_the_rows_takes_the_ranks_columns_of_them():
+    """MatMul(w, x) with x split along its rows (the contracted axis) and w whole, the
+    batch along w's last axis (HalfColumnSums' row of ones): each rank multiplies its
+    columns of w by its rows, a partial sum, and the ranks' sums add up to the whole."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxjob.graph.split_batch import SUM, split_batch
+    batch, ranks = 4, 2
+    weights = np.arange(1, batch + 1, dtype=np.float32).reshape(1, batch)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["w", "x"], ["out"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3])],
+        [numpy_helper.from_array(weights, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = np.random.default_rng(0).standard_normal((batch, 3)).astype(np.float32)
+    rows, total = batch // ranks, 0
+    for rank in range(ranks):
+        part = onnx.load_from_string(model.SerializeToString())
+        assert split_batch(part, ["x"], rank, ranks, "job")["out"] == SUM
+        session = ort.InferenceSession(part.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        total = total + session.run(None, {"x": x[rank * rows:(rank + 1) * rows]})[0]
+    np.testing.assert_allclose(total, weights @ x, rtol=1e-6)

@@ -189,3 +189,21 @@ def test_the_gradient_s_scalar_factors_and_a_skipped_step_cost_no_extra_passes()
     sgd = _update_passes(lambda lr, scale, clip: opt.SGD(
         lr, loss_scale_policy=scale, grad_clipping=clip))
     assert lamb < 42.5 and adam < 37.5 and sgd < 20.5, (lamb, adam, sgd)
+
+
+def test_a_matrix_vector_product_runs_at_memory_speed():
+    """A MatMul with one row of results (HalfColumnSums' bias gradients) reads its matrix
+    once at memory speed: counted in the memory-bound bytes, a full MatMul at compute
+    speed."""
+    from onnxjob.graph.tracer import GraphBuilder, op, tracing
+    builder = GraphBuilder("g")
+    with tracing(builder):
+        m = builder.add_input("m", (512, 64), np.float32)
+        row = builder.add_input("row", (1, 512), np.float32)
+        square = builder.add_input("sq", (64, 512), np.float32)
+        outs = [op("MatMul", row, m), op("MatMul", square, m)]
+    step = traffic.traffic(builder.graph)
+    vector, full = (next(t for t in step.nodes if t.node.outputs[0] is o.value) for o in outs)
+    assert not traffic.at_compute_speed(vector.node) and traffic.at_compute_speed(full.node)
+    assert step.memory_bound_bytes() == vector.moved and step.compute_bytes() == full.moved
+    assert vector.group != "convolutions and matmuls (compute)"

@@ -179,8 +179,8 @@ def _contract(rw, node, a_axes, b_axes, out_rank):
     role_a = a_axes(ka.axis) if isinstance(ka, Split) else None
     role_b = b_axes(kb.axis) if isinstance(kb, Split) else None
     if role_a == "K" or role_b == "K":
-        for name, index, kind, role, axes_of, other in (
-                (a, 0, ka, role_a, b_axes, kb), (b, 1, kb, role_b, a_axes, ka)):
+        for name, index, kind, role, axes_of in (
+                (a, 0, ka, role_a, a_axes), (b, 1, kb, role_b, b_axes)):
             if role == "K":
                 continue
             if isinstance(kind, Split):

@@ -1,16 +1,17 @@
 """The bytes a step moves through device memory, node by node: a model of where a GPU
 step's time goes, computed from the graph alone.
 
-On a GPU, every node that is not a convolution or a matrix product (COMPUTE_OPS) runs at
-memory speed: its time is about the bytes it reads and writes over the memory bandwidth
-(an H200's ~4.8 TB/s), so the sum of those bytes is the part of a step that rewrites of
-the graph can move without a faster kernel. `traffic(graph)` counts, for each node, each
-distinct input read once and each output written once (a kernel that reads an input twice,
-as a batch norm's two statistics passes may, counts once: a lower bound); views
-(memory_plan.ALIAS_OPS) move nothing. Nodes are grouped by what made them, from the ORIGIN
-property the tracer records (graph/tracer.py): the phase (forward, backward, update) and
-the op a composite expanded or whose gradient rule ran, so that e.g. the batch norm's
-backward, the ReLU masks and the convolutions' weight-gradient windows are told apart.
+On a GPU, every node that is not a convolution or a matrix product (COMPUTE_OPS; a
+matrix-vector product is not one) runs at memory speed: its time is about the bytes it
+reads and writes over the memory bandwidth (an H200's ~4.8 TB/s), so the sum of those
+bytes is the part of a step that rewrites of the graph can move without a faster kernel.
+`traffic(graph)` counts, for each node, each distinct input read once and each output
+written once (a kernel that reads an input twice, as a batch norm's two statistics passes
+may, counts once: a lower bound); views (memory_plan.ALIAS_OPS) move nothing. Nodes are
+grouped by what made them, from the ORIGIN property the tracer records (graph/tracer.py):
+the phase (forward, backward, update) and the op a composite expanded or whose gradient
+rule ran, so that e.g. the batch norm's backward, the ReLU masks and the convolutions'
+weight-gradient windows are told apart.
 bench/traffic_model.py prints the table beside an estimate of PyTorch's passes.
 """
 import collections
@@ -46,10 +47,21 @@ def origin(node):
     return phase, op or None
 
 
+def at_compute_speed(node):
+    """Whether `node` runs at compute speed: a COMPUTE_OPS node but a matrix-vector
+    product (a result with a last or second-to-last dimension of 1: one row or column of
+    products, which reads its matrix once at memory speed)."""
+    if node.op_type not in COMPUTE_OPS:
+        return False
+    shape = node.outputs[0].shape
+    dims = list(shape) if shape is not None else []
+    return not (node.op_type in ("MatMul", "Gemm") and len(dims) >= 2 and 1 in dims[-2:])
+
+
 def group_of(node):
     """The group a node's traffic is counted in (see the module docstring)."""
     phase, op = origin(node)
-    if node.op_type in COMPUTE_OPS:
+    if at_compute_speed(node):
         return "convolutions and matmuls (compute)"
     if node.op_type == "Cast":
         return "casts"
@@ -84,11 +96,11 @@ class Traffic:
         return {g: (count[g], b) for g, b in moved.most_common()}
 
     def memory_bound_bytes(self):
-        """Bytes moved by the nodes that run at memory speed (all but COMPUTE_OPS)."""
-        return sum(t.moved for t in self.nodes if t.node.op_type not in COMPUTE_OPS)
+        """Bytes moved by the nodes that run at memory speed (all but at_compute_speed's)."""
+        return sum(t.moved for t in self.nodes if not at_compute_speed(t.node))
 
     def compute_bytes(self):
-        return sum(t.moved for t in self.nodes if t.node.op_type in COMPUTE_OPS)
+        return sum(t.moved for t in self.nodes if at_compute_speed(t.node))
 
 
 def traffic(graph):

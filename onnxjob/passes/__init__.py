@@ -21,6 +21,7 @@ from .batch_norm_statistics import BatchNormStatistics
 from .default_pipeline import default_pass_names, default_pipeline, final_passes
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
+from .half_column_sums import HalfColumnSums
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
 from .recompute_cheap_values import RecomputeCheapValues
@@ -53,11 +54,12 @@ def default_passes(device=None, mixed_precision=False):
             if type(p).__name__ not in skip]
 
 
-def _final_stage():
+def _final_stage(device=None, mixed_precision=False):
     """The final passes not skipped (ONNXJOB_SKIP_PASSES) and the clean-up after them,
     or None."""
     skip = set(settings.get("SKIP_PASSES"))
-    passes = [p for p in final_passes() if type(p).__name__ not in skip]
+    passes = [p for p in final_passes(device, mixed_precision)
+              if type(p).__name__ not in skip]
     if not passes:
         return None
     return ir_passes.PassManager(passes + [common.RemoveUnusedNodesPass()], steps=1)
@@ -130,7 +132,7 @@ def run_default_pipeline(model, config=None, device=None):
     if dump_dir:
         _save(model, dump_dir, "before")
     result = build_pipeline(config, device)(model)
-    for stage in (amp, _final_stage()):
+    for stage in (amp, _final_stage(device, half is not None)):
         if stage is not None:
             result = ir_passes.PassResult(model, stage(model).modified or result.modified)
     if dump_dir:
@@ -161,7 +163,7 @@ def op_counts(model):
 
 __all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormRowStatistics",
            "BatchNormStatistics", "FoldReshapes",
-           "FoldTransposeIntoGemm", "KeepOnCuda", "MaskBeforeMaxUnpool",
+           "FoldTransposeIntoGemm", "HalfColumnSums", "KeepOnCuda", "MaskBeforeMaxUnpool",
            "RecomputeCheapValues", "ReluMaskAsMul", "ShareCastsThroughViews",
            "SplitChannelReductions", "SumSquareReductions",
            "build_pipeline", "default_passes", "dump_folder", "format_op_count_diff",

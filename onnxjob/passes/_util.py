@@ -86,16 +86,17 @@ class NodeEmitter:
         self.count += 1
         return add_initializer(self.graph, np.asarray(array), f"{self.prefix}c{self.count}")
 
-    def node(self, op_type, inputs, shape, dtype, **attributes):
+    def node(self, op_type, inputs, shape, dtype, domain="", **attributes):
         """The output of a new `op_type` node, of `shape` and element type `dtype`."""
-        return self.node_outputs(op_type, inputs, [shape], dtype, **attributes)[0]
+        return self.node_outputs(op_type, inputs, [shape], dtype, domain, **attributes)[0]
 
-    def node_outputs(self, op_type, inputs, shapes, dtype, **attributes):
-        """The outputs of a new `op_type` node, one per entry of `shapes`, all of element
-        type `dtype`; the first is named as the node, the others `<name>_<index>`."""
+    def node_outputs(self, op_type, inputs, shapes, dtype, domain="", **attributes):
+        """The outputs of a new `op_type` node (of `domain`), one per entry of `shapes`, all
+        of element type `dtype`; the first is named as the node, the others
+        `<name>_<index>`."""
         self.count += 1
         name = f"{self.prefix}{op_type}{self.count}"
-        node = ir.node(op_type, inputs, attributes=attributes, name=name,
+        node = ir.node(op_type, inputs, attributes=attributes, name=name, domain=domain,
                        num_outputs=len(shapes), metadata_props=dict(self.meta))
         self.graph.insert_before(self.anchor, node)
         for index, (out, shape) in enumerate(zip(node.outputs, shapes)):

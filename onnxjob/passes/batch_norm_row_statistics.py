@@ -40,6 +40,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
+from onnxjob.graph.primitives.collectives import DOMAIN as COLLECTIVES
 from ._util import (
     NodeEmitter, add_initializer, attr, reduce_axes, replace_value, static_shape)
 
@@ -131,7 +132,13 @@ class BatchNormRowStatistics(InPlacePass):
         batch_mean = self._reduce(e, "ReduceMean", row_mean, [0], out, keepdims=1)
         row_var = e.node("Reciprocal", [e.node("Mul", [row_inv_std, row_inv_std],
                                                row_inv_std.shape, f32)], row_inv_std.shape, f32)
-        spread = e.node("Sub", [row_mean, batch_mean], row_mean.shape, f32)
+        # (in a data-parallel step the batch's mean is this rank's own where the parts
+        # read it so: the rows' spread around it is too, before the split)
+        local = [u.node for u in m_node.outputs[0].uses()
+                 if u.node.op_type == "RankLocal" and u.node.domain == COLLECTIVES]
+        center = e.node("RankLocal", [batch_mean], out, f32, domain=COLLECTIVES) if local \
+            else batch_mean
+        spread = e.node("Sub", [row_mean, center], row_mean.shape, f32)
         batch_var = e.node("Add", [
             self._reduce(e, "ReduceMean", row_var, [0], out, keepdims=1),
             self._reduce(e, "ReduceMean", e.node("Mul", [spread, spread], row_mean.shape, f32),

@@ -8,6 +8,7 @@ from .batch_norm_row_statistics import BatchNormRowStatistics
 from .batch_norm_statistics import BatchNormStatistics
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
+from .half_column_sums import HalfColumnSums
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
 from .sum_square_reductions import SumSquareReductions
@@ -42,13 +43,15 @@ def default_pipeline(device, mixed_precision=False):
     ]
 
 
-def final_passes():
-    """Passes that run once after everything else (mixed precision included): they plan
-    the step's memory, which CSE would undo (passes/recompute_cheap_values.py)."""
-    return [RecomputeCheapValues()]
+def final_passes(device=None, mixed_precision=False):
+    """Passes that run once after everything else (mixed precision included): they read
+    AutoMixedPrecision's result (HalfColumnSums, CUDA jobs) or plan the step's memory,
+    which CSE would undo (passes/recompute_cheap_values.py)."""
+    return [*([HalfColumnSums()] if device == "cuda" and mixed_precision else []),
+            RecomputeCheapValues()]
 
 
 def default_pass_names():
     """Class names of the default passes on any device (what ONNXJOB_SKIP_PASSES takes)."""
     return sorted({type(p).__name__ for device in ("cpu", "cuda") for amp in (False, True)
-                   for p in default_pipeline(device, amp) + final_passes()})
+                   for p in default_pipeline(device, amp) + final_passes(device, amp)})
