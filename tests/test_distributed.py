@@ -390,34 +390,24 @@ def test_a_mirrored_train_job_over_two_ranks_trains_as_two_devices_in_one_proces
                                    err_msg=name)
 
 
-def test_the_cuda_form_of_a_conv_net_splits_over_the_ranks(rank_0_of_2, monkeypatch):
-    """The graph a conv net's data-parallel step gets on the CUDA EP (compiled here: the
-    max-pool gradient of KeepOnCuda scatters whole zeros at split indices) split for
-    rank 0 of 2 runs on its rows (each rank's own batch statistics: no collective), and
-    its gradients come out partial sums."""
+def _split_cuda_form_for_rank_0(monkeypatch, define_job, check_model):
+    """Compile the data-parallel step `define_job()` defines for the CUDA EP (each rank's
+    own batch statistics), check its ONNX model with `check_model`, split it for rank 0
+    of 2 and run that part on the CPU EP: its gradients must come out partial sums, and
+    finite."""
     import onnx
     import onnxruntime as ort
     monkeypatch.setenv("ONNXJOB_SYNC_BATCH_NORM", "0")
-    import onnxjob.typing as tp
     from onnxjob.graph.compiler import compile_job
     from onnxjob.graph.split_batch import Split, split_batch
     from onnxjob.runtime import data_parallel
     from onnxjob.runtime.session import default_session
-
-    @flow.global_function(type="train")
-    def job(x: tp.Numpy.Placeholder((4, 3, 8, 8))) -> tp.Numpy:
-        w = flow.get_variable("w", (4, 3, 3, 3), initializer=flow.random_normal_initializer())
-        y = flow.layers.batch_normalization(flow.nn.conv2d(x, w, 1, "SAME"), axis=1)
-        pooled = flow.nn.max_pool2d(flow.nn.relu(y), 3, 2, "SAME")   # overlapping windows
-        loss = flow.math.reduce_mean(pooled)
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
-        return loss
-
+    define_job()
     session = default_session()
     session.device, session.data_parallel = "cuda", True
     compiled = compile_job(session.jobs["job"], session, 0)
     model = onnx.load_from_string(compiled.serialized())
-    assert not any(n.op_type == "MaxUnpool" for n in model.graph.node)   # the CUDA form
+    check_model(model)
     state_a, _ = data_parallel.state_by_part(model, compiled)
     grads = list(compiled.gradient_outputs.values())
     part_a = data_parallel._extract(model, [i.name for i in model.graph.input],
@@ -433,46 +423,52 @@ def test_the_cuda_form_of_a_conv_net_splits_over_the_ranks(rank_0_of_2, monkeypa
     assert all(np.isfinite(g).all() for g in session.run(grads, feeds))
 
 
+def test_the_cuda_form_of_a_conv_net_splits_over_the_ranks(rank_0_of_2, monkeypatch):
+    """The graph a conv net's data-parallel step gets on the CUDA EP (compiled here: the
+    max-pool gradient of KeepOnCuda scatters whole zeros at split indices) split for
+    rank 0 of 2 runs on its rows (each rank's own batch statistics: no collective), and
+    its gradients come out partial sums."""
+    import onnxjob.typing as tp
+
+    def define_job():
+        @flow.global_function(type="train")
+        def job(x: tp.Numpy.Placeholder((4, 3, 8, 8))) -> tp.Numpy:
+            w = flow.get_variable("w", (4, 3, 3, 3),
+                                  initializer=flow.random_normal_initializer())
+            y = flow.layers.batch_normalization(flow.nn.conv2d(x, w, 1, "SAME"), axis=1)
+            pooled = flow.nn.max_pool2d(flow.nn.relu(y), 3, 2, "SAME")   # overlapping windows
+            loss = flow.math.reduce_mean(pooled)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(
+                loss)
+            return loss
+
+    def the_cuda_form(model):
+        assert not any(n.op_type == "MaxUnpool" for n in model.graph.node)
+    _split_cuda_form_for_rank_0(monkeypatch, define_job, the_cuda_form)
+
+
 def test_the_cuda_form_under_mixed_precision_splits_over_the_ranks(rank_0_of_2, monkeypatch):
     """Under mixed precision the CUDA form's batch norm statistics come from per-row
     LayerNormalizations (passes/batch_norm_row_statistics.py) and a dense layer's bias
     gradient is a half MatMul by a row of ones over the batch (passes/half_column_sums.py):
     split for rank 0 of 2 both run on the rank's rows (its own statistics; the ones cut
     to its rows) and the gradients come out partial sums."""
-    import onnx
-    import onnxruntime as ort
-    monkeypatch.setenv("ONNXJOB_SYNC_BATCH_NORM", "0")
     import onnxjob.typing as tp
-    from onnxjob.graph.compiler import compile_job
-    from onnxjob.graph.split_batch import Split, split_batch
-    from onnxjob.runtime import data_parallel
-    from onnxjob.runtime.session import default_session
     config = flow.function_config()
     config.enable_auto_mixed_precision(True)
 
-    @flow.global_function(type="train", function_config=config)
-    def job(x: tp.Numpy.Placeholder((512, 3, 4, 4))) -> tp.Numpy:
-        w = flow.get_variable("w", (4, 3, 3, 3), initializer=flow.random_normal_initializer())
-        y = flow.layers.batch_normalization(flow.nn.conv2d(x, w, 1, "SAME"), axis=1)
-        h = flow.layers.dense(flow.reshape(flow.nn.relu(y), (512, -1)), 8, name="fc")
-        loss = flow.math.reduce_mean(h * h)
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
-        return loss
+    def define_job():
+        @flow.global_function(type="train", function_config=config)
+        def job(x: tp.Numpy.Placeholder((512, 3, 4, 4))) -> tp.Numpy:
+            w = flow.get_variable("w", (4, 3, 3, 3),
+                                  initializer=flow.random_normal_initializer())
+            y = flow.layers.batch_normalization(flow.nn.conv2d(x, w, 1, "SAME"), axis=1)
+            h = flow.layers.dense(flow.reshape(flow.nn.relu(y), (512, -1)), 8, name="fc")
+            loss = flow.math.reduce_mean(h * h)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(
+                loss)
+            return loss
 
-    session = default_session()
-    session.device, session.data_parallel = "cuda", True
-    compiled = compile_job(session.jobs["job"], session, 0)
-    model = onnx.load_from_string(compiled.serialized())
-    assert {"LayerNormalization", "MatMul"} <= {n.op_type for n in model.graph.node}
-    state_a, _ = data_parallel.state_by_part(model, compiled)
-    grads = list(compiled.gradient_outputs.values())
-    part_a = data_parallel._extract(model, [i.name for i in model.graph.input],
-                                    list(compiled.output_names) + grads + [o for _, o in state_a])
-    kinds = split_batch(part_a, compiled.placeholder_names, 0, 2, "job")
-    assert grads and not any(isinstance(kinds[g], Split) for g in grads), kinds
-    rng = np.random.default_rng(0)
-    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
-             .astype(onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type))
-             for i in part_a.graph.input}
-    session = ort.InferenceSession(part_a.SerializeToString(), providers=["CPUExecutionProvider"])
-    assert all(np.isfinite(g).all() for g in session.run(grads, feeds))
+    def the_rewrites(model):
+        assert {"LayerNormalization", "MatMul"} <= {n.op_type for n in model.graph.node}
+    _split_cuda_form_for_rank_0(monkeypatch, define_job, the_rewrites)
