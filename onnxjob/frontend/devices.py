@@ -16,29 +16,6 @@ from onnxjob.graph.tracer import current_builder, in_job
 from onnxjob.runtime.session import default_session
 
 
-def _device_list(devices):
-    """[device ids] from an int, a "0-3" range string or a list of either."""
-    if isinstance(devices, int):
-        return [devices]
-    if isinstance(devices, str):
-        low, _, high = devices.partition("-")
-        return list(range(int(low), int(high or low) + 1))
-    return [d for entry in devices for d in _device_list(entry)]
-
-
-def _machine_device_lists(machine_device_ids):
-    """{machine id: [device ids]} from OneFlow's forms: {0: [0, 1]}, "0:0-1" or a list
-    of such strings."""
-    if isinstance(machine_device_ids, dict):
-        return {int(m): _device_list(d) for m, d in machine_device_ids.items()}
-    table = {}
-    for entry in [machine_device_ids] if isinstance(machine_device_ids, str) \
-            else machine_device_ids:
-        machine, _, devices = str(entry).rpartition(":")
-        table.setdefault(int(machine or 0), []).extend(_device_list(devices))
-    return table
-
-
 def _as_ids_strings(table):
     return [f"{m}:{d}" for m, devices in table.items() for d in devices]
 
@@ -51,7 +28,7 @@ class PlacementScope:
         if device_tag not in ("cpu", "gpu", "cuda"):
             raise ValueError(f"device tag must be 'cpu', 'gpu' or 'cuda', got {device_tag!r}")
         self.device_tag = device_tag
-        self.machine_id2device_id_list = _machine_device_lists(machine_device_ids)
+        self.machine_id2device_id_list = scope.machine_device_lists(machine_device_ids)
         self.hierarchy = list(hierarchy) if hierarchy is not None else [self.parallel_num]
         self._scope = None
 

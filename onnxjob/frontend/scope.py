@@ -48,16 +48,33 @@ def current_placement():
     return stack[-1] if stack else None
 
 
+def _device_list(devices):
+    """[device ids] from an int, a "0-3" range string or a list of either."""
+    if isinstance(devices, int):
+        return [devices]
+    if isinstance(devices, str):
+        low, _, high = devices.partition("-")
+        return list(range(int(low), int(high or low) + 1))
+    return [d for entry in devices for d in _device_list(entry)]
+
+
+def machine_device_lists(machine_device_ids):
+    """{machine id: [device ids]} from OneFlow's forms: {0: [0, 1]}, "0:0-1" or a list
+    of such strings."""
+    if isinstance(machine_device_ids, dict):
+        return {int(m): _device_list(d) for m, d in machine_device_ids.items()}
+    table = {}
+    for entry in [machine_device_ids] if isinstance(machine_device_ids, str) \
+            else machine_device_ids:
+        machine, _, devices = str(entry).rpartition(":")
+        table.setdefault(int(machine or 0), []).extend(_device_list(devices))
+    return table
+
+
 def device_count(machine_device_ids):
     """How many devices "machine:devices" strings name ("0:0-3" is 4, ["0:0", "1:0-1"] 3),
     as OneFlow's parallel_num."""
-    total = 0
-    for entry in [machine_device_ids] if isinstance(machine_device_ids, str) \
-            else machine_device_ids:
-        devices = str(entry).split(":")[-1]
-        low, _, high = devices.partition("-")
-        total += int(high or low) - int(low) + 1
-    return total
+    return sum(map(len, machine_device_lists(machine_device_ids).values()))
 
 
 class _CallableStr(str):

@@ -31,6 +31,17 @@ def reduce_axes(node):
     return attr(node, "axes")
 
 
+# the first opset where each reduction takes its axes as an input rather than an attribute
+AXES_INPUT_SINCE = {"ReduceSum": 13, "ReduceMean": 18, "ReduceSumSquare": 18}
+
+
+def producer(value, op_type):
+    """The node of the default domain and of type `op_type` that made `value`, or None."""
+    node = value.producer() if value is not None else None
+    return node if node is not None and node.op_type == op_type and node.domain == "" \
+        else None
+
+
 def static_shape(value):
     """The value's shape as a tuple of ints, or None if unknown or symbolic."""
     if value is None or value.shape is None:
@@ -89,6 +100,15 @@ class NodeEmitter:
     def node(self, op_type, inputs, shape, dtype, domain="", **attributes):
         """The output of a new `op_type` node, of `shape` and element type `dtype`."""
         return self.node_outputs(op_type, inputs, [shape], dtype, domain, **attributes)[0]
+
+    def reduce(self, op_type, value, axes, shape, dtype, keepdims, opset):
+        """The output of a new reduction of `value` over `axes`, its axes an input or an
+        attribute as `opset` wants (AXES_INPUT_SINCE)."""
+        axes = [int(a) for a in axes]
+        if opset >= AXES_INPUT_SINCE[op_type]:
+            return self.node(op_type, [value, self.const(np.array(axes, np.int64))], shape,
+                             dtype, keepdims=keepdims)
+        return self.node(op_type, [value], shape, dtype, axes=axes, keepdims=keepdims)
 
     def node_outputs(self, op_type, inputs, shapes, dtype, domain="", **attributes):
         """The outputs of a new `op_type` node (of `domain`), one per entry of `shapes`, all

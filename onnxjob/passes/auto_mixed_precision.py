@@ -67,7 +67,7 @@ import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
 from onnxjob.graph.traffic import origin
-from ._util import NodeEmitter
+from ._util import NodeEmitter, const_array
 
 ALLOW = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum"})
 FOLLOW = frozenset({
@@ -185,11 +185,10 @@ def _constant_sign(value):
     """-1, 0 or 1 when `value` is a constant (or this pass's cast of one) whose elements
     all have that sign (0: all zero or of mixed signs), else None."""
     node = value.producer() if value is not None else None
-    if node is not None and node.op_type == "Cast":
-        value = node.inputs[0]
-    if value is None or value.const_value is None:
+    array = const_array(node.inputs[0] if node is not None and node.op_type == "Cast"
+                        else value)
+    if array is None:
         return None
-    array = value.const_value.numpy()
     return -1 if np.all(array < 0) else 1 if np.all(array > 0) else 0
 
 

@@ -42,21 +42,15 @@ from onnx_ir.passes import InPlacePass, PassResult
 
 from onnxjob.graph.primitives.collectives import DOMAIN as COLLECTIVES
 from ._util import (
-    NodeEmitter, add_initializer, attr, reduce_axes, replace_value, static_shape)
-
-
-def _producer(value, op_type):
-    node = value.producer() if value is not None else None
-    return node if node is not None and node.op_type == op_type and node.domain == "" \
-        else None
+    NodeEmitter, add_initializer, attr, producer, reduce_axes, replace_value, static_shape)
 
 
 def _root(value):
     """The value a chain of Reshapes made `value` from (`value` itself if none)."""
-    node = _producer(value, "Reshape")
+    node = producer(value, "Reshape")
     while node is not None:
         value = node.inputs[0]
-        node = _producer(value, "Reshape")
+        node = producer(value, "Reshape")
     return value
 
 
@@ -186,7 +180,7 @@ class BatchNormRowStatistics(InPlacePass):
                     continue
                 d_gamma = _only_use(total.outputs[0])
                 if d_gamma is None or d_gamma.op_type != "Mul" or \
-                        _producer(d_gamma.inputs[1], "Reciprocal") is None:
+                        producer(d_gamma.inputs[1], "Reciprocal") is None:
                     continue
                 e = NodeEmitter(graph, product, "rows")
                 xhat = e.node("BatchNormalization",
@@ -237,9 +231,4 @@ class BatchNormRowStatistics(InPlacePass):
         return self._constants[key]
 
     def _reduce(self, e, op_type, value, axes, shape, keepdims):
-        axes = np.array(axes, np.int64)
-        if self._opset >= (13 if op_type == "ReduceSum" else 18):
-            return e.node(op_type, [value, e.const(axes)], shape, ir.DataType.FLOAT,
-                          keepdims=keepdims)
-        return e.node(op_type, [value], shape, ir.DataType.FLOAT, axes=axes.tolist(),
-                      keepdims=keepdims)
+        return e.reduce(op_type, value, axes, shape, ir.DataType.FLOAT, keepdims, self._opset)

@@ -22,20 +22,15 @@ jobs keep the parts.
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from ._util import NodeEmitter, attr, const_array, replace_value, static_shape
+from ._util import NodeEmitter, attr, const_array, producer, replace_value, static_shape
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.DOUBLE)
-
-
-def _producer(value, op_type):
-    node = value.producer() if value is not None else None
-    return node if node is not None and node.op_type == op_type else None
 
 
 def _channel_mean(value, source):
     """The ReduceMean of `source` over every axis but 1 (keepdims) that made `value`, or
     None."""
-    node = _producer(value, "ReduceMean")
+    node = producer(value, "ReduceMean")
     if node is None or len(node.inputs) != 1 or node.inputs[0] is not source or \
             attr(node, "keepdims", 1) != 1:
         return None
@@ -49,18 +44,18 @@ def _channel_mean(value, source):
 def _statistics(bn):
     """(m, v): the keepdims batch mean and variance `bn` normalizes with, or None."""
     x = bn.inputs[0]
-    reshapes = [_producer(bn.inputs[i], "Reshape") for i in (3, 4)]
+    reshapes = [producer(bn.inputs[i], "Reshape") for i in (3, 4)]
     if None in reshapes:
         return None
     mean, var = (r.inputs[0] for r in reshapes)
-    var_node = _producer(var, "ReduceMean")
+    var_node = producer(var, "ReduceMean")
     if _channel_mean(mean, x) is None or var_node is None:
         return None
-    square = _producer(var_node.inputs[0], "Mul")
+    square = producer(var_node.inputs[0], "Mul")
     if square is None or square.inputs[0] is not square.inputs[1] or \
             _channel_mean(var, square.outputs[0]) is None:
         return None
-    centered = _producer(square.inputs[0], "Sub")
+    centered = producer(square.inputs[0], "Sub")
     if centered is None or centered.inputs[0] is not x or centered.inputs[1] is not mean:
         return None
     return mean, var

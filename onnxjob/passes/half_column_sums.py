@@ -21,8 +21,8 @@ import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
 from ._util import NodeEmitter, attr, reduce_axes, replace_value, static_shape
+from .auto_mixed_precision import HALF_TYPES
 
-HALF_TYPES = (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
 MIN_ROWS = 256
 
 

@@ -15,8 +15,8 @@ from onnx_ir.passes import InPlacePass, PassResult
 
 from ._util import NodeEmitter, reduce_axes, replace_value, static_shape
 
-# the first opset where the op takes its axes as an input rather than an attribute
-_AXES_INPUT_SINCE = {"ReduceSum": 13, "ReduceMean": 18, "ReduceSumSquare": 18}
+# the reductions split
+_SPLIT = ("ReduceSum", "ReduceMean", "ReduceSumSquare")
 # the second step of each (the first step's results are summed, not squared again)
 _SECOND_STEP = {"ReduceSum": "ReduceSum", "ReduceMean": "ReduceMean",
                 "ReduceSumSquare": "ReduceSum"}
@@ -28,7 +28,7 @@ class SplitChannelReductions(InPlacePass):
         opset = model.opset_imports.get("", 1)
         modified = False
         for node in list(graph):
-            if node.op_type not in _AXES_INPUT_SINCE or node.graph is None:
+            if node.op_type not in _SPLIT or node.graph is None:
                 continue
             shape = static_shape(node.inputs[0])
             out_shape = static_shape(node.outputs[0])
@@ -50,15 +50,10 @@ class SplitChannelReductions(InPlacePass):
         e = NodeEmitter(graph, node, "split")
         dtype = node.outputs[0].type.dtype
 
-        def reduce(op_type, x, axis, out):
-            if opset >= _AXES_INPUT_SINCE[op_type]:
-                return e.node(op_type, [x, e.const(np.array([axis], np.int64))], out, dtype,
-                              keepdims=1)
-            return e.node(op_type, [x], out, dtype, axes=[axis], keepdims=1)
-
         matrix = e.node("Reshape", [node.inputs[0], e.const(np.array([n, c, -1], np.int64))],
                         (n, c, int(np.prod(shape[2:]))), dtype)
-        per_row = reduce(node.op_type, matrix, 2, (n, c, 1))
-        per_channel = reduce(_SECOND_STEP[node.op_type], per_row, 0, (1, c, 1))
+        per_row = e.reduce(node.op_type, matrix, [2], (n, c, 1), dtype, 1, opset)
+        per_channel = e.reduce(_SECOND_STEP[node.op_type], per_row, [0], (1, c, 1), dtype, 1,
+                               opset)
         return e.node("Reshape", [per_channel, e.const(np.array(out_shape, np.int64))],
                       out_shape, dtype)

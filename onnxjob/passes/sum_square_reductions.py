@@ -65,12 +65,8 @@ class SumSquareReductions(InPlacePass):
             e = NodeEmitter(graph, node, "sumsq")
             dtype = node.outputs[0].type.dtype
             keepdims = attr(node, "keepdims", 1)
-            if opset >= 18:
-                total = e.node("ReduceSumSquare", [square.inputs[0], e.const(
-                    np.array(axes, np.int64))], out_shape, dtype, keepdims=keepdims)
-            else:
-                total = e.node("ReduceSumSquare", [square.inputs[0]], out_shape, dtype,
-                               axes=axes, keepdims=keepdims)
+            total = e.reduce("ReduceSumSquare", square.inputs[0], axes, out_shape, dtype,
+                             keepdims, opset)
             if mean:
                 total = e.node("Mul", [total, e.const(np.array(1.0 / count, dtype.numpy()))],
                                out_shape, dtype)
