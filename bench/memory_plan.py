@@ -42,6 +42,9 @@ def parse(argv=None):
     p.add_argument("--no-torch", dest="torch", action="store_false")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default=None, help="also write the numbers to this file (JSON)")
+    p.add_argument("--as-run", action="store_true",
+                   help="also plan the graph as onnxruntime optimized and ran it (one step on "
+                        "the CPU EP with the device's session options, profiled)")
     p.add_argument("--bert-layers", type=int, default=12)
     p.add_argument("--bert-hidden", type=int, default=768)
     p.add_argument("--bert-heads", type=int, default=12)
@@ -89,11 +92,22 @@ def compile_for(job, device):
 def plans_of(compiled):
     """{order: MemoryPlan} of a compiled train job (its loss, its in-place state)."""
     from onnxjob.graph import memory_plan
-    graph = compiled.model.graph
-    loss = [v for v in graph.outputs if v.name in compiled.output_names]
+    return {order: _plan(compiled, compiled.model.graph, order) for order in memory_plan.ORDERS}
+
+
+def executed_plan(compiled, device):
+    """The MemoryPlan of `compiled` as onnxruntime optimizes it for a `device` session, in
+    the order a CPU session with those options ran it (runtime/executed_plan.py)."""
+    from onnxjob.runtime.executed_plan import executed_graph
+    return _plan(compiled, executed_graph(compiled.model, device).graph, "model")
+
+
+def _plan(compiled, graph, order):
+    from onnxjob.graph import memory_plan
+    outputs = {v.name: v for v in graph.outputs}
+    loss = [outputs[name] for name in compiled.output_names if name in outputs]
     in_place = [compiled.state_outputs[v] for v in compiled.in_place]
-    return {order: memory_plan.plan(graph, order, loss, in_place)
-            for order in memory_plan.ORDERS}
+    return memory_plan.plan(graph, order, loss, in_place)
 
 
 def compiled_model(argv=None):
@@ -167,8 +181,11 @@ def twin_step(torch, args, values):
 
 def main(argv=None):
     import onnxjob as flow
+    from onnxjob.graph import memory_plan
     args, compiled = compiled_model(argv)
     plans = plans_of(compiled)
+    if args.as_run:
+        plans["as run"] = executed_plan(compiled, args.device)
     title = (f"{args.model} train step, batch {args.batch}, {'AMP' if args.amp else 'float32'}, "
              f"compiled for {args.device}")
     print(title)
@@ -177,13 +194,14 @@ def main(argv=None):
               f"{plan.peak_index}/{len(plan.order)} ({plan.peak_node.op_type}); saved for "
               f"the backward {plan.saved_bytes / MIB:.1f} MiB, {plan.at_peak_saved_bytes() / MIB:.1f} "
               "of them live at the peak")
-    plan = plans["model"]
+    order = memory_plan.session_order(args.device)
+    plan = plans[order]
     print(f"  held: inputs (variables, state, feeds) {plan.held_bytes / MIB:.1f} MiB, outputs "
           f"(next state not written in place, results) {plan.output_bytes / MIB:.1f} MiB; "
           f"step total "
           f"{plan.step_bytes / MIB:.1f} MiB" + (f"; {len(plan.unsized)} values of unknown size"
                                                  if plan.unsized else ""))
-    print(f"  live at the peak ({args.device} order), by producer:")
+    print(f"  live at the peak ({order} order), by producer:")
     for (op, dtype), count, nbytes in plan.breakdown(args.top):
         print(f"    {op:22s} {dtype:9s} {count:5d} values {nbytes / MIB:9.1f} MiB")
     result = {order: {"peak": p.peak_bytes, "held": p.held_bytes, "outputs": p.output_bytes,

@@ -18,12 +18,14 @@ checked without a GPU (tests/test_memory_plan.py) and compared with a GPU's meas
 (bench/memory_plan.py, bench/bench_gpu.py).
 
 Orders (`execution_order`):
-- "model": the graph's own node order. onnxruntime's priority-based order
-  (`ExecutionOrder.PRIORITY_BASED`: Kahn's algorithm, ties broken by node index) runs a
-  topologically sorted graph in exactly this order; onnxjob's CUDA sessions ask for it
-  (runtime/backend.py), so this is the order a CUDA step runs in.
+- "model": the graph's own node order, which a CUDA train session runs (after onnxruntime's
+  optimizer, runtime/graph_order.py).
 - "onnxruntime-default": onnxruntime's default order (a reverse depth-first walk from the
-  nodes nobody reads, inputs visited by node index: `Graph::ReverseDFSFrom`).
+  nodes nobody reads, inputs visited by node index: `Graph::ReverseDFSFrom`), which the
+  other sessions run.
+`session_order(device, is_train)` names the one a session runs. What it runs is the graph
+as onnxruntime's optimizer rewrote it: runtime/executed_plan.py gives that graph in the
+order a session ran it, for `plan`.
 """
 import collections
 import dataclasses
@@ -33,6 +35,12 @@ import math
 # ops whose output is a view of input 0 (onnxruntime's kernels alias it: no new buffer)
 ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
 ORDERS = ("model", "onnxruntime-default")
+
+
+def session_order(device, is_train=True):
+    """The order (one of ORDERS) an onnxjob session on `device` runs its nodes in
+    (runtime/backend.py's optimized_session)."""
+    return "model" if device == "cuda" and is_train else "onnxruntime-default"
 
 
 def value_bytes(value):

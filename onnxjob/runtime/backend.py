@@ -37,7 +37,7 @@ import onnxruntime as ort  # noqa: E402  (after the check above)
 
 from onnxjob import settings  # noqa: E402
 from onnxjob.errors import DeviceUnavailableError, TraceError  # noqa: E402
-from onnxjob.runtime import cuda_libraries, session_cache  # noqa: E402
+from onnxjob.runtime import cuda_libraries, graph_order, session_cache  # noqa: E402
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -292,12 +292,12 @@ NEVER_MATCHING_TRANSFORMERS = [
 
 # NOTE: these walk a train graph and never rewrite it: they fuse forward chains (layer norm,
 # GELU, attention, bias + activation) whose inner values a train graph keeps for the
-# backward pass, or repeat the pipeline's own CSE. In the whole test suite's CPU train
+# backward pass. In the whole test suite's CPU train
 # sessions (every zoo model, BERT, Wide & Deep, DCGAN, each op's gradient check) none of
 # them modified a graph; ResNet50's train session spent ~270 ms in them.
 TRAIN_NEVER_MATCHING_TRANSFORMERS = [
     "AttentionFusion", "BiasDropoutFusion", "BiasGeluFusion", "BiasSkipLayerNormFusion",
-    "BiasSoftmaxFusion", "CommonSubexpressionElimination", "ConvActivationFusion",
+    "BiasSoftmaxFusion", "ConvActivationFusion",
     "EmbedLayerNormFusion", "FastGeluFusion", "GatherSliceToSplitFusion",
     "GatherToSliceFusion", "GeluFusionL2", "LayerNormFusionL1", "MatMulActivationFusion",
     "QuickGeluFusion", "SimplifiedLayerNormFusion", "SkipLayerNormFusion",
@@ -324,6 +324,12 @@ def disabled_transformers(is_train, device):
     # NOTE: EliminateDropout removes a Dropout whose mask is unused even in training mode;
     # train graphs must keep dropping, so it is disabled for them.
     disabled = (["EliminateDropout"] if is_train else []) + NEVER_MATCHING_TRANSFORMERS
+    if is_train:
+        # NOTE: onnxruntime's CSE merges a value made again after the step's peak
+        # (passes/recompute_cheap_values.py) with the forward's, which then lives across
+        # the peak: BERT-base's float32 step at batch 32 peaked at 3491 MiB with it and
+        # 2335 without (its plan: 2362). The pipeline runs its own CSE before that pass.
+        disabled += ["CommonSubexpressionElimination"]
     if is_train and device == "cpu":
         disabled += TRAIN_NEVER_MATCHING_TRANSFORMERS
     return disabled
@@ -335,15 +341,15 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
     opts.use_deterministic_compute = bool(
         deterministic or settings.get("DETERMINISTIC"))
     opts.graph_optimization_level = optimization_level(is_train, device)
-    if device == "cuda":
-        # nodes run in the graph's own order (Kahn's algorithm, ties by node index: the
-        # order graph/memory_plan.py plans in, where ResNet50's AMP step at batch 8 peaks
-        # at 368 MiB, 400 MiB in onnxruntime's default depth-first walk from the outputs).
-        # CPU sessions keep the default order: they are written to and read from the
-        # session cache, whose file holds the nodes in the order they ran
-        # (`_cached_session`); both orders peaked alike there (ResNet50 batch 16: 2.31
-        # and 2.33 GB, bench_memory.py)
-        opts.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+    # NOTE: every session runs its nodes in onnxruntime's default order (a depth-first walk
+    # back from the outputs), which follows what the graph reads. The priority-based order
+    # (Kahn's algorithm, ties by node index) ran a CUDA-form train graph in its own order
+    # only until onnxruntime's optimizer made a node (a fusion's Gemm or FusedMatMul): new
+    # nodes take the highest indices, so while one waited, every node ready earlier in the
+    # graph ran first, the update's passes over the variables and the values recomputed
+    # after the peak among them. ResNet50's float32 step at batch 16 then peaked at 2505
+    # MiB where its plan says 1335 (as run on the CPU EP with CUDA's options and profiled:
+    # runtime/executed_plan.py); in the default order it peaked at 1328.
     threads = threads or settings.get("NUM_THREADS")
     if threads:
         opts.intra_op_num_threads = threads
@@ -442,14 +448,33 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
     written = None
     if cache_path is not None:
         written = opts.optimized_model_filepath = session_cache.writing_to(cache_path)
-    sess = ort.InferenceSession(model_bytes, opts, providers=providers,
-                                disabled_optimizers=disabled)
+    sess = optimized_session(model_bytes, opts, providers, disabled, device, is_train)
     if written is not None:
         session_cache.publish(written, cache_path)
     if device == "cuda" and CUDA not in sess.get_providers():
         raise DeviceUnavailableError(f"onnxruntime fell back to {sess.get_providers()} although "
                                      "the CUDA execution provider was requested")
     return sess
+
+
+def optimized_session(model_bytes, opts, providers, disabled, device, is_train):
+    """The InferenceSession create_session makes for a `device` session, on `providers`
+    (unchecked): a CUDA train session runs the optimized graph in the graph's own order
+    (runtime/graph_order.py), any other in onnxruntime's default order."""
+    if not (device == "cuda" and is_train):
+        return ort.InferenceSession(model_bytes, opts, providers=providers,
+                                    disabled_optimizers=disabled)
+    sess = graph_order.session_in_graph_order(model_bytes, opts, providers, disabled)
+    if getattr(sess, "fallback_reason", None):
+        _say_order_fallback(sess.fallback_reason)
+    return sess
+
+
+@functools.lru_cache(maxsize=None)
+def _say_order_fallback(reason):
+    print("onnxjob: onnxruntime could not load its optimized train graph in the graph's own "
+          f"order ({reason}); the step runs in onnxruntime's default order, which may hold "
+          "more memory than graph/memory_plan.py plans", file=sys.stderr)
 
 
 def run_function(session, output_names):
