@@ -67,6 +67,17 @@ def test_cuda_graph_steps_match_plain_cuda_steps():
 
 
 @needs_cuda
+def test_a_cuda_train_session_runs_its_optimized_graph_in_the_graph_s_order(capfd):
+    """runtime/graph_order.py on the CUDA EP: the optimized train graph, its nodes put back
+    in the graph's order, loads with the optimizer off (no fallback to onnxruntime's own
+    order) and trains."""
+    losses, _, _, runtime = train_and_predict(False)
+    assert not getattr(runtime.ort_session, "fallback_reason", None)
+    assert "could not load its optimized train graph" not in capfd.readouterr().err
+    assert np.isfinite(losses).all()
+
+
+@needs_cuda
 def test_cuda_graph_buffers_follow_a_checkpoint_load():
     """Loading variables between replays must reach the captured graphs' buffers."""
     losses, _, after, _ = train_and_predict(True, steps=4)
