@@ -1,5 +1,8 @@
 """The traffic model of a step (onnxjob/graph/traffic.py): bytes read and written per node,
 grouped by what made the node."""
+import os
+import tempfile
+
 import numpy as np
 import onnx_ir as ir
 
@@ -207,3 +210,41 @@ def test_a_matrix_vector_product_runs_at_memory_speed():
     assert not traffic.at_compute_speed(vector.node) and traffic.at_compute_speed(full.node)
     assert step.memory_bound_bytes() == vector.moved and step.compute_bytes() == full.moved
     assert vector.group != "convolutions and matmuls (compute)"
+
+
+def test_the_exact_gelu_counts_as_the_one_kernel_onnxruntime_fuses_it_into():
+    """flow.math.gelu's forward (graph/primitives/elementwise.py) is the chain onnxruntime's
+    GeluFusion makes one Gelu kernel of, in a train step compiled for CUDA and run with
+    CUDA's session options (here on the CPU EP), and the traffic model counts it as that
+    kernel: x read once, y written once."""
+    import onnx
+    import onnxruntime as ort
+
+    from onnxjob.runtime import backend
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((16, 64))) -> tp.Numpy:
+        w = flow.get_variable("w", (64, 64), initializer=flow.random_normal_initializer())
+        loss = flow.math.reduce_mean(flow.math.gelu(flow.matmul(x, w)))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    session = default_session()
+    session.device = "cuda"
+    model = compile_job(session.jobs["job"], session, 0).model
+    graph = model.graph
+    flow.clear_default_session()
+    step = traffic.traffic(graph)
+    forward = [t for t in step.nodes if t.group == "forward GELU"]
+    assert {t.node.op_type for t in forward} == {"Div", "Erf", "Add", "Mul"}
+    assert sum(t.moved for t in forward) == 2 * 16 * 64 * 4
+    assert traffic.fused_chains(graph)
+
+    opts = backend.session_options(True, device="cuda")
+    with tempfile.TemporaryDirectory() as folder:
+        opts.optimized_model_filepath = os.path.join(folder, "optimized.onnx")
+        ort.InferenceSession(ir.to_proto(model).SerializeToString(), opts,
+                             providers=[backend.CPU],
+                             disabled_optimizers=backend.disabled_transformers(True, "cuda"))
+        ops = [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node]
+    assert ops.count("Gelu") == 1 and ops.count("Erf") == 1    # the backward's own erf

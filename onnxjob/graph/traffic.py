@@ -11,7 +11,8 @@ may, counts once: a lower bound); views (memory_plan.ALIAS_OPS) move nothing. No
 grouped by what made them, from the ORIGIN property the tracer records (graph/tracer.py):
 the phase (forward, backward, update) and the op a composite expanded or whose gradient
 rule ran, so that e.g. the batch norm's backward, the ReLU masks and the convolutions'
-weight-gradient windows are told apart.
+weight-gradient windows are told apart. A chain onnxruntime fuses into one kernel on the
+CUDA EP counts as that kernel (`fused_chains`: the exact GELU).
 bench/traffic_model.py prints the table beside an estimate of PyTorch's passes.
 """
 import collections
@@ -104,5 +105,83 @@ class Traffic:
 
 
 def traffic(graph):
-    """The Traffic of one run of `graph` (an onnx_ir Graph with static shapes)."""
-    return Traffic([NodeTraffic(node, group_of(node), *node_traffic(node)) for node in graph])
+    """The Traffic of one run of `graph` (an onnx_ir Graph with static shapes). The chains
+    onnxruntime's optimizer fuses into one kernel on the CUDA EP (`fused_chains`) count as
+    that kernel: its last node reads the chain's inputs and writes its output, the others
+    move nothing."""
+    fused = fused_chains(graph)
+    counted = []
+    for node in graph:
+        read, written = node_traffic(node)
+        if id(node) in fused:
+            read, written = fused[id(node)]
+        counted.append(NodeTraffic(node, group_of(node), read, written))
+    return Traffic(counted)
+
+
+def fused_chains(graph):
+    """{id(node): (bytes read, bytes written)} for the nodes of the chains onnxruntime's
+    GeluFusion makes one Gelu kernel of: y = (x * (erf(x / sqrt(2)) + 1)) * 0.5, in any
+    operand order, every inner value read by the chain alone (graph/primitives/
+    elementwise.py's gelu_formula emits it)."""
+    fused = {}
+    for node in graph:
+        chain = _gelu_chain(node)
+        if chain is None:
+            continue
+        x = chain[0].inputs[0]
+        for part in chain[:-1]:
+            fused[id(part)] = (0, 0)
+        fused[id(node)] = (value_bytes(x) or 0, value_bytes(node.outputs[0]) or 0)
+    return fused
+
+
+def _gelu_chain(last):
+    """[Div, Erf, Add, Mul, Mul] ending at `last`, or None."""
+    inner, half = _operands(last, "Mul", 0.5)
+    if inner is None:
+        return None
+    mul = _only_reader_producer(inner, "Mul")
+    if mul is None:
+        return None
+    for x, plus in (mul.inputs, reversed(mul.inputs)):
+        add = _only_reader_producer(plus, "Add")
+        erf_out, _ = _operands(add, "Add", 1.0) if add is not None else (None, None)
+        erf = _only_reader_producer(erf_out, "Erf") if erf_out is not None else None
+        div = _only_reader_producer(erf.inputs[0], "Div") if erf is not None else None
+        if div is not None and div.inputs[0] is x and _is_constant(div.inputs[1], 2 ** 0.5):
+            return [div, erf, add, mul, last]
+    return None
+
+
+def _operands(node, op_type, constant):
+    """(the other operand, the constant) of a binary `op_type` node with one constant
+    operand equal to `constant`, else (None, None)."""
+    if node is None or node.op_type != op_type or node.domain or len(node.inputs) != 2:
+        return None, None
+    a, b = node.inputs
+    if _is_constant(b, constant):
+        return a, b
+    if _is_constant(a, constant):
+        return b, a
+    return None, None
+
+
+def _only_reader_producer(value, op_type):
+    """The `op_type` node making `value` when one node reads it and it is no graph output."""
+    if value is None or value.is_graph_output() or len(value.uses()) != 1:
+        return None
+    node = value.producer()
+    return node if node is not None and node.op_type == op_type and not node.domain else None
+
+
+def _is_constant(value, number):
+    """Whether `value` is a one-element constant `number`, or a Cast of one (which
+    onnxruntime's constant folding makes a constant before it fuses)."""
+    cast = value.producer() if value is not None else None
+    if cast is not None and cast.op_type == "Cast" and not cast.domain:
+        value = cast.inputs[0]
+    if value is None or value.const_value is None:
+        return False
+    array = value.const_value.numpy()
+    return array.size == 1 and abs(float(array.reshape(())) - number) <= 1e-3 * abs(number)

@@ -299,7 +299,7 @@ TRAIN_NEVER_MATCHING_TRANSFORMERS = [
     "AttentionFusion", "BiasDropoutFusion", "BiasGeluFusion", "BiasSkipLayerNormFusion",
     "BiasSoftmaxFusion", "ConvActivationFusion",
     "EmbedLayerNormFusion", "FastGeluFusion", "GatherSliceToSplitFusion",
-    "GatherToSliceFusion", "GeluFusionL2", "LayerNormFusionL1", "MatMulActivationFusion",
+    "GatherToSliceFusion", "LayerNormFusionL1", "MatMulActivationFusion",
     "QuickGeluFusion", "SimplifiedLayerNormFusion", "SkipLayerNormFusion",
     "SliceConcatToSpaceToDepthFusion"]
 

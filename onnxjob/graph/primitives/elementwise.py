@@ -525,9 +525,11 @@ special_function("Erfc", _erfc_formula, lambda n, g, need: [
 
 
 def gelu_formula(x):
-    """x * Phi(x) = x (1 + erf(x / sqrt(2))) / 2 (the exact GELU)."""
-    return op("Mul", op("Mul", x, _c(0.5, x)),
-              op("Add", _c(1, x), op("Erf", op("Mul", x, _c(0.7071067811865476, x)))))
+    """x * Phi(x) = x (1 + erf(x / sqrt(2))) / 2 (the exact GELU), in the form onnxruntime's
+    GeluFusion makes one Gelu kernel of (x / sqrt(2), not x * (1 / sqrt(2)): one pass over
+    x instead of five, on the CPU and CUDA EPs)."""
+    return op("Mul", op("Mul", x, op("Add", op("Erf", op("Div", x, _c(math.sqrt(2), x))),
+                                    _c(1, x))), _c(0.5, x))
 
 
 def gelu_derivative(x):
