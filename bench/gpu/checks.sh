@@ -15,6 +15,7 @@
 #   serving    bench_serving.py on CUDA, two data-parallel ranks sharing the GPU
 #   stages     the synchronized-batch-norm step's stage schedules on CUDA (bench_stages.py)
 #   bert       bench_gpu.py's BERT AMP row and the peak-memory rows (ResNet50 AMP and fp32, BERT)
+#   memory     the peak-memory rows as shipped, with cuDNN workspaces bounded, and without search
 #   "CMD"      anything else is run as a command with the same setup
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,5 +67,15 @@ case "$1" in
     timeout "$(left 570)" python3 bench/bench_gpu.py \
       --rows bert-amp,resnet50-amp-memory,resnet50-memory,bert-amp-memory \
       --json "$out/gpu_bert.json" 2>&1 | tee "$out/gpu_bert.log" ;;
+  memory)
+    # where the memory rows' bytes go: as shipped, then cuDNN's workspaces bounded at 32 MiB
+    # (onnxruntime's exhaustive search otherwise sizes its scratch buffer by the largest
+    # algorithm, and the arena keeps it), then also cuDNN's heuristic pick (no search)
+    for variant in "" "--cuda-options cudnn_conv_use_max_workspace=0" \
+        "--cuda-options cudnn_conv_use_max_workspace=0 --algo-search HEURISTIC"; do
+      echo "== memory rows $variant" | tee -a "$out/memory.log"
+      timeout "$(left 570)" python3 bench/bench_gpu.py $variant --memory-steps 3 \
+        --rows resnet50-amp-memory,resnet50-memory,bert-amp-memory 2>&1 | tee -a "$out/memory.log"
+    done ;;
   *) eval "$1" ;;
 esac
