@@ -4,12 +4,15 @@ import os
 import tempfile
 
 import numpy as np
+import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 
 import onnxjob as flow
 import onnxjob.typing as tp
 from onnxjob.graph import traffic
 from onnxjob.graph.compiler import compile_job
+from onnxjob.runtime import backend
 from onnxjob.runtime.session import default_session
 
 F32 = ir.DataType.FLOAT
@@ -217,11 +220,6 @@ def test_the_exact_gelu_counts_as_the_one_kernel_onnxruntime_fuses_it_into():
     GeluFusion makes one Gelu kernel of, in a train step compiled for CUDA and run with
     CUDA's session options (here on the CPU EP), and the traffic model counts it as that
     kernel: x read once, y written once."""
-    import onnx
-    import onnxruntime as ort
-
-    from onnxjob.runtime import backend
-
     @flow.global_function(type="train")
     def job(x: tp.Numpy.Placeholder((16, 64))) -> tp.Numpy:
         w = flow.get_variable("w", (64, 64), initializer=flow.random_normal_initializer())
@@ -240,11 +238,39 @@ def test_the_exact_gelu_counts_as_the_one_kernel_onnxruntime_fuses_it_into():
     assert sum(t.moved for t in forward) == 2 * 16 * 64 * 4
     assert traffic.fused_chains(graph)
 
+    ops = [n.op_type for n in _optimized_for_cuda(model)]
+    assert ops.count("Gelu") == 1 and ops.count("Erf") == 1    # the backward's own erf
+
+
+def test_a_transposed_matmul_operand_costs_what_onnxruntime_fuses_it_into():
+    """A Transpose of the last two axes read by one MatMul alone moves nothing: onnxruntime
+    folds it into the product (FusedMatMul) with CUDA's session options, here on the CPU EP:
+    every Transpose the model counts as fused is gone from the optimized graph."""
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 16, 32))) -> tp.Numpy:
+        w = flow.get_variable("w", (4, 24, 32), initializer=flow.random_normal_initializer())
+        y = flow.matmul(x, w, transpose_b=True)
+        loss = flow.math.reduce_mean(y * y)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    session = default_session()
+    session.device = "cuda"
+    model = compile_job(session.jobs["job"], session, 0).model
+    flow.clear_default_session()
+    step = traffic.traffic(model.graph)
+    fused = [t.node.name for t in step.nodes if t.node.op_type == "Transpose" and not t.moved]
+    assert fused
+    assert not {n.name for n in _optimized_for_cuda(model)} & set(fused)
+
+
+def _optimized_for_cuda(model):
+    """The nodes of `model` (onnx_ir) as onnxruntime's optimizer writes them for a CUDA
+    train session (its options and transformers, on the CPU EP here)."""
     opts = backend.session_options(True, device="cuda")
     with tempfile.TemporaryDirectory() as folder:
         opts.optimized_model_filepath = os.path.join(folder, "optimized.onnx")
         ort.InferenceSession(ir.to_proto(model).SerializeToString(), opts,
                              providers=[backend.CPU],
                              disabled_optimizers=backend.disabled_transformers(True, "cuda"))
-        ops = [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node]
-    assert ops.count("Gelu") == 1 and ops.count("Erf") == 1    # the backward's own erf
+        return list(onnx.load(opts.optimized_model_filepath).graph.node)

@@ -12,7 +12,7 @@ grouped by what made them, from the ORIGIN property the tracer records (graph/tr
 the phase (forward, backward, update) and the op a composite expanded or whose gradient
 rule ran, so that e.g. the batch norm's backward, the ReLU masks and the convolutions'
 weight-gradient windows are told apart. A chain onnxruntime fuses into one kernel on the
-CUDA EP counts as that kernel (`fused_chains`: the exact GELU).
+CUDA EP counts as that kernel (`fused_chains`: the exact GELU, a transposed MatMul operand).
 bench/traffic_model.py prints the table beside an estimate of PyTorch's passes.
 """
 import collections
@@ -120,12 +120,17 @@ def traffic(graph):
 
 
 def fused_chains(graph):
-    """{id(node): (bytes read, bytes written)} for the nodes of the chains onnxruntime's
-    GeluFusion makes one Gelu kernel of: y = (x * (erf(x / sqrt(2)) + 1)) * 0.5, in any
-    operand order, every inner value read by the chain alone (graph/primitives/
-    elementwise.py's gelu_formula emits it)."""
+    """{id(node): (bytes read, bytes written)} for the nodes onnxruntime's optimizer fuses
+    into another kernel on the CUDA EP (as on the CPU EP): the chains its GeluFusion makes
+    one Gelu kernel of, y = (x * (erf(x / sqrt(2)) + 1)) * 0.5 in any operand order with
+    every inner value read by the chain alone (graph/primitives/elementwise.py's
+    gelu_formula emits it), and a Transpose of the last two axes that one MatMul alone
+    reads, which its MatmulTransposeFusion folds into the product (FusedMatMul)."""
     fused = {}
     for node in graph:
+        if _transposed_for_matmul(node):
+            fused[id(node)] = (0, 0)
+            continue
         chain = _gelu_chain(node)
         if chain is None:
             continue
@@ -134,6 +139,20 @@ def fused_chains(graph):
             fused[id(part)] = (0, 0)
         fused[id(node)] = (value_bytes(x) or 0, value_bytes(node.outputs[0]) or 0)
     return fused
+
+
+def _transposed_for_matmul(node):
+    if node.op_type != "Transpose" or node.domain:
+        return False
+    perm = node.attributes.get("perm")
+    perm = list(perm.as_ints()) if perm is not None else None
+    rank = len(perm) if perm else 0
+    if rank < 2 or perm != list(range(rank - 2)) + [rank - 1, rank - 2]:
+        return False
+    out = node.outputs[0]
+    uses = out.uses()
+    return (not out.is_graph_output() and len(uses) == 1 and
+            uses[0].node.op_type == "MatMul" and not uses[0].node.domain)
 
 
 def _gelu_chain(last):
