@@ -80,10 +80,8 @@ def reorder_like(graph, names):
         if key[k] is None:
             key[k] = max((key[p] for p in made_from[k]), default=-1)
     order = _kahn(nodes, made_from, readers, waiting, lambda k: (key[k], k))
-    reordered = [onnx.NodeProto() for _ in order]
-    for new, k in zip(reordered, order):
-        new.CopyFrom(nodes[k])
-    del graph.node[:]
+    reordered = [nodes[k] for k in order]
+    del graph.node[:]       # (the removed messages stay valid; extend copies them back)
     graph.node.extend(reordered)
 
 
@@ -115,9 +113,15 @@ def _named_position(name, position):
     return None
 
 
+# ops with subgraphs, whose nodes may read values of the outer graph
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+
+
 def _read_names(node):
     """The value names `node` reads: its inputs and what its subgraphs read from outside."""
     names = [v for v in node.input if v]
+    if node.op_type not in _CONTROL_FLOW:
+        return names
     for attribute in node.attribute:
         graphs = list(attribute.graphs) + ([attribute.g] if attribute.HasField("g") else [])
         for sub in graphs:
