@@ -26,9 +26,10 @@ ResNet50 twin test measured 2.9% against float64 for the parts, as PyTorch's 1.9
 """
 import numpy as np
 
+from onnxjob.graph.primitives.collectives import DOMAIN
+from onnxjob.graph.primitives.normalization import channel_affine
 from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.registry import register_composite
-from onnxjob.graph.primitives.collectives import DOMAIN
 from onnxjob.graph.tracer import as_blob, int64_constant, op
 
 
@@ -123,16 +124,10 @@ def _grad(n, g, need):
         b = op("Neg", op("Mul", op("Mul", a, inv_std), op("Mul", sum_dy_centered, inv_n)))
         c = op("Neg", op("Mul", a, op("Mul", sum_dy, inv_n)))
         if n.attrs["axis"] == 1:
-            # a * dy + c and b * (x - mean) as inference BatchNormalizations (var + eps
-            # exactly 1): one pass over dy and one over x where Sub, Mul and Add take more,
-            # and under mixed precision both follow their half data (passes/
-            # auto_mixed_precision.py rule 3). NOTE: eps is not 0 because cuDNN raises a
-            # smaller epsilon to 1e-5.
-            channels, eps = x.shape[1], 1e-5
-            zeros = as_blob(np.zeros(channels, dy.np_dtype), like=dy)
-            unit = as_blob(np.ones(channels, dy.np_dtype) - dy.np_dtype.type(eps), like=dy)
-            spread = op("BatchNormalization", x, b, zeros, mean, unit, epsilon=eps)
-            dx = op("Add", op("BatchNormalization", dy, a, c, zeros, unit, epsilon=eps), spread)
+            # a * dy + c and b * (x - mean) as inference BatchNormalizations: one pass
+            # over dy and one over x, and under mixed precision both follow their half
+            # data (passes/auto_mixed_precision.py rule 3)
+            dx = op("Add", channel_affine(dy, a, c), channel_affine(x, b, center=mean))
         else:
             spread = _scale(centered, b, bshape)
             dx = op("Add", op("Add", _scale(dy, a, bshape), spread), reshape_to(c, bshape))

@@ -53,10 +53,43 @@ def _centered_and_rstd(x, axes, epsilon):
 
 
 def _normalized_input_grad(g_xhat, xhat, rstd, axes):
-    """d x of xhat = (x - mean(x)) * rstd over `axes`, given d xhat."""
-    m1 = op("ReduceMean", g_xhat, axes=list(axes), keepdims=1)
-    m2 = op("ReduceMean", op("Mul", g_xhat, xhat), axes=list(axes), keepdims=1)
-    return op("Mul", op("Sub", op("Sub", g_xhat, m1), op("Mul", xhat, m2)), rstd)
+    """d x of xhat = (x - mean(x)) * rstd over `axes`, given d xhat:
+    rstd * (g - mean(g) - xhat * mean(g * xhat)).
+
+    Where `axes` are the trailing axes of a static shape, each leading position is a row
+    and the per-row affine parts are inference BatchNormalizations with the rows as
+    channels: rstd * g - rstd * m1 and -rstd * m2 * xhat, then one Add (three passes over
+    the rows where Sub, Mul, Sub, Mul take four, reading and writing more)."""
+    axes = list(axes)
+    m1 = op("ReduceMean", g_xhat, axes=axes, keepdims=1)
+    m2 = op("ReduceMean", op("Mul", g_xhat, xhat), axes=axes, keepdims=1)
+    shape = g_xhat.shape
+    if g_xhat.is_dynamic or axes != list(range(axes[0], len(shape))) or axes[0] == 0:
+        return op("Mul", op("Sub", op("Sub", g_xhat, m1), op("Mul", xhat, m2)), rstd)
+    rows, width = int(np.prod(shape[:axes[0]])), int(np.prod(shape[axes[0]:]))
+    per_row = [reshape_to(v, [rows]) for v in (rstd, m1, m2)]
+    scale, neg_scaled_m1 = per_row[0], op("Neg", op("Mul", per_row[0], per_row[1]))
+    spread = channel_affine(reshape_to(xhat, [1, rows, width]),
+                            op("Neg", op("Mul", per_row[0], per_row[2])))
+    dx = op("Add", channel_affine(reshape_to(g_xhat, [1, rows, width]), scale, neg_scaled_m1),
+            spread)
+    return reshape_to(dx, shape)
+
+
+# NOTE: cuDNN raises a smaller epsilon to 1e-5, so the affine's variance is 1 - 1e-5
+CHANNEL_AFFINE_EPSILON = 1e-5
+
+
+def channel_affine(x, scale, bias=None, center=None):
+    """(x - center) * scale + bias per channel (axis 1; `scale`, `bias`, `center` of shape
+    (C,), bias and center 0 when None) as one inference BatchNormalization whose
+    variance + epsilon is exactly 1: one pass over x where Sub, Mul and Add take more,
+    and under mixed precision it follows its data (passes/auto_mixed_precision.py)."""
+    channels, eps = x.shape[1], CHANNEL_AFFINE_EPSILON
+    zeros = as_blob(np.zeros(channels, x.np_dtype), like=x)
+    unit = as_blob(np.ones(channels, x.np_dtype) - x.np_dtype.type(eps), like=x)
+    return op("BatchNormalization", x, scale, zeros if bias is None else bias,
+              zeros if center is None else center, unit, epsilon=eps)
 
 
 def _sum_over(blob, axes):
