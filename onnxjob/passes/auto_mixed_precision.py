@@ -10,7 +10,7 @@ user ops; here they are mapped onto the ONNX ops onnxjob emits:
 
   1. ALLOW ops run in half (OneFlow's white list: matmul, batch_matmul, conv2d,
      conv_data_grad, conv_filter_grad, ...): Conv, ConvTranspose, MatMul, Gemm, Einsum.
-     Their float32 inputs are cast to half.
+     Their float32 inputs are cast to half. Those of the optimizer's update stay float32.
   2. FOLLOW ops run in half when their inputs do (OneFlow's clear list: relu, reshape,
      transpose, max_pool, cat, slice, gather, pad, where, dropout, ...; and the
      elementwise part of its gray list: add, sub, mul, div, add_n, tanh, gelu, avg_pool).
@@ -267,7 +267,9 @@ class AutoMixedPrecision(InPlacePass):
                                              t.is_floating_point()]):
             return False    # no float input, or float64 / another half type involved
         if node.op_type in ALLOW:
-            return True
+            # the update's own products (the finiteness count's matrix-vector sums,
+            # train/update_rules.all_finite) read float32 gradients that half cannot hold
+            return origin(node)[0] != "update"
         voters = [node.inputs[i] for i in _t_inputs(node, self._opset)
                   if _dtype(node.inputs[i]) in (ir.DataType.FLOAT, self.half)
                   and self._votes(node.inputs[i])]

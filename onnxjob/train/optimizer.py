@@ -14,6 +14,7 @@ import re
 import weakref
 
 import numpy as np
+import onnx_ir as ir
 
 from onnxjob.compat.generations import positional_is, two_generations, written_for_0_4
 from onnxjob.errors import TraceError, missing_api
@@ -162,6 +163,9 @@ class Optimizer:
     # coefficients (update_rules.gated), not a select over each new value: 2 passes over
     # the variable instead of 3 per new value
     _skips_by_coefficients = False
+    # the update multiplies the gradient's pending scalar factor (unscaling, clipping) into
+    # its own scalar coefficients (`_update`'s `factor`) instead of a pass over g first
+    _folds_gradient_factor = False
 
     def __init__(self, lr_scheduler=None, loss_scale_factor=None, grad_clipping=None,
                  train_step_lbn=None, loss_scale_policy=None, variables=None,
@@ -266,6 +270,7 @@ class Optimizer:
             factors = R.unscale_factors(grads, scale, int(np.prod(builder.losses[0].shape)))
         ctx = _StepContext(builder, self._train_step(builder, job_name),
                            _indexed_slices_names(config), dynamic)
+        ctx.fold_factors = _folds_factors(config)
         updated = {n for member in self._members() for n in member._names(builder)}
         regularized = {}
         for name, g in grads.items():
@@ -277,9 +282,9 @@ class Optimizer:
         scaled = [(member, member._scaled_gradients(ctx, regularized, factors))
                   for member in self._members()]
         if dynamic and grads:
-            ready = {n: g for _, group in scaled for n, g in group.items()}
+            ready = {n: pair for _, group in scaled for n, pair in group.items()}
             ctx.finite = R.all_finite(list(ready.values()) + [
-                R.scaled(g, factors.get(n)) for n, g in regularized.items() if n not in ready])
+                (g, factors.get(n)) for n, g in regularized.items() if n not in ready])
         for member, group in scaled:
             member._update_group(ctx, group)
         if dynamic:
@@ -316,29 +321,35 @@ class Optimizer:
         return step
 
     def _scaled_gradients(self, ctx, grads, factors):
-        """{name: gradient} of this optimizer's variables that have grads, clipped and times
-        their pending scalar `factors` ({name: scalar or None}), one pass each."""
+        """{name: (gradient, scalar factor or None)} of this optimizer's variables that have
+        grads: the factor is what the gradient is still to be multiplied by (`factors`,
+        {name: scalar or None}, and the clipping)."""
         names = [n for n in self._names(ctx.builder) if n in grads]
         group = {n: grads[n] for n in names}
         pending = {n: factors.get(n) for n in names}
         if names and self.grad_clipping is not None:
             pending = R.clip_by_global_norm(group, self.grad_clipping.clip_norm, pending)
-        return {n: R.scaled(group[n], pending[n]) for n in names}
+        return {n: (group[n], pending[n]) for n in names}
 
     def _update_group(self, ctx, grads):
-        """Schedule and updates of this optimizer's variables (`grads`: {name: gradient},
-        from _scaled_gradients)."""
+        """Schedule and updates of this optimizer's variables (`grads`: {name: (gradient,
+        factor)}, from _scaled_gradients): the factor is applied in one pass over the
+        gradient, or folded into the update's coefficients (_folds_gradient_factor)."""
         builder = ctx.builder
         if not grads:
             return
         lr = self.lr_scheduler.lr(ctx.step)
         keep = ctx.finite if self._skips_by_coefficients else None
-        for name, g in grads.items():
+        folds = self._folds_gradient_factor and ctx.fold_factors
+        for name, (g, factor) in grads.items():
             w = builder.variables[name]
+            if not folds:
+                g, factor = R.scaled(g, factor), None
             if keep is not None:    # (g * 0 would be NaN where g is not finite)
                 g = op("Where", keep, g, R.attr(g, 0.0))
+            extra = {"factor": factor} if self._folds_gradient_factor else {}
             new = self._update(ctx, name, w, g, R.cast_like(lr, w),
-                               self._weight_decay_rate(name), keep)
+                               self._weight_decay_rate(name), keep, **extra)
             indices = self._sparse_indices(ctx, name)
             if indices is not None:
                 mask = R.row_mask(indices, w)
@@ -394,6 +405,19 @@ def _step_blob(builder, lbn):
     return blob
 
 
+def _folds_factors(config):
+    """Whether the updates of a job fold a gradient's scalar factor into their own
+    coefficients (`_folds_gradient_factor`): under float16 mixed precision only. The
+    product of a coefficient (a learning rate, 1 - beta) and the factor must stay a normal
+    float32: a dynamic loss scale on float32 gradients climbs until they overflow, to
+    2**120 and more, where 1 / scale times a coefficient is subnormal and rounds the step,
+    while half gradients bound the scale far below that. And the choice is the same for a
+    job with and without a loss scale, so their steps keep the same bits under a
+    power-of-two scale (OneFlow's kernels unscale the gradient first)."""
+    from onnxjob.passes import mixed_precision_type
+    return config is not None and mixed_precision_type(config) == ir.DataType.FLOAT16
+
+
 def _indexed_slices_names(config):
     """Variable names of function_config.indexed_slices_optimizer_conf(dict(
     include_op_names=dict(op_name=[...]))) (with enable, default True)."""
@@ -414,6 +438,7 @@ class SGD(Optimizer):
     update m = beta*m - lr*g; w += m. Default momentum 0.9."""
 
     _sparse_capable = True
+    _folds_gradient_factor = True
 
     def __init__(self, lr_scheduler, loss_scale_factor=None, momentum=0.9, grad_clipping=None,
                  train_step_lbn=None, loss_scale_policy=None, variables=None):
@@ -421,11 +446,11 @@ class SGD(Optimizer):
                          loss_scale_policy, variables)
         self.momentum = momentum or 0.0
 
-    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None):
+    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None, factor=None):
         if not self.momentum:
-            return {name: R.sgd(w, g, lr, weight_decay)}
+            return {name: R.sgd(w, g, lr, weight_decay, factor)}
         m_name, m = _state(name, "momentum", w)
-        w_new, m_new = R.momentum(w, g, m, lr, self.momentum, weight_decay)
+        w_new, m_new = R.momentum(w, g, m, lr, self.momentum, weight_decay, factor)
         return {name: w_new, m_name: m_new}
 
 
@@ -448,6 +473,7 @@ class Adam(Optimizer):
 
     _sparse_capable = True
     _skips_by_coefficients = True
+    _folds_gradient_factor = True
 
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  do_bias_correction=False, loss_scale_factor=None, grad_clipping=None,
@@ -457,20 +483,20 @@ class Adam(Optimizer):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
         self.do_bias_correction = do_bias_correction
 
-    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None):
+    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None, factor=None):
         m_name, m = _state(name, "m", w)
         v_name, v = _state(name, "v", w)
         if self.written_for_0_4:    # that generation's kernel (compat/generations.py)
             w_new, m_new, v_new = R.adam_0_4(
                 w, g, m, v, lr, self.beta1, self.beta2, self.epsilon, weight_decay,
-                ctx.step if self.do_bias_correction else None, keep)
+                ctx.step if self.do_bias_correction else None, keep, factor)
             return {name: w_new, m_name: m_new, v_name: v_new}
         corrections = None
         if self.do_bias_correction:
             corrections = (R.cast_like(ctx.bias_correction(self.beta1), w),
                            R.cast_like(ctx.bias_correction(self.beta2), w))
         w_new, m_new, v_new = R.adam(w, g, m, v, lr, self.beta1, self.beta2, self.epsilon,
-                                     weight_decay, corrections, keep)
+                                     weight_decay, corrections, keep, factor)
         return {name: w_new, m_name: m_new, v_name: v_new}
 
 
@@ -534,6 +560,7 @@ class LAMB(Optimizer):
     accepted too (compat/generations.py)."""
 
     _skips_by_coefficients = True
+    _folds_gradient_factor = True
 
     @two_generations(("self", "lr_scheduler", "beta1", "beta2", "epsilon", "loss_scale_factor",
                       "grad_clipping", "train_step_lbn", "loss_scale_policy"),
@@ -547,13 +574,14 @@ class LAMB(Optimizer):
                          weight_decay_excludes)
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
 
-    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None):
+    def _update(self, ctx, name, w, g, lr, weight_decay, keep=None, factor=None):
         m_name, m = _state(name, "m", w)
         v_name, v = _state(name, "v", w)
         b1_name, b1 = _state(name, "beta1_t", w, np.float32(self.beta1), shape=(1,))
         b2_name, b2 = _state(name, "beta2_t", w, np.float32(self.beta2), shape=(1,))
         w_new, m_new, v_new, b1_new, b2_new = R.lamb(
-            w, g, m, v, b1, b2, lr, self.beta1, self.beta2, self.epsilon, weight_decay, keep)
+            w, g, m, v, b1, b2, lr, self.beta1, self.beta2, self.epsilon, weight_decay, keep,
+            factor)
         return {name: w_new, m_name: m_new, v_name: v_new, b1_name: b1_new, b2_name: b2_new}
 
 

@@ -139,14 +139,24 @@ def dynamic_loss_scale_schedule(finite, loss_scale, counter, increment_period, m
 def all_finite(grads):
     """A bool scalar: every element of every gradient is finite (count_not_finite == 0).
 
-    One pass over each gradient (the optimizer gives them times their scalar factors,
-    finite exactly where the unscaled ones are): the sum is inf or NaN where an element is
-    (inf - inf is NaN), and sum * 0 is then NaN. NOTE: finite elements whose sum
-    overflows float32 (unscaled gradients near 3e38) count as not finite, where OneFlow
-    counts elements."""
+    `grads`: [(gradient, scalar factor or None)], the factor what the gradient is still to
+    be multiplied by (unscaling, clipping). One pass over each gradient: the sum of
+    gradient x factor is inf or NaN where an element is (inf - inf is NaN), and sum * 0 is
+    then NaN. With a factor the gradient's rows meet a column of factors in one
+    matrix-vector product (float32 accumulation), so no scaled copy is made and the sum is
+    of the unscaled gradient: a loss-scaled gradient near float32's largest value sums
+    without overflowing. NOTE: finite elements whose unscaled sum overflows float32 count
+    as not finite, where OneFlow counts elements."""
     total = None
-    for g in grads:
-        s = op("ReduceSum", g, int64_constant(g, list(range(len(g.shape)))), keepdims=0)
+    for g, factor in grads:
+        if factor is None or not g.shape:
+            s = g if factor is None else g * cast_like(factor, g)
+            s = op("ReduceSum", s, int64_constant(s, list(range(len(s.shape)))), keepdims=0)
+        else:
+            last = g.shape[-1]
+            column = as_blob(np.ones((last, 1), g.np_dtype), like=g) * cast_like(factor, g)
+            s = op("MatMul", reshape_to(g, [-1, last]), column)
+            s = op("ReduceSum", s, int64_constant(s, [0, 1]), keepdims=0)
         s = op("Cast", s * attr(s, 0.0), to=_FLOAT32)
         total = s if total is None else total + s
     return op("Not", op("IsNaN", total))
@@ -189,40 +199,58 @@ def adam_bias_correction(step, beta):
 
 
 # -- update kernels ----------------------------------------------------------------------
-def sgd(w, g, lr, weight_decay):
-    """sgd_update: w - lr * (g + weight_decay * w)."""
+def sgd(w, g, lr, weight_decay, factor=None):
+    """sgd_update: w - lr * (G + weight_decay * w) for G = g * factor (a scalar or None;
+    without weight decay lr * factor is one scalar, no pass over g)."""
     if weight_decay:
-        g = g + attr(w, weight_decay) * w
+        g = scaled(g, factor) + attr(w, weight_decay) * w
+    elif factor is not None:
+        lr = lr * cast_like(factor, lr)
     return w - lr * g
 
 
-def momentum(w, g, m, lr, beta, weight_decay):
-    """momentum_update: m' = beta*m - lr*g; w' = w + m' - lr*weight_decay*w."""
-    m_new = attr(m, beta) * m - lr * g
+def momentum(w, g, m, lr, beta, weight_decay, factor=None):
+    """momentum_update: m' = beta*m - lr*G; w' = w + m' - lr*weight_decay*w, for G = g *
+    factor (a scalar or None: lr * factor is one scalar, no pass over g)."""
+    step = lr if factor is None else lr * cast_like(factor, lr)
+    m_new = attr(m, beta) * m - step * g
     w_new = w + m_new
     if weight_decay:
         w_new = w_new - lr * attr(w, weight_decay) * w
     return w_new, m_new
 
 
-def _moments(g, m, v, beta1, beta2, keep):
-    """m' = b1*m + (1-b1)*g and v' = b2*v + (1-b2)*g*g; with `keep` false (a skipped
-    step, g made 0 by the caller) b1 = b2 = 1 and 1-b1 = 1-b2 = 0: m and v unchanged."""
+def _moments(g, m, v, beta1, beta2, keep, factor=None):
+    """m' = b1*m + (1-b1)*G and v' = b2*v + (1-b2)*G*G for G = g * factor (a scalar or
+    None) without a scaled copy of g: (1-b1)*factor is one scalar, and (1-b2)*G*G is t*t
+    for t = g * (sqrt(1-b2)*factor) (g*g or factor^2 alone could overflow or underflow
+    where g is a loss-scaled gradient; a power-of-two factor, a dynamic loss scale's,
+    gives the bits of the unscaled gradient's step); with `keep` false (a skipped step, g made 0 by the
+    caller) b1 = b2 = 1 and 1-b1 = 1-b2 = 0: m and v unchanged."""
     b1 = gated(keep, attr(m, beta1), attr(m, 1.0))
     b2 = gated(keep, attr(v, beta2), attr(v, 1.0))
     c1 = gated(keep, one_minus(g, beta1), attr(g, 0.0))
     c2 = gated(keep, one_minus(g, beta2), attr(g, 0.0))
-    return b1 * m + c1 * g, b2 * v + c2 * g * g, b1
+    root_c2 = op("Sqrt", c2)
+    if factor is None:
+        t = g * root_c2
+        return b1 * m + c1 * g, b2 * v + t * t, b1
+    # (on a skipped step the factor itself may be NaN: a clipping norm of inf gradients)
+    factor = gated(keep, cast_like(factor, g), attr(g, 0.0))
+    t = g * (root_c2 * factor)
+    return b1 * m + (c1 * factor) * g, b2 * v + t * t, b1
 
 
-def adam(w, g, m, v, lr, beta1, beta2, epsilon, weight_decay, corrections=None, keep=None):
+def adam(w, g, m, v, lr, beta1, beta2, epsilon, weight_decay, corrections=None, keep=None,
+         factor=None):
     """adam_update: m' = b1*m + (1-b1)*g; v' = b2*v + (1-b2)*g*g;
     w' = w - lr/bc1 * m' / (sqrt(v')/sqrt(bc2) + eps) - lr*weight_decay*w.
 
     `corrections` is (bc1, bc2) as scalars in w's dtype, or None (do_bias_correction off:
     bc1 = bc2 = 1). `keep` (a bool scalar, or None) false makes the step leave w, m and v
-    as they were (`gated`; g must then be finite: the caller makes it 0)."""
-    m_new, v_new, _ = _moments(g, m, v, beta1, beta2, keep)
+    as they were (`gated`; g must then be finite: the caller makes it 0). `factor`: a
+    scalar g is still to be multiplied by (`_moments`)."""
+    m_new, v_new, _ = _moments(g, m, v, beta1, beta2, keep, factor)
     lr = gated(keep, lr, attr(lr, 0.0))
     denom = op("Sqrt", v_new)
     step_size = lr
@@ -236,13 +264,14 @@ def adam(w, g, m, v, lr, beta1, beta2, epsilon, weight_decay, corrections=None, 
     return w_new, m_new, v_new
 
 
-def adam_0_4(w, g, m, v, lr, beta1, beta2, epsilon, weight_decay, step=None, keep=None):
+def adam_0_4(w, g, m, v, lr, beta1, beta2, epsilon, weight_decay, step=None, keep=None,
+             factor=None):
     """OneFlow <= 0.4's adam_update (compat/generations.py): the moments as `adam`;
     w' = w - lr_t * (m' / (sqrt(v') + eps) + weight_decay * w), with lr_t = lr when `step`
     is None (no bias correction), else as 0.4's adam_bias_correction_learning_rate kernel:
     lr * sqrt(1 - beta2**(step+1)) / (1 - beta1**(step+1)), the powers taken in double and
-    rounded to float32."""
-    m_new, v_new, _ = _moments(g, m, v, beta1, beta2, keep)
+    rounded to float32. `factor` as in `adam`."""
+    m_new, v_new, _ = _moments(g, m, v, beta1, beta2, keep, factor)
     if step is not None:
         exponent = op("Cast", reshape_to(step, ()) + int64_constant(step, 1),
                       to=dtypes.float64.ir_dtype.value)
@@ -258,18 +287,20 @@ def adam_0_4(w, g, m, v, lr, beta1, beta2, epsilon, weight_decay, step=None, kee
     return w - lr * step_dir, m_new, v_new
 
 
-def lamb(w, g, m, v, beta1_t, beta2_t, lr, beta1, beta2, epsilon, weight_decay, keep=None):
+def lamb(w, g, m, v, beta1_t, beta2_t, lr, beta1, beta2, epsilon, weight_decay, keep=None,
+         factor=None):
     """lamb_update: beta_t *= beta (state starting at beta, so step t uses beta**(t+1));
     adam_diff = (m'/(1-b1_t)) / (sqrt(v'/(1-b2_t)) + eps);
     ratio = ||w|| / ||adam_diff|| (1 unless both > 0); w' = w - lr*ratio*(adam_diff + wd*w).
-    Returns (w', m', v', beta1_t', beta2_t'). `keep` as in `adam` (beta_t unchanged too).
+    Returns (w', m', v', beta1_t', beta2_t'). `keep` and `factor` as in `adam` (beta_t
+    unchanged too).
 
     The bias corrections are scalars, so they are taken out of the passes over the
     tensors: with s = sqrt(1-b2_t) / (1-b1_t), adam_diff = s * q for
     q = m' / (sqrt(v') + eps*sqrt(1-b2_t)), and lr*ratio*(adam_diff + wd*w) =
     lr*(||w|| / ||q||)*(q + (wd/s)*w): three passes fewer than OneFlow's order, which
     rounds differently in the last bits."""
-    m_new, v_new, b1 = _moments(g, m, v, beta1, beta2, keep)
+    m_new, v_new, b1 = _moments(g, m, v, beta1, beta2, keep, factor)
     b2 = gated(keep, attr(beta2_t, beta2), attr(beta2_t, 1.0))
     b1t, b2t = beta1_t * cast_like(b1, beta1_t), beta2_t * b2
     one = attr(b1t, 1.0)
