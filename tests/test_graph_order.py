@@ -127,3 +127,25 @@ def test_an_optimized_graph_can_be_planned_after_it_ran():
     plan = memory_plan.plan(executed_graph(compiled.model, "cpu").graph)
     assert plan.peak_bytes > 0
     assert len(plan.unsized) <= 5, [v.name for v in plan.unsized]
+
+
+def test_a_reordered_train_step_computes_what_onnxruntime_s_own_order_does():
+    """ResNet50's CUDA-form train step at batch 2, one step on the CPU EP: the session in
+    the graph's order (CUDA train sessions) and a session in onnxruntime's own order give
+    the same loss, next variables and optimizer state."""
+    import onnx_ir as ir
+
+    from onnxjob.runtime.executed_plan import synthetic_feeds
+    compiled = _compiled(["resnet50", "--batch", "2"])
+    model_bytes = ir.to_proto(compiled.model).SerializeToString()
+    disabled = backend.disabled_transformers(True, "cuda")
+    own = ort.InferenceSession(model_bytes, backend.session_options(True, device="cuda"),
+                               providers=[backend.CPU], disabled_optimizers=disabled)
+    ordered = backend.optimized_session(
+        model_bytes, backend.session_options(True, device="cuda"), [backend.CPU], disabled,
+        "cuda", True)
+    assert not getattr(ordered, "fallback_reason", None)
+    feeds = synthetic_feeds(own)
+    names = [o.name for o in own.get_outputs()]
+    for name, a, b in zip(names, own.run(names, feeds), ordered.run(names, feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=name)
