@@ -225,8 +225,8 @@ def _moments(g, m, v, beta1, beta2, keep, factor=None):
     None) without a scaled copy of g: (1-b1)*factor is one scalar, and (1-b2)*G*G is t*t
     for t = g * (sqrt(1-b2)*factor) (g*g or factor^2 alone could overflow or underflow
     where g is a loss-scaled gradient; a power-of-two factor, a dynamic loss scale's,
-    gives the bits of the unscaled gradient's step); with `keep` false (a skipped step, g made 0 by the
-    caller) b1 = b2 = 1 and 1-b1 = 1-b2 = 0: m and v unchanged."""
+    gives the bits of the unscaled gradient's step); with `keep` false (a skipped step, g
+    made 0 by the caller) b1 = b2 = 1 and 1-b1 = 1-b2 = 0: m and v unchanged."""
     b1 = gated(keep, attr(m, beta1), attr(m, 1.0))
     b2 = gated(keep, attr(v, beta2), attr(v, 1.0))
     c1 = gated(keep, one_minus(g, beta1), attr(g, 0.0))
