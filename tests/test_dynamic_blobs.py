@@ -225,3 +225,136 @@ def test_conv_gradients_of_an_input_smaller_than_its_placeholder(padding, kernel
                                    ("y", "dx", "dw")):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4,
                                        err_msg=f"{name} at {size}x{size}")
+
+
+def _reduction_step(dynamic, x, reduce):
+    """(loss, dL/dx, dL/dw) of one train step whose loss reduces `reduce(h)` to a scalar,
+    h = x * w, x fed to a mirrored placeholder larger than it or to one of its own shape."""
+    flow.clear_default_session()
+    config = flow.FunctionConfig()
+    if dynamic:
+        config.default_logical_view(flow.scope.mirrored_view())
+    kind = tp.ListNumpy if dynamic else tp.Numpy
+    seen = {}
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x_in: kind.Placeholder((8, 5) if dynamic else x.shape)) -> tp.Numpy:
+        w = flow.get_variable("w", (5,), initializer=flow.constant_initializer(0.5))
+        h = x_in * w
+        flow.watch_diff(h, lambda g: seen.setdefault("dh", g.numpy_list()[0] if dynamic
+                                                      else g))
+        flow.watch_diff(w, lambda g: seen.setdefault("dw", g))
+        loss = flow.math.reduce_mean(reduce(h))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    loss = job([x]) if dynamic else job(x)
+    flow.clear_default_session()
+    return np.asarray(loss), np.asarray(seen["dh"]), np.asarray(seen["dw"])
+
+
+@pytest.mark.parametrize("reduce", [
+    lambda h: flow.math.reduce_mean(h, axis=0), lambda h: flow.math.reduce_mean(h, axis=1),
+    lambda h: flow.math.reduce_sum(h, axis=0, keepdims=True),
+    lambda h: flow.math.reduce_sum(h, axis=1), lambda h: flow.math.reduce_max(h, axis=0),
+    lambda h: flow.math.reduce_min(h, axis=1, keepdims=True),
+    lambda h: flow.math.reduce_prod(h, axis=1), lambda h: flow.math.reduce_mean(h),
+    lambda h: flow.math.reduce_euclidean_norm(h, axis=0),
+    lambda h: flow.math.reduce_logsumexp(h, axis=1)],
+    ids=["mean0", "mean1", "sum0_keep", "sum1", "max0", "min1_keep", "prod1", "mean_all",
+         "l2_0", "logsumexp1"])
+def test_reduction_gradients_of_an_input_smaller_than_its_placeholder(reduce):
+    """A mirrored train step fed fewer rows than its placeholder: every reduction's
+    gradient (and a mean's divisor) follows the rows fed, as a job of that exact size
+    computes it (they were built at the placeholder's size: an Expand to 8 rows that
+    onnxruntime could not broadcast against 6)."""
+    x = np.random.default_rng(1).random((6, 5), dtype=np.float32) + 0.5
+    for got, want, name in zip(_reduction_step(True, x, reduce),
+                               _reduction_step(False, x, reduce), ("loss", "dh", "dw")):
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+
+
+def test_a_mirrored_classifier_trains_on_a_last_batch_smaller_than_its_placeholder():
+    """The usual mirrored-view train job (dense layer, sparse softmax cross entropy, mean
+    loss) fed 6 of its 8 rows takes the step a job of 6 rows takes."""
+    rng = np.random.default_rng(2)
+    images = rng.random((6, 12), dtype=np.float32)
+    labels = rng.integers(0, 3, 6).astype(np.int32)
+
+    def step(dynamic):
+        flow.clear_default_session()
+        config = flow.FunctionConfig()
+        if dynamic:
+            config.default_logical_view(flow.scope.mirrored_view())
+        kind = tp.ListNumpy if dynamic else tp.Numpy
+
+        @flow.global_function(type="train", function_config=config)
+        def job(x: kind.Placeholder((8, 12) if dynamic else (6, 12)),
+                y: kind.Placeholder((8,) if dynamic else (6,), dtype=flow.int32)) -> tp.Numpy:
+            logits = flow.layers.dense(x, 3, kernel_initializer=flow.constant_initializer(0.1),
+                                       name="fc")
+            loss = flow.math.reduce_mean(
+                flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
+                               momentum=0).minimize(loss)
+            return loss
+
+        loss = job([images], [labels]) if dynamic else job(images, labels)
+        weights = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+        flow.clear_default_session()
+        return np.asarray(loss), weights
+
+    (loss, weights), (want_loss, want) = step(True), step(False)
+    np.testing.assert_allclose(loss.reshape(-1), want_loss.reshape(-1), rtol=1e-6)
+    for name, value in want.items():
+        np.testing.assert_allclose(weights[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.parametrize("overlapping_pool", [False, True], ids=["pool2s2", "pool3s2"])
+def test_a_mirrored_conv_net_trains_on_fewer_rows_than_its_placeholder(overlapping_pool):
+    """conv, batch norm (the batch's statistics), ReLU, max pool, flatten by reshape(-1, n)
+    and flow.flatten, a spatial mean, dense, sparse softmax cross entropy and a mean loss,
+    fed 5 of 8 rows in a mirrored train job: the step a job of 5 rows takes."""
+    rng = np.random.default_rng(3)
+    images = rng.random((5, 2, 8, 8), dtype=np.float32)
+    labels = rng.integers(0, 3, 5).astype(np.int32)
+    pool = (3, 2, "SAME") if overlapping_pool else (2, 2, "VALID")
+
+    def step(dynamic):
+        flow.clear_default_session()
+        flow.config.seed(5)
+        config = flow.FunctionConfig()
+        if dynamic:
+            config.default_logical_view(flow.scope.mirrored_view())
+        kind = tp.ListNumpy if dynamic else tp.Numpy
+        rows = 8 if dynamic else 5
+
+        @flow.global_function(type="train", function_config=config)
+        def job(x: kind.Placeholder((rows, 2, 8, 8)),
+                y: kind.Placeholder((rows,), dtype=flow.int32)) -> tp.Numpy:
+            init = flow.random_normal_initializer(stddev=0.3)
+            h = flow.layers.conv2d(x, 4, 3, padding="SAME", kernel_initializer=init, name="c")
+            h = flow.nn.relu(flow.layers.batch_normalization(h, axis=1, name="bn"))
+            h = flow.nn.max_pool2d(h, *pool)
+            wide = flow.reshape(h, (-1, 4 * 4 * 4))
+            narrow = flow.flatten(flow.math.reduce_mean(h, axis=[2, 3], keepdims=True),
+                                  start_dim=1)
+            logits = flow.layers.dense(flow.concat([wide, narrow], axis=1), 3,
+                                       kernel_initializer=init, name="fc")
+            loss = flow.math.reduce_mean(
+                flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
+                               momentum=0).minimize(loss)
+            return loss
+
+        loss = job([images], [labels]) if dynamic else job(images, labels)
+        weights = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+        flow.clear_default_session()
+        return np.asarray(loss), weights
+
+    (loss, weights), (want_loss, want) = step(True), step(False)
+    np.testing.assert_allclose(loss.reshape(-1), want_loss.reshape(-1), rtol=1e-5)
+    for name, value in want.items():
+        np.testing.assert_allclose(weights[name], value, rtol=1e-4, atol=1e-6, err_msg=name)

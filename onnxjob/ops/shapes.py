@@ -21,33 +21,42 @@ __all__ = ["broadcast_like", "dynamic_reshape", "elem_cnt", "expand", "expand_di
 
 def reshape(x, shape, name=None):
     """Reshape with at most one -1 (OneFlow semantics: 0 is a real zero)."""
-    try:
-        shape = resolve_reshape(x.shape, list(shape))
-    except ValueError as e:
-        raise TraceError(f"reshape: {e}") from None
+    shape = [int(d) for d in shape]
+    resolved = _resolved(x, shape)
     site = qat.transparent(x)   # QAT's scales pass through reshapes (ops/qat.py)
-    return qat.done(site, _reshape(x, shape, name))
+    return qat.done(site, _reshape(x, resolved, name, requested=shape))
 
 
-def _reshape(x, shape, name=None):
+def _reshape(x, shape, name=None, requested=None):
     """A reshape to a resolved shape that is part of another OneFlow op (QAT's
-    transparent reshapes are OneFlow's reshape op only)."""
+    transparent reshapes are OneFlow's reshape op only). A dynamic `x` (sizes known at
+    run time only) asked for a shape with a -1 (`requested`) keeps the -1, as OneFlow's
+    dynamic_reshape: that axis takes what the run's elements leave."""
     if tuple(shape) == x.shape:
         return op("Identity", x, name=name)
+    if x.is_dynamic and requested is not None and -1 in requested:
+        return op("Reshape", x, int64_constant(x, list(requested)), name=name)
     return op("Reshape", x, int64_constant(x, shape), name=name)
 
 
-def dynamic_reshape(x, shape, name=None):
-    """OneFlow's reshape of a dynamic blob; shapes are static here, so a reshape."""
+def _resolved(x, shape):
     try:
-        shape = resolve_reshape(x.shape, list(shape))
+        return resolve_reshape(x.shape, list(shape))
     except ValueError as e:
         raise TraceError(f"reshape: {e}") from None
-    return _reshape(x, shape, name=name)
+
+
+def dynamic_reshape(x, shape, name=None):
+    """OneFlow's reshape of a dynamic blob (a -1 axis takes the run's size)."""
+    shape = [int(d) for d in shape]
+    return _reshape(x, _resolved(x, shape), name=name, requested=shape)
 
 
 def reshape_like(x, like, name=None):
-    """`x` reshaped to the shape of `like`."""
+    """`x` reshaped to the shape of `like` (its run-time shape when `like` is dynamic)."""
+    if like.is_dynamic:
+        _resolved(x, like.shape)
+        return op("Reshape", x, op("Shape", like), name=name)
     return dynamic_reshape(x, like.shape, name=name)
 
 
@@ -59,6 +68,11 @@ def flatten(input, start_dim=0, end_dim=-1, name=None):
         raise TraceError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
     shape = input.shape[:start] + (int(np.prod(input.shape[start:end + 1])),) + \
         input.shape[end + 1:]
+    if input.is_dynamic and end > start:
+        # the merged axes' size at run time: the input's other sizes, and -1 between them
+        target = op("Concat", op("Shape", input, start=0, end=start),
+                    int64_constant(input, [-1]), op("Shape", input, start=end + 1), axis=0)
+        return op("Reshape", input, target, name=name)
     return _reshape(input, shape, name=name)
 
 

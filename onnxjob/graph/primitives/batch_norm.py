@@ -28,6 +28,7 @@ import numpy as np
 
 from onnxjob.graph.primitives.collectives import DOMAIN
 from onnxjob.graph.primitives.normalization import channel_affine
+from onnxjob.graph.primitives.reductions import run_time_count
 from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.registry import register_composite
 from onnxjob.graph.tracer import as_blob, int64_constant, op
@@ -118,8 +119,12 @@ def _grad(n, g, need):
                 "Concat", reshape_to(d_beta, (1, c)), reshape_to(d_gamma, (1, c)), axis=0))
             sum_dy, sum_dy_centered = _row(sums, 0), _row(sums, 1)
         # a data-parallel graph is traced at the whole batch and split W ways
-        # (graph/split_batch.py): each rank holds count / W elements per channel
-        inv_n = as_blob((ranks or 1) / count, like=dy)
+        # (graph/split_batch.py): each rank holds count / W elements per channel; a
+        # dynamic x (a mirrored batch smaller than its placeholder) counts its run's
+        if x.is_dynamic:
+            inv_n = op("Div", as_blob(float(ranks or 1), like=dy), run_time_count(x, axes, dy))
+        else:
+            inv_n = as_blob((ranks or 1) / count, like=dy)
         a = op("Mul", gamma, inv_std)
         b = op("Neg", op("Mul", op("Mul", a, inv_std), op("Mul", sum_dy_centered, inv_n)))
         c = op("Neg", op("Mul", a, op("Mul", sum_dy, inv_n)))

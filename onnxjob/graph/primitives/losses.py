@@ -2,7 +2,7 @@
 whose gradient is OneFlow's rather than the autodiff of their parts)."""
 import numpy as np
 
-from onnxjob.graph.primitives.shape_ops import reshape_to
+from onnxjob.graph.primitives.shape_ops import reshape_to, zeros_of
 from onnxjob.graph.registry import register, register_composite
 from onnxjob.graph.tracer import as_blob, int64_constant, op
 
@@ -93,8 +93,7 @@ def _sparse_ce_grad(n, g, need):
     prediction, labels = n.inputs
     idx, picked = _picked_probability(prediction, labels)
     gy = op("Unsqueeze", g[0], int64_constant(g[0], [-1]))
-    zeros = op("ConstantOfShape", int64_constant(prediction, prediction.shape),
-               value=np.zeros(1, prediction.np_dtype))
+    zeros = zeros_of(prediction, prediction.shape, prediction.np_dtype)
     dp = op("ScatterElements", zeros, idx, op("Neg", op("Div", gy, picked)), axis=-1)
     return [dp, None]
 

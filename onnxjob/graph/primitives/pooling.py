@@ -5,11 +5,12 @@ import itertools
 
 import numpy as np
 
-from onnxjob.graph.primitives.shape_ops import reshape_to
+from onnxjob.graph.primitives.reductions import run_time_count
+from onnxjob.graph.primitives.shape_ops import reshape_to, shape_of, zeros_of
 from onnxjob.graph.primitives.conv import conv_input_grad
 from onnxjob.graph.primitives.windows import (
     checked_lowering, gather_windows, geometry, pad_spatial, spatial_axes, window_out)
-from onnxjob.graph.registry import const_value, register
+from onnxjob.graph.registry import register, static_value
 from onnxjob.graph.tracer import as_blob, int64_constant, op
 
 
@@ -48,16 +49,22 @@ def _max_pool_grad(n, g, need):
     if non_overlapping and not n.attrs.get("ceil_mode", 0) and x.np_dtype == np.float32:
         # NOTE: MaxUnpool measured as fast as ScatterElements with 8 fewer nodes; it
         # overwrites rather than adds, which is exact only when windows do not overlap.
-        return [op("MaxUnpool", g[0], idx, int64_constant(g[0], x.shape), kernel_shape=k,
-                   strides=strides)]
-    size = int(np.prod(x.shape))
+        return [op("MaxUnpool", g[0], idx, shape_of(x), kernel_shape=k, strides=strides)]
     if x.np_dtype == np.float32:    # onnxruntime's MaxUnpool takes float32 only
-        zeros = reshape_to(_zeros_at_run_time(x, idx, k, strides), [size])
+        zeros = _flat(_zeros_at_run_time(x, idx, k, strides))
     else:
-        zeros = op("ConstantOfShape", int64_constant(g[0], [size]), value=np.zeros(1, x.np_dtype))
-    flat = op("ScatterElements", zeros, reshape_to(idx, [int(np.prod(idx.shape))]),
-              reshape_to(g[0], [int(np.prod(y.shape))]), axis=0, reduction="add")
+        zeros = _flat(zeros_of(x, x.shape, x.np_dtype))
+    flat = op("ScatterElements", zeros, _flat(idx), _flat(g[0]), axis=0, reduction="add")
+    if x.is_dynamic:
+        return [op("Reshape", flat, op("Shape", x))]
     return [reshape_to(flat, x.shape)]
+
+
+def _flat(v):
+    """`v` as a vector (of its run-time size when it is dynamic)."""
+    if v.is_dynamic:
+        return op("Reshape", v, int64_constant(v, [-1]))
+    return reshape_to(v, [int(np.prod(v.shape))])
 
 
 def _zeros_at_run_time(x, idx, k, strides):
@@ -69,16 +76,17 @@ def _zeros_at_run_time(x, idx, k, strides):
     nd = len(k)
     first = op("Slice", idx, int64_constant(idx, [0] * nd), int64_constant(idx, [1] * nd),
                int64_constant(idx, list(range(2, 2 + nd))))
-    few = as_blob(np.zeros(first.shape, x.np_dtype), like=x)
-    return op("MaxUnpool", few, first, int64_constant(idx, x.shape), kernel_shape=k,
-              strides=strides)
+    few = zeros_of(first, first.shape, x.np_dtype) if first.is_dynamic else \
+        as_blob(np.zeros(first.shape, x.np_dtype), like=x)
+    return op("MaxUnpool", few, first, shape_of(x), kernel_shape=k, strides=strides)
 
 
 register("MaxPool", _pool_infer, _max_pool_grad)
 
 
 def _max_unpool_infer(inputs, attrs, num_outputs):
-    return [(tuple(int(d) for d in const_value(inputs[2])), inputs[0].np_dtype)]
+    # (an output shape read from a dynamic Blob: its static, largest shape)
+    return [(tuple(int(d) for d in static_value(inputs[2])), inputs[0].np_dtype)]
 
 
 register("MaxUnpool", _max_unpool_infer, None)
@@ -175,9 +183,11 @@ def _global_avg_infer(inputs, attrs, num_outputs):
 
 def _global_avg_grad(n, g, need):
     x = n.inputs[0]
-    count = int(np.prod(x.shape[2:]))
-    scaled = op("Mul", g[0], as_blob(1.0 / count, like=g[0]))
-    return [op("Expand", scaled, int64_constant(scaled, x.shape))]
+    if x.is_dynamic:
+        scaled = op("Div", g[0], run_time_count(x, spatial_axes(len(x.shape)), g[0]))
+    else:
+        scaled = op("Mul", g[0], as_blob(1.0 / int(np.prod(x.shape[2:])), like=g[0]))
+    return [op("Expand", scaled, shape_of(x))]
 
 
 def _global_avg_float64(inputs, attrs, num_outputs):

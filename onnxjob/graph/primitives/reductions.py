@@ -6,7 +6,7 @@ import numpy as np
 
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.elementwise import FLOATS, cast
-from onnxjob.graph.primitives.shape_ops import reshape_to, zeros_of
+from onnxjob.graph.primitives.shape_ops import reshape_to, shape_of, zeros_of
 from onnxjob.graph.registry import (const_value, normalize_axis, register, register_composite,
                                     static_value)
 from onnxjob.graph.tracer import as_blob, int64_constant, op
@@ -48,14 +48,31 @@ def _axes_of(n):
     return reduce_axes(n.inputs, n.attrs, len(n.inputs[0].shape))
 
 
+def _with_axes_kept(blob, x, axes):
+    """`blob`, a reduction of `x` over `axes` (or its cotangent), with those axes kept as
+    1s: a Reshape, or where x is dynamic (its sizes known at run time only) an Unsqueeze
+    of the axes a reduction without keepdims dropped."""
+    if not x.is_dynamic or len(blob.shape) == len(x.shape):
+        return reshape_to(blob, _kept_shape(x, axes))
+    return op("Unsqueeze", blob, int64_constant(blob, list(axes)))
+
+
 def _broadcast_back(gy, x, axes):
-    """gy of a reduction, reshaped to keep dims and expanded to x's shape."""
-    return op("Expand", reshape_to(gy, _kept_shape(x, axes)), int64_constant(gy, x.shape))
+    """gy of a reduction, with the reduced axes kept and expanded to x's shape (its run-time
+    shape for a dynamic x)."""
+    return op("Expand", _with_axes_kept(gy, x, axes), shape_of(x))
 
 
 def _kept(blob, n):
     """An output-shaped Blob (the output, its cotangent) with the reduced axes kept."""
-    return reshape_to(blob, _kept_shape(n.inputs[0], _axes_of(n)))
+    return _with_axes_kept(blob, n.inputs[0], _axes_of(n))
+
+
+def run_time_count(x, axes, like):
+    """How many elements of a dynamic `x` each output of a reduction over `axes` reads (the
+    product of its run-time sizes), in the dtype of `like`."""
+    sizes = op("Gather", op("Shape", x), int64_constant(x, list(axes)), axis=0)
+    return cast(op("ReduceProd", sizes, keepdims=0), like.np_dtype)
 
 
 def _no_axes_grad(gx, n):
@@ -69,8 +86,11 @@ def _reduce_sum_grad(n, g, need):
 def _reduce_mean_grad(n, g, need):
     x = n.inputs[0]
     axes = _axes_of(n)
-    count = int(np.prod([x.shape[a] for a in axes]))
-    scaled = op("Mul", g[0], as_blob(1.0 / count, like=g[0]))
+    if x.is_dynamic:
+        scaled = op("Div", g[0], run_time_count(x, axes, g[0]))
+    else:
+        count = int(np.prod([x.shape[a] for a in axes]))
+        scaled = op("Mul", g[0], as_blob(1.0 / count, like=g[0]))
     return _no_axes_grad(_broadcast_back(scaled, x, axes), n)
 
 

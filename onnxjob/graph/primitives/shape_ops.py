@@ -40,7 +40,7 @@ def reshape_to(x, shape):
     return op("Reshape", x, int64_constant(x, shape))
 
 
-register("Reshape", _reshape_infer, lambda n, g, need: [reshape_to(g[0], n.inputs[0].shape), None])
+register("Reshape", _reshape_infer, lambda n, g, need: _back_to_input(n, g, need))
 
 
 def _squeeze_infer(inputs, attrs, num_outputs):
@@ -63,7 +63,9 @@ def _unsqueeze_infer(inputs, attrs, num_outputs):
 
 
 def _back_to_input(n, g, need):
-    return [reshape_to(g[0], n.inputs[0].shape)] + [None] * (len(n.inputs) - 1)
+    x = n.inputs[0]
+    back = op("Reshape", g[0], op("Shape", x)) if x.is_dynamic else reshape_to(g[0], x.shape)
+    return [back] + [None] * (len(n.inputs) - 1)
 
 
 register("Squeeze", _squeeze_infer, _back_to_input)
@@ -142,9 +144,7 @@ def _split_infer(inputs, attrs, num_outputs):
 
 
 def _split_grad(n, g, need):
-    parts = [gy if gy is not None else
-             op("ConstantOfShape", int64_constant(n.inputs[0], out.shape),
-                value=np.zeros(1, out.np_dtype))
+    parts = [gy if gy is not None else zeros_of(out, out.shape, out.np_dtype)
              for gy, out in zip(g, n.outputs)]
     return [op("Concat", *parts, axis=n.attrs.get("axis", 0)), None]
 
