@@ -381,7 +381,8 @@ def test_keep_on_cuda_max_unpool_becomes_scatter_elements():
 def test_keep_on_cuda_overlapping_max_pool_gradient_makes_its_zeros_each_run():
     """The overlapping pool's gradient scatters into zeros made by a MaxUnpool of a few
     zeros (primitives/pooling.py); on CUDA they come from the pooled input, not from a
-    ConstantOfShape that onnxruntime would fold into an initializer of the input's size."""
+    ConstantOfShape that onnxruntime would fold into an initializer of the input's size,
+    and are those zeros alone: one scatter (the gradient's), none copying zeros."""
     from onnxjob.graph.primitives.pooling import _max_pool_grad
 
     def grad(x, g):
@@ -391,7 +392,7 @@ def test_keep_on_cuda_overlapping_max_pool_gradient_makes_its_zeros_each_run():
             a: v.value for a, v in y.value.producer().attributes.items()})
         return _max_pool_grad(pool, [g], [True])[0]
     check(KeepOnCuda(), grad, [(2, 3, 8, 8), (2, 3, 4, 4)], {"MaxUnpool": 1},
-          {"MaxUnpool": 0, "ConstantOfShape": 0, "Less": 1})
+          {"MaxUnpool": 0, "ConstantOfShape": 0, "Less": 1, "ScatterElements": 1})
 
 
 def test_keep_on_cuda_asymmetric_conv_transpose_becomes_symmetric_and_sliced():

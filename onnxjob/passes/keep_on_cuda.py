@@ -9,7 +9,8 @@ Rewrite cases (exact: the same values, other kernels):
       -> Reshape(ScatterElements(zeros(N), flat indices, flat gradient, axis=0), shape)
   where the zeros are Cast(Less(x, x)) of the MaxPool's input x when the indices come
   from one (false everywhere, NaN and inf included: made by each run, where onnxruntime
-  would fold a ConstantOfShape into an initializer of x's size kept for the session)
+  would fold a ConstantOfShape into an initializer of x's size kept for the session);
+  a MaxUnpool of constant zeros (the max pool gradient's zeros) is those zeros alone
 - ConvTranspose with pads that differ at the two ends of an axis (the input gradient of
   a strided convolution; the CUDA kernel takes symmetric pads only)
       -> Slice(ConvTranspose with the smaller pad at both ends)
@@ -24,7 +25,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from ._util import NodeEmitter, attr, replace_value, static_shape
+from ._util import NodeEmitter, attr, const_array, replace_value, static_shape
 
 _SCATTER_ND_ON_CUDA = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
 
@@ -44,8 +45,13 @@ def _max_unpool(graph, node):
                        dtype, value=ir.tensor(np.zeros(1, dtype.numpy())))
     else:
         false = e.node("Less", [pooled, pooled], shape, ir.DataType.BOOL)
-        zeros = e.node("Reshape", [e.node("Cast", [false], shape, dtype, to=dtype), flat],
-                       (total,), dtype)
+        zeros_shaped = e.node("Cast", [false], shape, dtype, to=dtype)
+        few = const_array(grad)
+        if few is not None and not few.any():
+            # zeros unpooled (the max pool gradient's zeros made at run time, graph/
+            # primitives/pooling.py): the zeros themselves, no scatter copying them
+            return zeros_shaped
+        zeros = e.node("Reshape", [zeros_shaped, flat], (total,), dtype)
     flat_size = int(np.prod(static_shape(grad)))
     flat_idx = e.node("Reshape", [indices, flat], (flat_size,), ir.DataType.INT64)
     flat_grad = e.node("Reshape", [grad, flat], (flat_size,), dtype)
