@@ -310,6 +310,11 @@ def _assert_amp_graph(by_op, model, types, variable_inputs):
             assert _origin(node) == "backward:onnxjob.Gelu", (node.name, _origin(node))
     for out in model.graph.output:   # results, watches and every updated variable
         assert out.type.tensor_type.elem_type != F16, out.name
+    outputs = {out.name for out in model.graph.output}
+    for node in model.graph.node:    # no Cast to a value's own type is left (a copy)
+        if node.op_type == "Cast" and node.output[0] not in outputs:
+            to = next(a.i for a in node.attribute if a.name == "to")
+            assert types.get(node.input[0]) != to, node.name
     # each variable (a graph input the update reads) is cast to half at most once per step;
     # fed data may be cast again after the memory peak (passes/recompute_cheap_values.py)
     casts = collections.Counter(n.input[0] for n in model.graph.node

@@ -250,6 +250,7 @@ class AutoMixedPrecision(InPlacePass):
                 if self._is_max_pool_scatter(node):
                     self._result_to_half(node)
         self._restore_outputs(graph)
+        self._drop_same_type_casts(graph)
         modified = bool(self._changed)
         if modified:
             model.metadata_props[MARKER] = self.half.name.lower()
@@ -427,6 +428,22 @@ class AutoMixedPrecision(InPlacePass):
             self._graph.insert_before(consumer, node)
             self._casts[key] = out
         return self._casts[key]
+
+    def _drop_same_type_casts(self, graph):
+        """Remove the Casts to a value's own type: the compiler's float32 Cast of each
+        gradient (graph/compiler.py) where the gradient stayed float32. onnxruntime drops
+        them too; the memory plan and traffic model would count a copy."""
+        for node in list(graph):
+            if node.op_type != "Cast" or node.domain or node.graph is not graph:
+                continue
+            source, out = node.inputs[0], node.outputs[0]
+            to = node.attributes.get("to")
+            if to is None or _dtype(source) is None or _dtype(source).value != to.value or \
+                    out.is_graph_output():
+                continue
+            for use in list(out.uses()):
+                use.node.replace_input_with(use.idx, source)
+            graph.remove(node, safe=True)
 
     def _restore_outputs(self, graph):
         """A half graph output is renamed and a float32 Cast takes its name (rule 5)."""
