@@ -315,8 +315,9 @@ def test_a_mirrored_classifier_trains_on_a_last_batch_smaller_than_its_placehold
 @pytest.mark.parametrize("overlapping_pool", [False, True], ids=["pool2s2", "pool3s2"])
 def test_a_mirrored_conv_net_trains_on_fewer_rows_than_its_placeholder(overlapping_pool):
     """conv, batch norm (the batch's statistics), ReLU, max pool, flatten by reshape(-1, n)
-    and flow.flatten, a spatial mean, dense, sparse softmax cross entropy and a mean loss,
-    fed 5 of 8 rows in a mirrored train job: the step a job of 5 rows takes."""
+    and flow.flatten, a spatial mean, an average pool, dense, sparse softmax cross entropy
+    and a mean loss, fed 5 of 8 rows in a mirrored train job: the step a job of 5 rows
+    takes."""
     rng = np.random.default_rng(3)
     images = rng.random((5, 2, 8, 8), dtype=np.float32)
     labels = rng.integers(0, 3, 5).astype(np.int32)
@@ -341,7 +342,8 @@ def test_a_mirrored_conv_net_trains_on_fewer_rows_than_its_placeholder(overlappi
             wide = flow.reshape(h, (-1, 4 * 4 * 4))
             narrow = flow.flatten(flow.math.reduce_mean(h, axis=[2, 3], keepdims=True),
                                   start_dim=1)
-            logits = flow.layers.dense(flow.concat([wide, narrow], axis=1), 3,
+            pooled = flow.flatten(flow.nn.avg_pool2d(h, 3, 1, "SAME"), start_dim=1)
+            logits = flow.layers.dense(flow.concat([wide, narrow, pooled], axis=1), 3,
                                        kernel_initializer=init, name="fc")
             loss = flow.math.reduce_mean(
                 flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))

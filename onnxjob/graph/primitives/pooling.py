@@ -139,16 +139,23 @@ def _avg_pool_grad(n, g, need):
         scaled = op("Mul", gy, as_blob(1.0 / counts.flat[0], like=gy))
     else:
         scaled = op("Div", gy, as_blob(counts.astype(x.np_dtype), like=gy))
-    if not any(pads) and all(x.shape[2 + i] == out[i] * k[i] and (strides[i] == k[i] or out[i] == 1)
-                             for i in range(nd)):
+    if not any(pads) and not x.is_dynamic and all(
+            x.shape[2 + i] == out[i] * k[i] and (strides[i] == k[i] or out[i] == 1)
+            for i in range(nd)):
         return [_spread_tiles(scaled, k, x.shape)]
     nc = x.shape[0] * x.shape[1]
-    per_channel = reshape_to(scaled, [nc, 1, *gy.shape[2:]])
+    if x.is_dynamic:    # a mirrored batch smaller than its placeholder: the run's rows
+        per_channel = op("Reshape", scaled, op("Concat", int64_constant(gy, [-1, 1]),
+                                               op("Shape", scaled, start=2), axis=0))
+    else:
+        per_channel = reshape_to(scaled, [nc, 1, *gy.shape[2:]])
     kernel = as_blob(np.ones((1, 1, *k), x.np_dtype), like=gy)
     extra = _ceil_extra(x.shape, k, strides, pads, out)
     pads = pads[:nd] + [p + e for p, e in zip(pads[nd:], extra)]
     spread = conv_input_grad(per_channel, kernel, (nc, 1, *x.shape[2:]), strides, [1] * nd,
                              pads, 1)
+    if x.is_dynamic:
+        return [op("Reshape", spread, op("Shape", x))]
     return [reshape_to(spread, x.shape)]
 
 
