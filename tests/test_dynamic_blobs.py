@@ -180,15 +180,21 @@ def test_local_blobs_say_whether_they_are_dynamic_as_oneflows():
     assert static.parallel_num() == 1 and len(static.ndarray_list()) == 1
 
 
-def _conv_step(dynamic, x, padding, kernel, stride):
-    """(y, dL/dx, dL/dW) of one train step of conv2d(x, w) (loss: the sum of y), x fed
-    to a mirrored placeholder larger than it (its sizes known at run time only) or to
-    a placeholder of its own shape."""
+def _fresh_session(dynamic):
+    """(function config, placeholder kind) in a cleared default session: a mirrored view
+    and tp.ListNumpy placeholders when `dynamic`, else tp.Numpy."""
     flow.clear_default_session()
     config = flow.FunctionConfig()
     if dynamic:
         config.default_logical_view(flow.scope.mirrored_view())
-    kind = tp.ListNumpy if dynamic else tp.Numpy
+    return config, (tp.ListNumpy if dynamic else tp.Numpy)
+
+
+def _conv_step(dynamic, x, padding, kernel, stride):
+    """(y, dL/dx, dL/dW) of one train step of conv2d(x, w) (loss: the sum of y), x fed
+    to a mirrored placeholder larger than it (its sizes known at run time only) or to
+    a placeholder of its own shape."""
+    config, kind = _fresh_session(dynamic)
     seen = {}
 
     @flow.global_function(type="train", function_config=config)
@@ -230,11 +236,7 @@ def test_conv_gradients_of_an_input_smaller_than_its_placeholder(padding, kernel
 def _reduction_step(dynamic, x, reduce):
     """(loss, dL/dx, dL/dw) of one train step whose loss reduces `reduce(h)` to a scalar,
     h = x * w, x fed to a mirrored placeholder larger than it or to one of its own shape."""
-    flow.clear_default_session()
-    config = flow.FunctionConfig()
-    if dynamic:
-        config.default_logical_view(flow.scope.mirrored_view())
-    kind = tp.ListNumpy if dynamic else tp.Numpy
+    config, kind = _fresh_session(dynamic)
     seen = {}
 
     @flow.global_function(type="train", function_config=config)
@@ -276,40 +278,44 @@ def test_reduction_gradients_of_an_input_smaller_than_its_placeholder(reduce):
                                    err_msg=name)
 
 
+def _classifier_step(dynamic, images, labels, head):
+    """(loss, variables) after one SGD step of a classifier with logits head(x) and a mean
+    sparse softmax cross entropy, the batch fed to mirrored placeholders of 8 rows
+    (`dynamic`) or to placeholders of its own size."""
+    config, kind = _fresh_session(dynamic)
+    flow.config.seed(5)
+    rows = 8 if dynamic else len(images)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: kind.Placeholder((rows,) + images.shape[1:]),
+            y: kind.Placeholder((rows,), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(y, head(x)))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    loss = job([images], [labels]) if dynamic else job(images, labels)
+    weights = {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    flow.clear_default_session()
+    return np.asarray(loss), weights
+
+
+def _assert_the_step_of_the_fed_size(images, labels, head, rtol):
+    (loss, weights), (want_loss, want) = (_classifier_step(dynamic, images, labels, head)
+                                          for dynamic in (True, False))
+    np.testing.assert_allclose(loss.reshape(-1), want_loss.reshape(-1), rtol=rtol)
+    for name, value in want.items():
+        np.testing.assert_allclose(weights[name], value, rtol=rtol * 10, atol=1e-6, err_msg=name)
+
+
 def test_a_mirrored_classifier_trains_on_a_last_batch_smaller_than_its_placeholder():
     """The usual mirrored-view train job (dense layer, sparse softmax cross entropy, mean
     loss) fed 6 of its 8 rows takes the step a job of 6 rows takes."""
     rng = np.random.default_rng(2)
-    images = rng.random((6, 12), dtype=np.float32)
-    labels = rng.integers(0, 3, 6).astype(np.int32)
-
-    def step(dynamic):
-        flow.clear_default_session()
-        config = flow.FunctionConfig()
-        if dynamic:
-            config.default_logical_view(flow.scope.mirrored_view())
-        kind = tp.ListNumpy if dynamic else tp.Numpy
-
-        @flow.global_function(type="train", function_config=config)
-        def job(x: kind.Placeholder((8, 12) if dynamic else (6, 12)),
-                y: kind.Placeholder((8,) if dynamic else (6,), dtype=flow.int32)) -> tp.Numpy:
-            logits = flow.layers.dense(x, 3, kernel_initializer=flow.constant_initializer(0.1),
-                                       name="fc")
-            loss = flow.math.reduce_mean(
-                flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
-                               momentum=0).minimize(loss)
-            return loss
-
-        loss = job([images], [labels]) if dynamic else job(images, labels)
-        weights = {k: v.numpy() for k, v in flow.get_all_variables().items()}
-        flow.clear_default_session()
-        return np.asarray(loss), weights
-
-    (loss, weights), (want_loss, want) = step(True), step(False)
-    np.testing.assert_allclose(loss.reshape(-1), want_loss.reshape(-1), rtol=1e-6)
-    for name, value in want.items():
-        np.testing.assert_allclose(weights[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+    _assert_the_step_of_the_fed_size(
+        rng.random((6, 12), dtype=np.float32), rng.integers(0, 3, 6).astype(np.int32),
+        lambda x: flow.layers.dense(x, 3, kernel_initializer=flow.constant_initializer(0.1),
+                                    name="fc"), rtol=1e-6)
 
 
 @pytest.mark.parametrize("overlapping_pool", [False, True], ids=["pool2s2", "pool3s2"])
@@ -319,44 +325,18 @@ def test_a_mirrored_conv_net_trains_on_fewer_rows_than_its_placeholder(overlappi
     and a mean loss, fed 5 of 8 rows in a mirrored train job: the step a job of 5 rows
     takes."""
     rng = np.random.default_rng(3)
-    images = rng.random((5, 2, 8, 8), dtype=np.float32)
-    labels = rng.integers(0, 3, 5).astype(np.int32)
     pool = (3, 2, "SAME") if overlapping_pool else (2, 2, "VALID")
 
-    def step(dynamic):
-        flow.clear_default_session()
-        flow.config.seed(5)
-        config = flow.FunctionConfig()
-        if dynamic:
-            config.default_logical_view(flow.scope.mirrored_view())
-        kind = tp.ListNumpy if dynamic else tp.Numpy
-        rows = 8 if dynamic else 5
-
-        @flow.global_function(type="train", function_config=config)
-        def job(x: kind.Placeholder((rows, 2, 8, 8)),
-                y: kind.Placeholder((rows,), dtype=flow.int32)) -> tp.Numpy:
-            init = flow.random_normal_initializer(stddev=0.3)
-            h = flow.layers.conv2d(x, 4, 3, padding="SAME", kernel_initializer=init, name="c")
-            h = flow.nn.relu(flow.layers.batch_normalization(h, axis=1, name="bn"))
-            h = flow.nn.max_pool2d(h, *pool)
-            wide = flow.reshape(h, (-1, 4 * 4 * 4))
-            narrow = flow.flatten(flow.math.reduce_mean(h, axis=[2, 3], keepdims=True),
-                                  start_dim=1)
-            pooled = flow.flatten(flow.nn.avg_pool2d(h, 3, 1, "SAME"), start_dim=1)
-            logits = flow.layers.dense(flow.concat([wide, narrow, pooled], axis=1), 3,
-                                       kernel_initializer=init, name="fc")
-            loss = flow.math.reduce_mean(
-                flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
-                               momentum=0).minimize(loss)
-            return loss
-
-        loss = job([images], [labels]) if dynamic else job(images, labels)
-        weights = {k: v.numpy() for k, v in flow.get_all_variables().items()}
-        flow.clear_default_session()
-        return np.asarray(loss), weights
-
-    (loss, weights), (want_loss, want) = step(True), step(False)
-    np.testing.assert_allclose(loss.reshape(-1), want_loss.reshape(-1), rtol=1e-5)
-    for name, value in want.items():
-        np.testing.assert_allclose(weights[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+    def head(x):
+        init = flow.random_normal_initializer(stddev=0.3)
+        h = flow.layers.conv2d(x, 4, 3, padding="SAME", kernel_initializer=init, name="c")
+        h = flow.nn.relu(flow.layers.batch_normalization(h, axis=1, name="bn"))
+        h = flow.nn.max_pool2d(h, *pool)
+        wide = flow.reshape(h, (-1, 4 * 4 * 4))
+        narrow = flow.flatten(flow.math.reduce_mean(h, axis=[2, 3], keepdims=True),
+                              start_dim=1)
+        pooled = flow.flatten(flow.nn.avg_pool2d(h, 3, 1, "SAME"), start_dim=1)
+        return flow.layers.dense(flow.concat([wide, narrow, pooled], axis=1), 3,
+                                 kernel_initializer=init, name="fc")
+    _assert_the_step_of_the_fed_size(rng.random((5, 2, 8, 8), dtype=np.float32),
+                                     rng.integers(0, 3, 5).astype(np.int32), head, rtol=1e-5)
