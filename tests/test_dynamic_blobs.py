@@ -340,3 +340,42 @@ def test_a_mirrored_conv_net_trains_on_fewer_rows_than_its_placeholder(overlappi
                                  kernel_initializer=init, name="fc")
     _assert_the_step_of_the_fed_size(rng.random((5, 2, 8, 8), dtype=np.float32),
                                      rng.integers(0, 3, 5).astype(np.int32), head, rtol=1e-5)
+
+
+def _layer_step(dynamic, x, layer):
+    """(loss, dL/dh) of one train step with loss sum(layer(h)^2), h = x * w, x (5, 3, 6, 6)
+    fed to a mirrored placeholder of 8 rows or to one of its own shape."""
+    config, kind = _fresh_session(dynamic)
+    seen = {}
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x_in: kind.Placeholder(((8,) if dynamic else (len(x),)) + x.shape[1:])
+            ) -> tp.Numpy:
+        w = flow.get_variable("w", (1,), initializer=flow.constant_initializer(0.7))
+        h = x_in * w
+        flow.watch_diff(h, lambda g: seen.setdefault("dh", g.numpy_list()[0] if dynamic
+                                                      else g))
+        y = layer(h)
+        loss = flow.math.reduce_sum(y * y)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    loss = job([x]) if dynamic else job(x)
+    flow.clear_default_session()
+    return np.asarray(loss), np.asarray(seen["dh"])
+
+
+@pytest.mark.parametrize("layer", [
+    lambda h: flow.layers.upsample_2d(h, size=(2, 2)),
+    lambda h: flow.nn.InstanceNorm2d(h), lambda h: flow.nn.GroupNorm(h, num_groups=3),
+    lambda h: flow.nn.avg_pool2d(h, 2, 2, "VALID")],
+    ids=["upsample", "instance_norm", "group_norm", "avg_pool"])
+def test_layers_of_a_batch_smaller_than_its_placeholder(layer):
+    """Upsampling, instance / group norm and average pooling of a mirrored batch of 5 rows
+    fed to a placeholder of 8: the forward and the gradient of a job of 5 rows."""
+    x = np.random.default_rng(4).random((5, 3, 6, 6), dtype=np.float32)
+    for got, want, name in zip(_layer_step(True, x, layer), _layer_step(False, x, layer),
+                               ("loss", "dh")):
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4, atol=1e-5,
+                                   err_msg=name)

@@ -118,7 +118,11 @@ def _resize_grad(n, g, need):
         split = [d for a, size in enumerate(x.shape)
                  for d in ((size, blocks[a]) if a in blocks else (size,))]
         axes = [a + i + 1 for i, a in enumerate(sorted(blocks))]
-        return [op("ReduceSum", reshape_to(gy, split), int64_constant(gy, axes), keepdims=0)
+        if x.is_dynamic and 0 not in blocks:    # a mirrored batch: the run's rows
+            blocked = op("Reshape", gy, int64_constant(gy, [-1] + split[1:]))
+        else:
+            blocked = reshape_to(gy, split)
+        return [op("ReduceSum", blocked, int64_constant(gy, axes), keepdims=0)
                 ] + [None] * (len(n.inputs) - 1)
     for axis, matrix in matrices.items():
         gy = _apply_along(gy, axis, matrix.T)
