@@ -369,11 +369,17 @@ def _layer_step(dynamic, x, layer):
 @pytest.mark.parametrize("layer", [
     lambda h: flow.layers.upsample_2d(h, size=(2, 2)),
     lambda h: flow.nn.InstanceNorm2d(h), lambda h: flow.nn.GroupNorm(h, num_groups=3),
-    lambda h: flow.nn.avg_pool2d(h, 2, 2, "VALID")],
-    ids=["upsample", "instance_norm", "group_norm", "avg_pool"])
+    lambda h: flow.nn.avg_pool2d(h, 2, 2, "VALID"),
+    lambda h: flow.slice_v2(h, [(None, None, None), (None, None, None), (1, 5, 2),
+                                (None, None, -1)]),
+    lambda h: flow.nn.conv2d_transpose(
+        h, flow.get_variable("k", (3, 2, 3, 3), initializer=flow.constant_initializer(0.1)),
+        output_shape=(h.shape[0], 2, 12, 12), strides=2, padding="SAME")],
+    ids=["upsample", "instance_norm", "group_norm", "avg_pool", "strided_slice", "deconv"])
 def test_layers_of_a_batch_smaller_than_its_placeholder(layer):
-    """Upsampling, instance / group norm and average pooling of a mirrored batch of 5 rows
-    fed to a placeholder of 8: the forward and the gradient of a job of 5 rows."""
+    """Upsampling, instance / group norm, average pooling, a strided slice and a transposed
+    convolution of a mirrored batch of 5 rows fed to a placeholder of 8: the forward and
+    the gradient of a job of 5 rows."""
     x = np.random.default_rng(4).random((5, 3, 6, 6), dtype=np.float32)
     for got, want, name in zip(_layer_step(True, x, layer), _layer_step(False, x, layer),
                                ("loss", "dh")):

@@ -217,9 +217,11 @@ def _conv_transpose_grad(n, g, need):
     gy = g[0]
     nd = len(x.shape) - 2
     # output_padding < stride: the Conv of gy has exactly x's shape
+    # (sizes known at run time only: the weight gradient that does not build windows)
+    weight_grad_of = _dynamic_weight_grad if x.is_dynamic or gy.is_dynamic else weight_grad
     grads = [op("Conv", gy, w, strides=strides, dilations=dil, pads=pads, group=group)
              if need[0] else None,
-             weight_grad(gy, x, w.shape, strides, dil, pads, group) if need[1] else None]
+             weight_grad_of(gy, x, w.shape, strides, dil, pads, group) if need[1] else None]
     if len(n.inputs) > 2:
         grads.append(op("ReduceSum", gy, int64_constant(gy, [0] + spatial_axes(nd + 2)),
                         keepdims=0) if need[2] else None)

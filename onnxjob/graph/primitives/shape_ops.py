@@ -225,7 +225,10 @@ def _spread_axis(gy, axis, step):
                 int64_constant(gy, pad_widths))
     shape = list(gy.shape)
     shape[axis] = count * step
-    spread = reshape_to(spread, shape)
+    if gy.is_dynamic and axis > 0:      # a mirrored batch: its run's rows on axis 0
+        spread = op("Reshape", spread, int64_constant(gy, [-1] + shape[1:]))
+    else:
+        spread = reshape_to(spread, shape)
     return op("Slice", spread, *(int64_constant(gy, [v]) for v in
                                  (0, (count - 1) * step + 1, axis)))
 
