@@ -16,6 +16,7 @@
 #   stages     the synchronized-batch-norm step's stage schedules on CUDA (bench_stages.py)
 #   bert       bench_gpu.py's BERT AMP row and the peak-memory rows (ResNet50 AMP and fp32, BERT)
 #   memory     the peak-memory rows as shipped, with cuDNN workspaces bounded, and without search
+#   amp-variants  the ResNet50 AMP row with and without BatchNormRowStatistics / HalfColumnSums
 #   "CMD"      anything else is run as a command with the same setup
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -67,6 +68,15 @@ case "$1" in
     timeout "$(left 570)" python3 bench/bench_gpu.py \
       --rows bert-amp,resnet50-amp-memory,resnet50-memory,bert-amp-memory \
       --json "$out/gpu_bert.json" 2>&1 | tee "$out/gpu_bert.log" ;;
+  amp-variants)
+    # the AMP step with and without the CUDA-only AMP passes whose GPU speed is not measured
+    # yet: BatchNormRowStatistics (LayerNormalization statistics of 7x7 rows at layer4),
+    # HalfColumnSums (bias gradients as half matrix-vector products)
+    for skip in "" BatchNormRowStatistics HalfColumnSums; do
+      echo "== ONNXJOB_SKIP_PASSES=$skip" | tee -a "$out/amp_variants.log"
+      ONNXJOB_SKIP_PASSES=$skip timeout "$(left 570)" python3 bench/bench_gpu.py \
+        --rows resnet50-amp --cuda-graph on 2>&1 | tee -a "$out/amp_variants.log"
+    done ;;
   memory)
     # where the memory rows' bytes go: as shipped, then cuDNN's workspaces bounded at 32 MiB
     # (onnxruntime's exhaustive search otherwise sizes its scratch buffer by the largest
