@@ -33,11 +33,13 @@ def session_in_graph_order(model_bytes, opts, providers, disabled, make=None):
     made (`fallback_reason` on it says why)."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "optimized.onnx")
-        final_path = opts.optimized_model_filepath
-        opts.optimized_model_filepath = path
+        final_path, profiling = opts.optimized_model_filepath, opts.enable_profiling
+        # (the optimizing session never runs: no profile of its own)
+        opts.optimized_model_filepath, opts.enable_profiling = path, False
         optimizing = ort.InferenceSession(model_bytes, opts, providers=providers,
                                           disabled_optimizers=disabled)
         optimized = onnx.load(path)
+    opts.enable_profiling = profiling
     original = onnx.ModelProto.FromString(model_bytes)
     reorder_like(optimized.graph, [n.name for n in original.graph.node])
     opts.optimized_model_filepath = final_path
