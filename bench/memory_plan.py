@@ -1,14 +1,17 @@
 """The memory a train step plans for (onnxjob/graph/memory_plan.py), beside PyTorch's.
 
     python bench/memory_plan.py [resnet50|bert] [--batch 8] [--amp] [--device cuda|cpu]
-        [--top 10] [--no-torch] [--json PATH] [--bert-layers 12 --bert-hidden 768 --bert-heads 12
-        --bert-seq 128 --bert-vocab 30522]
+        [--top 10] [--no-torch] [--as-run] [--json PATH] [--bert-layers 12 --bert-hidden 768
+        --bert-heads 12 --bert-seq 128 --bert-vocab 30522]
 
 Compiles the train job for `--device` (default cuda: the graph the CUDA EP runs, compiled
 here without a GPU, as docs/gpu.md says) without running it, and prints its planned peak of
 live intermediates in the order onnxjob's sessions run it and in onnxruntime's default
 order, what is live at the peak (grouped by producer op and element type), how much the
 forward keeps for the backward, and the variables, state and outputs held beside it.
+`--as-run` also plans the graph as onnxruntime optimized and ran it: one step on the CPU EP
+with the session options of `--device` (onnxjob/runtime/executed_plan.py; under AMP the CPU
+EP's own casts make that differ from what the CUDA EP runs).
 
 Then the same model's PyTorch twin (tests/resnet_twin.py, tests/bert_twin.py: the twins of
 bench_gpu.py's rows, from the same initial weights) takes a forward + backward on the CPU,
