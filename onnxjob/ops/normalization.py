@@ -10,8 +10,8 @@ from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.variables import VariableSpec, variable_blob
-from onnxjob.graph.primitives.shape_ops import reshape_to
-from onnxjob.graph.tracer import as_blob, current_builder, int64_constant, op
+from onnxjob.graph.primitives.shape_ops import reshape_back, reshape_rows, reshape_to
+from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.ops import math
 from onnxjob.ops.casts import cast
 from onnxjob.ops.conv import add_bias
@@ -151,22 +151,14 @@ def _normalize_groups(x, groups, eps, affine, name, prefix):
     n, c = x.shape[:2]
     name = name if name is not None else _default_name(prefix)
     size = int(np.prod(x.shape[2:]))
-    grouped = _rows_kept(x, (n, groups, c // groups * size))
+    grouped = reshape_rows(x, (n, groups, c // groups * size), x.is_dynamic)
     ones = as_blob(np.ones(groups, x.np_dtype), like=x)
     zeros = as_blob(np.zeros(groups, x.np_dtype), like=x)
     y = op("InstanceNormalization", grouped, ones, zeros, epsilon=float(eps))
     if affine:
         gamma, beta = _affine_variables(name, c, x.np_dtype)
-        y = _rows_kept(y, (n, c, size)) * gamma + beta
-    return op("Reshape", y, op("Shape", x)) if x.is_dynamic else reshape_to(y, x.shape)
-
-
-def _rows_kept(v, shape):
-    """`v` reshaped to `shape`, whose first axis is v's batch: the run's rows (-1) where v
-    is a mirrored batch smaller than its placeholder."""
-    if v.is_dynamic:
-        return op("Reshape", v, int64_constant(v, [-1] + list(shape[1:])))
-    return reshape_to(v, shape)
+        y = reshape_rows(y, (n, c, size), x.is_dynamic) * gamma + beta
+    return reshape_back(y, x)
 
 
 def group_normalization(x, num_groups=32, eps=1e-05, affine=True, name=None):

@@ -292,9 +292,9 @@ NEVER_MATCHING_TRANSFORMERS = [
 
 # NOTE: these walk a train graph and never rewrite it: they fuse forward chains (layer norm,
 # GELU, attention, bias + activation) whose inner values a train graph keeps for the
-# backward pass. In the whole test suite's CPU train
-# sessions (every zoo model, BERT, Wide & Deep, DCGAN, each op's gradient check) none of
-# them modified a graph; ResNet50's train session spent ~270 ms in them.
+# backward pass. In the whole test suite's CPU train sessions (every zoo model, BERT,
+# Wide & Deep, DCGAN, each op's gradient check) none of them modified a graph; ResNet50's
+# train session spent ~270 ms in them.
 TRAIN_NEVER_MATCHING_TRANSFORMERS = [
     "AttentionFusion", "BiasDropoutFusion", "BiasGeluFusion", "BiasSkipLayerNormFusion",
     "BiasSoftmaxFusion", "ConvActivationFusion",
@@ -341,8 +341,10 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
     opts.use_deterministic_compute = bool(
         deterministic or settings.get("DETERMINISTIC"))
     opts.graph_optimization_level = optimization_level(is_train, device)
-    # NOTE: every session runs its nodes in onnxruntime's default order (a depth-first walk
-    # back from the outputs), which follows what the graph reads. The priority-based order
+    # NOTE: sessions run their nodes in onnxruntime's default order (a depth-first walk back
+    # from the outputs), which follows what the graph reads, but a CUDA train session,
+    # which runs the optimized graph put back in the graph's own order (runtime/
+    # graph_order.py, `optimized_session`). The priority-based order alone
     # (Kahn's algorithm, ties by node index) ran a CUDA-form train graph in its own order
     # only until onnxruntime's optimizer made a node (a fusion's Gemm or FusedMatMul): new
     # nodes take the highest indices, so while one waited, every node ready earlier in the

@@ -36,7 +36,7 @@ from onnxjob.runtime.executor import interrupt_deferred
 RANDOM_OPS = {"Dropout", "RandomUniform", "RandomUniformLike", "RandomNormal",
               "RandomNormalLike", "Bernoulli", "Multinomial"}
 
-_NUMPY_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+NUMPY_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
                  "tensor(float16)": np.float16, "tensor(int32)": np.int32,
                  "tensor(int64)": np.int64, "tensor(int8)": np.int8,
                  "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
@@ -100,7 +100,7 @@ class CudaGraphRunner:
         for name, value in feeds.items():
             buffer = self._feed_buffers.get(name)
             if buffer is None or tuple(buffer.shape()) != value.shape or \
-                    _NUMPY_DTYPES.get(buffer.data_type()) != value.dtype:
+                    NUMPY_DTYPES.get(buffer.data_type()) != value.dtype:
                 return False
         return True
 
@@ -179,10 +179,10 @@ def _graph_run_options(graph_id):
 def _static_spec(node_arg):
     """(shape, dtype) of a graph output, or CaptureFailed when its shape is not static."""
     shape = node_arg.shape
-    if any(not isinstance(d, int) for d in shape) or node_arg.type not in _NUMPY_DTYPES:
+    if any(not isinstance(d, int) for d in shape) or node_arg.type not in NUMPY_DTYPES:
         raise CaptureFailed(f"output {node_arg.name!r} has no static shape and type "
                             f"({node_arg.type}{list(shape)})")
-    return tuple(shape), _NUMPY_DTYPES[node_arg.type]
+    return tuple(shape), NUMPY_DTYPES[node_arg.type]
 
 
 def _device_buffer(shape, dtype):

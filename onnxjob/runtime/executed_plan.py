@@ -9,11 +9,10 @@ execution order and on CSE). `executed_graph(model, device)` makes the CPU sessi
 optimization level, the transformers left out and the execution order, which are what
 shape the optimized graph and its order), lets it write its optimized model, runs one step
 on synthetic feeds with onnxruntime's profiler on and returns the optimized graph with its
-nodes in the order the profile says they ran. Compiled for CUDA, the graph differs from
-what the CUDA EP runs only by EP-specific rewrites (float16 kernels the CPU lacks get float32
-casts around them: compare float32 graphs).
+nodes in the order the profile says they ran (graph_order.reorder_like). Compiled for CUDA,
+the graph differs from what the CUDA EP runs only by EP-specific rewrites (float16 kernels
+the CPU lacks get float32 casts around them: compare float32 graphs).
 """
-import heapq
 import json
 import os
 import tempfile
@@ -22,7 +21,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxjob.runtime import backend
+from onnxjob.runtime import backend, graph_order
+from onnxjob.runtime.cuda_graph import NUMPY_DTYPES
 
 _KERNEL_SUFFIX = "_kernel_time"
 
@@ -45,9 +45,10 @@ def executed_graph(model, device="cpu", is_train=True):
         optimized = onnx.shape_inference.infer_shapes(onnx.load(opts.optimized_model_filepath))
     ran = [e["name"][:-len(_KERNEL_SUFFIX)] for e in events
            if e.get("cat") == "Node" and e.get("name", "").endswith(_KERNEL_SUFFIX)]
-    result = ir.from_proto(optimized)
-    _reorder(result.graph, ran)
-    return result
+    # (a node the profile does not name, a function op onnxruntime expanded into nodes of
+    # its own when it ran, goes just before the first node that ran and reads its output)
+    graph_order.reorder_like(optimized.graph, ran)
+    return ir.from_proto(optimized)
 
 
 def synthetic_feeds(session):
@@ -57,51 +58,9 @@ def synthetic_feeds(session):
     feeds = {}
     for arg in session.get_inputs():
         shape = [d if isinstance(d, int) else 1 for d in arg.shape]
-        dtype = np.dtype(_NUMPY_TYPES[arg.type])
+        dtype = np.dtype(NUMPY_DTYPES[arg.type])
         if np.issubdtype(dtype, np.floating):
             feeds[arg.name] = (rng.random(shape) * 0.01).astype(dtype)
         else:
             feeds[arg.name] = np.zeros(shape, dtype)
     return feeds
-
-
-_NUMPY_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16",
-                "tensor(double)": "float64",
-                "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int8)": "int8",
-                "tensor(uint8)": "uint8", "tensor(bool)": "bool"}
-
-
-def _reorder(graph, ran):
-    """Put `graph`'s nodes in the order of the node names `ran`. A node the profile does not
-    name (a function op onnxruntime expanded into nodes of its own when it ran) goes just
-    before the first node that ran and reads what it makes, directly or not; the result
-    is a topological order (Kahn's algorithm)."""
-    nodes = list(graph)
-    ran_at = {}
-    for i, name in enumerate(ran):
-        ran_at.setdefault(name, i)
-    key = {}
-    for i in reversed(range(len(nodes))):    # (the file's order is topological)
-        node = nodes[i]
-        if node.name in ran_at:
-            key[id(node)] = (ran_at[node.name], 0, i)
-        else:
-            readers = [key[id(u.node)][0] for v in node.outputs for u in v.uses()
-                       if id(u.node) in key]
-            key[id(node)] = (min(readers, default=len(ran)), -1, i)
-    waiting = {id(n): len({id(v.producer()) for v in n.inputs
-                           if v is not None and v.producer() is not None}) for n in nodes}
-    ready = [(key[id(n)], id(n), n) for n in nodes if waiting[id(n)] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        _, _, node = heapq.heappop(ready)
-        order.append(node)
-        readers = {id(u.node): u.node for v in node.outputs for u in v.uses()}
-        for reader in readers.values():
-            waiting[id(reader)] -= 1
-            if waiting[id(reader)] == 0:
-                heapq.heappush(ready, (key[id(reader)], id(reader), reader))
-    for node in nodes:
-        graph.remove(node)
-    graph.extend(order)

@@ -57,11 +57,14 @@ def session_in_graph_order(model_bytes, opts, providers, disabled, make=None):
 
 def reorder_like(graph, names):
     """Reorder `graph`'s nodes (a GraphProto, in place) to follow the node names `names`:
-    a node keeps the position of its own name, or of the longest prefix of its name (cut at
+    a node keeps the (first) position of its own name, or of the longest prefix of its name (cut at
     a '/') that is in `names` (onnxruntime names a fused node after the node it replaces),
     else goes just before its first reader, else (an output) as soon as its inputs are
     made. The result is a topological order (Kahn's algorithm, ties by that position)."""
-    position = {name: i for i, name in enumerate(names) if name}
+    position = {}
+    for i, name in enumerate(names):
+        if name:
+            position.setdefault(name, i)
     nodes = list(graph.node)
     producer = {out: k for k, node in enumerate(nodes) for out in node.output if out}
     made_from = [{producer[v] for v in _read_names(node) if v in producer} - {k}

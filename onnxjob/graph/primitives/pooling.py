@@ -6,7 +6,7 @@ import itertools
 import numpy as np
 
 from onnxjob.graph.primitives.reductions import run_time_count
-from onnxjob.graph.primitives.shape_ops import reshape_to, shape_of, zeros_of
+from onnxjob.graph.primitives.shape_ops import reshape_back, reshape_to, shape_of, zeros_of
 from onnxjob.graph.primitives.conv import conv_input_grad
 from onnxjob.graph.primitives.windows import (
     checked_lowering, gather_windows, geometry, pad_spatial, spatial_axes, window_out)
@@ -55,9 +55,7 @@ def _max_pool_grad(n, g, need):
     else:
         zeros = _flat(zeros_of(x, x.shape, x.np_dtype))
     flat = op("ScatterElements", zeros, _flat(idx), _flat(g[0]), axis=0, reduction="add")
-    if x.is_dynamic:
-        return [op("Reshape", flat, op("Shape", x))]
-    return [reshape_to(flat, x.shape)]
+    return [reshape_back(flat, x)]
 
 
 def _flat(v):
@@ -154,9 +152,7 @@ def _avg_pool_grad(n, g, need):
     pads = pads[:nd] + [p + e for p, e in zip(pads[nd:], extra)]
     spread = conv_input_grad(per_channel, kernel, (nc, 1, *x.shape[2:]), strides, [1] * nd,
                              pads, 1)
-    if x.is_dynamic:
-        return [op("Reshape", spread, op("Shape", x))]
-    return [reshape_to(spread, x.shape)]
+    return [reshape_back(spread, x)]
 
 
 def _avg_pool_float64(inputs, attrs, num_outputs):

@@ -2,7 +2,7 @@
 and SpaceToDepth: shape and gradient rules."""
 import numpy as np
 
-from onnxjob.graph.primitives.shape_ops import reshape_to
+from onnxjob.graph.primitives.shape_ops import reshape_rows, reshape_to
 from onnxjob.graph.primitives.windows import checked_lowering, text
 from onnxjob.graph.registry import const_value, register
 from onnxjob.graph.tracer import as_blob, int64_constant, op
@@ -118,10 +118,7 @@ def _resize_grad(n, g, need):
         split = [d for a, size in enumerate(x.shape)
                  for d in ((size, blocks[a]) if a in blocks else (size,))]
         axes = [a + i + 1 for i, a in enumerate(sorted(blocks))]
-        if x.is_dynamic and 0 not in blocks:    # a mirrored batch: the run's rows
-            blocked = op("Reshape", gy, int64_constant(gy, [-1] + split[1:]))
-        else:
-            blocked = reshape_to(gy, split)
+        blocked = reshape_rows(gy, split, x.is_dynamic and 0 not in blocks)
         return [op("ReduceSum", blocked, int64_constant(gy, axes), keepdims=0)
                 ] + [None] * (len(n.inputs) - 1)
     for axis, matrix in matrices.items():

@@ -40,6 +40,20 @@ def reshape_to(x, shape):
     return op("Reshape", x, int64_constant(x, shape))
 
 
+def reshape_back(v, x):
+    """`v` reshaped to x's shape: its run-time shape where x is dynamic (a mirrored batch
+    smaller than its placeholder)."""
+    return op("Reshape", v, op("Shape", x)) if x.is_dynamic else reshape_to(v, x.shape)
+
+
+def reshape_rows(v, shape, dynamic):
+    """`v` reshaped to `shape`, whose first axis holds a batch's rows: -1 there (the run's
+    rows) where `dynamic`, the batch being a mirrored one smaller than its placeholder."""
+    if dynamic:
+        return op("Reshape", v, int64_constant(v, [-1] + list(shape[1:])))
+    return reshape_to(v, shape)
+
+
 register("Reshape", _reshape_infer, lambda n, g, need: _back_to_input(n, g, need))
 
 
@@ -63,9 +77,7 @@ def _unsqueeze_infer(inputs, attrs, num_outputs):
 
 
 def _back_to_input(n, g, need):
-    x = n.inputs[0]
-    back = op("Reshape", g[0], op("Shape", x)) if x.is_dynamic else reshape_to(g[0], x.shape)
-    return [back] + [None] * (len(n.inputs) - 1)
+    return [reshape_back(g[0], n.inputs[0])] + [None] * (len(n.inputs) - 1)
 
 
 register("Squeeze", _squeeze_infer, _back_to_input)
@@ -225,10 +237,7 @@ def _spread_axis(gy, axis, step):
                 int64_constant(gy, pad_widths))
     shape = list(gy.shape)
     shape[axis] = count * step
-    if gy.is_dynamic and axis > 0:      # a mirrored batch: its run's rows on axis 0
-        spread = op("Reshape", spread, int64_constant(gy, [-1] + shape[1:]))
-    else:
-        spread = reshape_to(spread, shape)
+    spread = reshape_rows(spread, shape, gy.is_dynamic and axis > 0)
     return op("Slice", spread, *(int64_constant(gy, [v]) for v in
                                  (0, (count - 1) * step + 1, axis)))
 
