@@ -156,6 +156,16 @@ def _may_vote(value):
     return True
 
 
+def _cast_node(value, dtype, name, source):
+    """A Cast of `value` to `dtype` named `name` (its output too), with the metadata (the
+    user's line, the origin) of the node `source`."""
+    node = ir.node("Cast", [value], attributes={"to": dtype.value}, name=name,
+                   metadata_props=dict(source.metadata_props))
+    out = node.outputs[0]
+    out.name, out.type, out.shape = name, ir.TensorType(dtype), value.shape
+    return node
+
+
 def fed_inputs(graph):
     """The graph inputs a train step is fed (placeholders, data sources): those nothing of
     the optimizer's update reads, in a graph that has an update (trained variables and
@@ -398,11 +408,8 @@ class AutoMixedPrecision(InPlacePass):
         backward before it (ReLU, batch norm) stays half."""
         result = node.outputs[0]
         readers = list(result.uses())
-        cast = ir.node("Cast", [result], attributes={"to": self.half.value},
-                       name=f"{result.name}/cast_f2h", metadata_props=dict(node.metadata_props))
+        cast = _cast_node(result, self.half, f"{result.name}/cast_f2h", node)
         half = cast.outputs[0]
-        half.name, half.type, half.shape = f"{result.name}/cast_f2h", \
-            ir.TensorType(self.half), result.shape
         for use in readers:
             use.node.replace_input_with(use.idx, half)
         self._graph.insert_after(node, cast)
@@ -419,12 +426,8 @@ class AutoMixedPrecision(InPlacePass):
         if key not in self._casts:
             source = value.producer() or consumer
             suffix = "cast_h2f" if dtype == ir.DataType.FLOAT else "cast_f2h"
-            node = ir.node("Cast", [value], attributes={"to": dtype.value},
-                           name=f"{value.name}/{suffix}",
-                           metadata_props=dict(source.metadata_props))
+            node = _cast_node(value, dtype, f"{value.name}/{suffix}", source)
             out = node.outputs[0]
-            out.name, out.type = f"{value.name}/{suffix}", ir.TensorType(dtype)
-            out.shape = value.shape
             self._graph.insert_before(consumer, node)
             self._casts[key] = out
         return self._casts[key]
@@ -452,10 +455,8 @@ class AutoMixedPrecision(InPlacePass):
                 continue
             name = value.name
             value.name = f"{name}/half"
-            node = ir.node("Cast", [value], attributes={"to": ir.DataType.FLOAT.value},
-                           name=f"{name}/cast_h2f",
-                           metadata_props=dict(value.producer().metadata_props))
+            node = _cast_node(value, ir.DataType.FLOAT, f"{name}/cast_h2f", value.producer())
             out = node.outputs[0]
-            out.name, out.type, out.shape = name, ir.TensorType(ir.DataType.FLOAT), value.shape
+            out.name = name
             graph.append(node)
             graph.outputs[index] = out
