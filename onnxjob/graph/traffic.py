@@ -157,7 +157,7 @@ def _transposed_for_matmul(node):
 
 def _gelu_chain(last):
     """[Div, Erf, Add, Mul, Mul] ending at `last`, or None."""
-    inner, half = _operands(last, "Mul", 0.5)
+    inner = _other_operand(last, "Mul", 0.5)
     if inner is None:
         return None
     mul = _only_reader_producer(inner, "Mul")
@@ -165,7 +165,7 @@ def _gelu_chain(last):
         return None
     for x, plus in (mul.inputs, reversed(mul.inputs)):
         add = _only_reader_producer(plus, "Add")
-        erf_out, _ = _operands(add, "Add", 1.0) if add is not None else (None, None)
+        erf_out = _other_operand(add, "Add", 1.0)
         erf = _only_reader_producer(erf_out, "Erf") if erf_out is not None else None
         div = _only_reader_producer(erf.inputs[0], "Div") if erf is not None else None
         if div is not None and div.inputs[0] is x and _is_constant(div.inputs[1], 2 ** 0.5):
@@ -173,17 +173,15 @@ def _gelu_chain(last):
     return None
 
 
-def _operands(node, op_type, constant):
-    """(the other operand, the constant) of a binary `op_type` node with one constant
-    operand equal to `constant`, else (None, None)."""
+def _other_operand(node, op_type, constant):
+    """The other operand of a binary `op_type` node with one constant operand equal to
+    `constant`, else None."""
     if node is None or node.op_type != op_type or node.domain or len(node.inputs) != 2:
-        return None, None
+        return None
     a, b = node.inputs
     if _is_constant(b, constant):
-        return a, b
-    if _is_constant(a, constant):
-        return b, a
-    return None, None
+        return a
+    return b if _is_constant(a, constant) else None
 
 
 def _only_reader_producer(value, op_type):
