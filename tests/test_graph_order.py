@@ -54,7 +54,7 @@ def test_a_node_onnxruntime_made_takes_the_place_of_the_node_it_is_named_after()
 
 def test_an_unloadable_reordered_model_falls_back_to_the_optimizing_session(capsys):
     graph = _chain_graph()
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
     def refuse(model_bytes, opts):
         raise RuntimeError("cannot load it\nsecond line")
@@ -71,7 +71,7 @@ def test_an_unloadable_reordered_model_falls_back_to_the_optimizing_session(caps
 
 def test_the_reordered_session_gives_the_optimizing_session_s_results():
     graph = _chain_graph()
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     opts = backend.session_options(True, device="cuda")
     sess = graph_order.session_in_graph_order(model.SerializeToString(), opts,
                                               [backend.CPU], [])

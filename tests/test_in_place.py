@@ -172,6 +172,14 @@ def test_a_predict_job_sees_the_values_written_in_place():
     flow.clear_default_session()
 
 
+def _on_the_cpu():
+    """A config that keeps the job on the CPU (the CUDA runners are run here over CPU
+    OrtValues, also on a machine with a GPU)."""
+    config = flow.function_config()
+    config.execution_provider("cpu")
+    return config
+
+
 def test_the_cuda_step_writes_in_place_as_the_cpu_step(monkeypatch):
     """The CUDA step's binding (runtime/session.py _run_cuda: the variables' OrtValues as
     inputs and, for the in-place ones, as outputs) run here over CPU OrtValues: the same
@@ -182,7 +190,7 @@ def test_the_cuda_step_writes_in_place_as_the_cpu_step(monkeypatch):
     def steps(cuda_binding):
         flow.clear_default_session()
         flow.config.seed(3)
-        job = _conv_net_job(flow.function_config(), OPTIMIZERS["adam_dynamic_loss_scale"])
+        job = _conv_net_job(_on_the_cpu(), OPTIMIZERS["adam_dynamic_loss_scale"])
         rng = np.random.default_rng(0)
         x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
         y = rng.integers(0, 5, 4).astype(np.int32)
@@ -204,6 +212,69 @@ def test_the_cuda_step_writes_in_place_as_the_cpu_step(monkeypatch):
 
     losses, values = steps(cuda_binding=True)
     their_losses, their_values = steps(cuda_binding=False)
+    for ours, theirs in zip(losses, their_losses):
+        np.testing.assert_array_equal(ours, theirs)
+    for name, value in their_values.items():
+        np.testing.assert_array_equal(values[name], value, err_msg=name)
+    flow.clear_default_session()
+
+
+class _CapturingLikeOnnxruntime:
+    """A CPU session that runs a graph id's first `run_with_iobinding` as onnxruntime's CUDA
+    EP does when it captures a CUDA graph: regular runs that size its arena, the capture
+    (which computes nothing) and a replay, all in the one call: here three runs."""
+
+    def __init__(self, session):
+        self._session = session
+        self._captured = set()
+        self.get_outputs, self.io_binding = session.get_outputs, session.io_binding
+
+    def run_with_iobinding(self, binding, run_options):
+        graph_id = run_options.get_run_config_entry("gpu_graph_id")
+        for _ in range(1 if graph_id in self._captured else 3):
+            self._session.run_with_iobinding(binding)
+        self._captured.add(graph_id)
+
+
+def test_cuda_graph_steps_write_in_place_as_the_cpu_step(monkeypatch):
+    """runtime/cuda_graph.py over CPU OrtValues and a session that executes the first run of
+    each graph id three times: capturing the two graphs does not advance the variables
+    written in place (the steps give the CPU step's losses and variables, bit for bit)."""
+    import onnxruntime as ort
+
+    from onnxjob.runtime import cuda_graph
+
+    owners = []     # a CPU OrtValue made from NumPy uses the array's memory: kept alive
+
+    def cpu_value(array):
+        owners.append(np.array(array))
+        return ort.OrtValue.ortvalue_from_numpy(owners[-1])
+    monkeypatch.setattr(cuda_graph, "_device_value", cpu_value)
+    monkeypatch.setattr(cuda_graph, "_device_buffer",
+                        lambda shape, dtype: cpu_value(np.zeros(shape, dtype)))
+
+    def steps(graphs):
+        flow.clear_default_session()
+        flow.config.seed(3)
+        job = _conv_net_job(_on_the_cpu(), OPTIMIZERS["adam_dynamic_loss_scale"])
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+        y = rng.integers(0, 5, 4).astype(np.int32)
+        job(x, y)
+        runtime = default_session().runtimes["job"]
+        if not graphs:
+            return [job(x, y) for _ in range(4)], {
+                k: v.numpy() for k, v in flow.get_all_variables().items()}
+        assert runtime._in_place
+        runner = cuda_graph.CudaGraphRunner(
+            _CapturingLikeOnnxruntime(runtime.ort_session), runtime._variable_inputs,
+            runtime._state_items, runtime._user_outputs, runtime.store, runtime._in_place)
+        feeds = dict(zip(runtime.compiled.placeholder_names, (x, y)))
+        losses = [np.array(runner.run(feeds)[0]) for _ in range(4)]  # (a CPU view: copied)
+        return losses, {k: np.asarray(v.numpy()) for k, v in runtime.store.items()}
+
+    losses, values = steps(graphs=True)
+    their_losses, their_values = steps(graphs=False)
     for ours, theirs in zip(losses, their_losses):
         np.testing.assert_array_equal(ours, theirs)
     for name, value in their_values.items():

@@ -17,6 +17,8 @@
 #   bert       bench_gpu.py's BERT AMP row and the peak-memory rows (ResNet50 AMP and fp32, BERT)
 #   memory     the peak-memory rows as shipped, with cuDNN workspaces bounded, and without search
 #   amp-variants  the ResNet50 AMP row with and without BatchNormRowStatistics / HalfColumnSums
+#   first-look the checks a short loan affords, most wanted first: the GPU-only tests, the
+#              peak-memory rows (ResNet50 AMP and fp32, BERT AMP), then the ResNet50 speed rows
 #   "CMD"      anything else is run as a command with the same setup
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -87,5 +89,13 @@ case "$1" in
       timeout "$(left 570)" python3 bench/bench_gpu.py $variant --memory-steps 3 \
         --rows resnet50-amp-memory,resnet50-memory,bert-amp-memory 2>&1 | tee -a "$out/memory.log"
     done ;;
+  first-look)
+    timeout "$(left 100)" python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py 2>&1 \
+      | tail -25 | tee "$out/gpu_tests.log"
+    timeout "$(left 300)" python3 bench/bench_gpu.py --memory-steps 3 --memory-timeout 150 \
+      --rows resnet50-amp-memory,resnet50-memory,bert-amp-memory --json "$out/memory.json" 2>&1 \
+      | tee "$out/memory.log"
+    timeout "$(left 470)" python3 bench/bench_gpu.py --rows resnet50,resnet50-amp --cuda-graph on \
+      --json "$out/speed.json" 2>&1 | tee "$out/speed.log" ;;
   *) eval "$1" ;;
 esac

@@ -115,13 +115,8 @@ class CudaGraphRunner:
         self._refresh_variables(self._sets[p])
         # the in-place variables land with the others (a SIGINT costs ~13 us to defer)
         with interrupt_deferred() if self._in_place else contextlib.nullcontext():
-            try:
+            if self._captured[p] or self._capture(p):
                 self._session.run_with_iobinding(self._bindings[p], self._run_options[p])
-            except Exception as e:   # onnxruntime's own exception types
-                if self._captured[p] or backend.memory_failure(e) is not None:
-                    raise   # (out of memory: the step fails, graphs stay on)
-                raise CaptureFailed(str(e).strip().splitlines()[0]) from e
-            self._captured[p] = True
             if self._state:
                 written = self._sets[1 - p]
                 for variable in self._state:
@@ -130,14 +125,35 @@ class CudaGraphRunner:
                 self._parity = 1 - p
         return [buffer.numpy() for buffer in self._output_buffers]
 
+    def _capture(self, p):
+        """Capture graph `p` without letting the capture advance the step. onnxruntime's
+        first run of a graph id executes the graph more than once (regular runs that size
+        its arena, then the capture and a replay, all inside one `run`): harmless for
+        values written to the other buffer set, but a variable written in place would be
+        updated each time. So the in-place variables are saved before and put back after,
+        and the step itself is the next run, the first plain replay. Returns whether that
+        run is still to make (with nothing written in place, the capturing run was the step)."""
+        buffers = self._sets[p]
+        saved = {v: np.array(buffers[v].numpy()) for v in self._in_place if v in buffers}
+        try:
+            self._session.run_with_iobinding(self._bindings[p], self._run_options[p])
+        except Exception as e:   # onnxruntime's own exception types
+            if backend.memory_failure(e) is not None:
+                raise   # (out of memory: the step fails, graphs stay on)
+            raise CaptureFailed(str(e).strip().splitlines()[0]) from e
+        finally:
+            for variable, value in saved.items():
+                buffers[variable].update_inplace(value)
+        self._captured[p] = True
+        return bool(saved)
+
     def _bind(self, feeds):
         """Allocate the fixed buffers and make the two bindings (one without state)."""
         self._feed_buffers = {name: _device_buffer(v.shape, v.dtype) for name, v in feeds.items()}
         set_a, set_b = {}, {}
         for variable, _ in self._variable_inputs:
             value = backend.host_array(self._store[variable])
-            set_a[variable] = ort.OrtValue.ortvalue_from_numpy(
-                np.asarray(value, order="C"), "cuda", backend.cuda_device_id())
+            set_a[variable] = _device_value(np.asarray(value, order="C"))
             self._seen_version[variable] = self._store.versions[variable]
             set_b[variable] = (_device_buffer(value.shape, value.dtype)
                                if variable in self._state and variable not in self._in_place
@@ -183,6 +199,10 @@ def _static_spec(node_arg):
         raise CaptureFailed(f"output {node_arg.name!r} has no static shape and type "
                             f"({node_arg.type}{list(shape)})")
     return tuple(shape), NUMPY_DTYPES[node_arg.type]
+
+
+def _device_value(array):
+    return ort.OrtValue.ortvalue_from_numpy(array, "cuda", backend.cuda_device_id())
 
 
 def _device_buffer(shape, dtype):
