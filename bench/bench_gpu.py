@@ -365,6 +365,9 @@ def memory_probe(args):
             job = define_amp_train_job(batch, config, amp_optimizer_args())
             feeds = synthetic_batch(batch, config)
         job(*feeds)
+        if cuda:    # what the first step left held, to tell a per-step growth from the rest
+            free, total = torch.cuda.mem_get_info()
+            result["after_first_step"] = total - free - used_before
         np.savez(args.weights, **{k: v.numpy() for k, v in flow.get_all_variables().items()})
         for _ in range(args.memory_steps):
             job(*feeds)
@@ -455,7 +458,8 @@ def memory_line(label, results):
             f" torch's allocator {gib(ours['torch_reserved'])} taken off) | PyTorch "
             f"max_memory_reserved {gib(ref['max_memory_reserved'])} (device total - free "
             f"{gib(ref['device_delta'])}) | ratio {ours['held'] / ref['max_memory_reserved']:.2f}"
-            f" vs reserved, {ours['held'] / ref['device_delta']:.2f} vs device delta")
+            f" vs reserved, {ours['held'] / ref['device_delta']:.2f} vs device delta"
+            f"; onnxjob after its first step {gib(ours['after_first_step'])}")
 
 
 def bench_serving(flow, predict_jobs, x, args, graphs):
