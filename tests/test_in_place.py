@@ -172,51 +172,55 @@ def test_a_predict_job_sees_the_values_written_in_place():
     flow.clear_default_session()
 
 
-def _on_the_cpu():
-    """A config that keeps the job on the CPU (the CUDA runners are run here over CPU
-    OrtValues, also on a machine with a GPU)."""
+def _job_after_one_step_on_the_cpu():
+    """(job, its runtime, the feeds by placeholder) of the conv net with Adam and a dynamic
+    loss scale (every variable written in place), after one step on the CPU (also where a
+    GPU is: the CUDA runners are run here over CPU OrtValues)."""
+    flow.clear_default_session()
+    flow.config.seed(3)
     config = flow.function_config()
     config.execution_provider("cpu")
-    return config
+    job = _conv_net_job(config, OPTIMIZERS["adam_dynamic_loss_scale"])
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 5, 4).astype(np.int32)
+    job(x, y)
+    runtime = default_session().runtimes["job"]
+    return job, runtime, dict(zip(runtime.compiled.placeholder_names, (x, y)))
 
 
-def test_the_cuda_step_writes_in_place_as_the_cpu_step(monkeypatch):
+def _cpu_steps(steps=4):
+    """The losses of `steps` more CPU steps and the variables after them."""
+    job, _, feeds = _job_after_one_step_on_the_cpu()
+    losses = [job(*feeds.values()) for _ in range(steps)]
+    return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}
+
+
+def _assert_same_steps(losses, values, their_losses, their_values):
+    for ours, theirs in zip(losses, their_losses):
+        np.testing.assert_array_equal(ours, theirs)
+    for name, value in their_values.items():
+        np.testing.assert_array_equal(values[name], value, err_msg=name)
+    flow.clear_default_session()
+
+
+def test_the_cuda_step_writes_in_place_as_the_cpu_step():
     """The CUDA step's binding (runtime/session.py _run_cuda: the variables' OrtValues as
     inputs and, for the in-place ones, as outputs) run here over CPU OrtValues: the same
     losses and variables as the CPU step, bit for bit, and each in-place variable keeps
     the OrtValue it had (the one that owns its memory)."""
     import onnxruntime as ort
 
-    def steps(cuda_binding):
-        flow.clear_default_session()
-        flow.config.seed(3)
-        job = _conv_net_job(_on_the_cpu(), OPTIMIZERS["adam_dynamic_loss_scale"])
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
-        y = rng.integers(0, 5, 4).astype(np.int32)
-        job(x, y)
-        session = default_session()
-        runtime = session.runtimes["job"]
-        if not cuda_binding:
-            return [job(x, y) for _ in range(4)], {
-                k: v.numpy() for k, v in flow.get_all_variables().items()}
-        store = session.variable_values
-        for name in list(store):
-            store[name] = ort.OrtValue.ortvalue_from_numpy(np.array(store[name]))
-        kept = {v: store[v] for v in runtime._in_place}
-        feeds = dict(zip(runtime.compiled.placeholder_names, (x, y)))
-        losses = [runtime._run_cuda(dict(feeds))[0]]
-        assert kept and all(store[v] is value for v, value in kept.items())
-        losses += [runtime._run_cuda(dict(feeds))[0] for _ in range(3)]
-        return losses, {k: v.numpy() for k, v in store.items()}
-
-    losses, values = steps(cuda_binding=True)
-    their_losses, their_values = steps(cuda_binding=False)
-    for ours, theirs in zip(losses, their_losses):
-        np.testing.assert_array_equal(ours, theirs)
-    for name, value in their_values.items():
-        np.testing.assert_array_equal(values[name], value, err_msg=name)
-    flow.clear_default_session()
+    _, runtime, feeds = _job_after_one_step_on_the_cpu()
+    store = runtime.store
+    for name in list(store):
+        store[name] = ort.OrtValue.ortvalue_from_numpy(np.array(store[name]))
+    kept = {v: store[v] for v in runtime._in_place}
+    losses = [runtime._run_cuda(dict(feeds))[0]]
+    assert kept and all(store[v] is value for v, value in kept.items())
+    losses += [runtime._run_cuda(dict(feeds))[0] for _ in range(3)]
+    values = {k: v.numpy() for k, v in store.items()}
+    _assert_same_steps(losses, values, *_cpu_steps())
 
 
 class _CapturingLikeOnnxruntime:
@@ -253,30 +257,11 @@ def test_cuda_graph_steps_write_in_place_as_the_cpu_step(monkeypatch):
     monkeypatch.setattr(cuda_graph, "_device_buffer",
                         lambda shape, dtype: cpu_value(np.zeros(shape, dtype)))
 
-    def steps(graphs):
-        flow.clear_default_session()
-        flow.config.seed(3)
-        job = _conv_net_job(_on_the_cpu(), OPTIMIZERS["adam_dynamic_loss_scale"])
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((4, 3, 8, 8)).astype(np.float32)
-        y = rng.integers(0, 5, 4).astype(np.int32)
-        job(x, y)
-        runtime = default_session().runtimes["job"]
-        if not graphs:
-            return [job(x, y) for _ in range(4)], {
-                k: v.numpy() for k, v in flow.get_all_variables().items()}
-        assert runtime._in_place
-        runner = cuda_graph.CudaGraphRunner(
-            _CapturingLikeOnnxruntime(runtime.ort_session), runtime._variable_inputs,
-            runtime._state_items, runtime._user_outputs, runtime.store, runtime._in_place)
-        feeds = dict(zip(runtime.compiled.placeholder_names, (x, y)))
-        losses = [np.array(runner.run(feeds)[0]) for _ in range(4)]  # (a CPU view: copied)
-        return losses, {k: np.asarray(v.numpy()) for k, v in runtime.store.items()}
-
-    losses, values = steps(graphs=True)
-    their_losses, their_values = steps(graphs=False)
-    for ours, theirs in zip(losses, their_losses):
-        np.testing.assert_array_equal(ours, theirs)
-    for name, value in their_values.items():
-        np.testing.assert_array_equal(values[name], value, err_msg=name)
-    flow.clear_default_session()
+    _, runtime, feeds = _job_after_one_step_on_the_cpu()
+    assert runtime._in_place
+    runner = cuda_graph.CudaGraphRunner(
+        _CapturingLikeOnnxruntime(runtime.ort_session), runtime._variable_inputs,
+        runtime._state_items, runtime._user_outputs, runtime.store, runtime._in_place)
+    losses = [np.array(runner.run(feeds)[0]) for _ in range(4)]   # (a CPU view: copied)
+    values = {k: np.asarray(v.numpy()) for k, v in runtime.store.items()}
+    _assert_same_steps(losses, values, *_cpu_steps())
