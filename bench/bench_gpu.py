@@ -256,7 +256,7 @@ def bench_resnet(flow, torch, args, cuda_graph):
             named(predict, f"predict_b{size}"))
 
     x, y = resnet_batch(batch)
-    first = first_call(train_job, x, y)
+    first = first_call(train_job, x, y, label=f"ResNet50 b{batch} first train call")
     values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
     torch_train, torch_predict = torch_side(torch, values, x, y, args.device)
 
@@ -287,7 +287,7 @@ def bench_resnet_amp(flow, torch, args, cuda_graph=False):
     config = job_config(flow, cuda_graph, args)
     train_job = resnet_train_job(flow, config, batch, amp=True, loss_scale=args.loss_scale)
     x, y = resnet_batch(batch)
-    first = first_call(train_job, x, y)
+    first = first_call(train_job, x, y, label=f"ResNet50 b{batch} AMP first train call")
     values = {k: v.numpy() for k, v in flow.get_all_variables().items()}
     torch_train, _ = torch_side(torch, values, x, y, args.device, amp=True,
                                 init_scale=args.loss_scale)

@@ -23,11 +23,39 @@ def resnet_batch(batch, size=224, seed=0):
             rng.integers(0, 1000, batch).astype(np.int32))
 
 
-def first_call(fn, *args):
-    """Seconds of one call of `fn(*args)` (a job's first: compile, sessions, first step)."""
+def first_call(fn, *args, label=None):
+    """Seconds of one call of `fn(*args)` (a job's first: compile, sessions, first step).
+    With `label`, also prints where they went: the job's compile (trace and passes), its
+    onnxruntime sessions, and the rest (the first run: on CUDA cuDNN's algorithm search
+    and the CUDA graph's capture)."""
+    from onnxjob.runtime import backend, session
+    spent = {"compile": 0.0, "sessions": 0.0}
+    timed = [(session, "compile_job", "compile"), (backend, "create_session", "sessions")]
+    originals = [getattr(module, name) for module, name, _ in timed]
+
+    def timing(original, phase):
+        def call(*a, **k):
+            begin = time.perf_counter()
+            try:
+                return original(*a, **k)
+            finally:
+                spent[phase] += time.perf_counter() - begin
+        return call
+    if label is not None:
+        for (module, name, phase), original in zip(timed, originals):
+            setattr(module, name, timing(original, phase))
     start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
+    try:
+        fn(*args)
+    finally:
+        total = time.perf_counter() - start
+        for (module, name, _), original in zip(timed, originals):
+            setattr(module, name, original)
+    if label is not None:
+        print(f"{label}: {total:.2f} s = compile {spent['compile']:.2f} s + sessions "
+              f"{spent['sessions']:.2f} s + first run "
+              f"{total - spent['compile'] - spent['sessions']:.2f} s", flush=True)
+    return total
 
 
 def time_calls(fn, calls):
