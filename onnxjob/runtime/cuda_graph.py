@@ -134,7 +134,7 @@ class CudaGraphRunner:
         and the step itself is the next run, the first plain replay. Returns whether that
         run is still to make (with nothing written in place, the capturing run was the step)."""
         buffers = self._sets[p]
-        saved = {v: np.array(buffers[v].numpy()) for v in self._in_place if v in buffers}
+        saved = {v: _host_copy(buffers[v]) for v in self._in_place if v in buffers}
         try:
             self._session.run_with_iobinding(self._bindings[p], self._run_options[p])
         except Exception as e:   # onnxruntime's own exception types
@@ -199,6 +199,12 @@ def _static_spec(node_arg):
         raise CaptureFailed(f"output {node_arg.name!r} has no static shape and type "
                             f"({node_arg.type}{list(shape)})")
     return tuple(shape), NUMPY_DTYPES[node_arg.type]
+
+
+def _host_copy(value):
+    """A host copy of the OrtValue `value` (numpy() copies a device value, views a host one)."""
+    array = value.numpy()
+    return array.copy() if value.device_name().lower() == "cpu" else array
 
 
 def _device_value(array):
