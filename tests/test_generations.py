@@ -94,7 +94,15 @@ def test_a_0_4_program_gets_0_d_results_as_one_element_vectors(tmp_path):
     # and to a number, as NumPy 1.x converted any one-element array
     loss = ns["LOSSES"][0]
     assert float(loss) == loss[0] and int(ns["ARGMAX"]) == 1 and "%.3f" % loss
-    assert type(loss * 2) is np.ndarray and type(loss.mean()) is not type(loss)
+    # as do the one-element arrays computed from them (an epoch's mean loss, formatted)
+    total = 0
+    for value in ns["LOSSES"]:
+        total += value
+    mean = total / len(ns["LOSSES"])
+    assert "%.4f" % mean == "%.4f" % np.mean(np.concatenate(ns["LOSSES"]))
+    assert float(np.sqrt(loss) * 2 - 1) == float(np.sqrt(loss[0]) * 2 - 1)
+    assert type(loss * np.ones(3)) is np.ndarray and type(loss.mean()) is not type(loss)
+    assert type(np.concatenate([loss, loss])) is np.ndarray
 
 
 def test_a_0_5_program_gets_0_d_results(tmp_path):

@@ -14,7 +14,8 @@ A job defined by code written for OneFlow <= 0.4 (`import oneflow as flow`:
 compat/generations.written_for_0_4) gets those values with 0.4's own shape, (1,)
 (`host_results(values, as_vector=True)`): such programs also hand them to NumPy as vectors
 (`np.concatenate(losses)`, `np.array_equal(out, [x])`, `out.tolist()[0]`), which no 0-d
-array can stand in for; `float(loss)` works on them as with NumPy 1.x (VectorOfOne).
+array can stand in for; `float(loss)` works on them, and on the one-element arrays computed
+from them, as with NumPy 1.x (VectorOfOne).
 """
 import numbers
 
@@ -63,7 +64,16 @@ class ZeroDResult(_HostResult):
 class VectorOfOne(_HostResult):
     """OneFlow <= 0.4's one-element result, shape (1,), that also converts to a Python
     number as NumPy 1.x let any one-element array do (`float(loss)`, `int(argmax)`,
-    `"%.3f" % loss`; NumPy 2 refuses arrays of rank > 0 there); derived arrays are plain."""
+    `"%.3f" % loss`; NumPy 2 refuses arrays of rank > 0 there). What NumPy computes from
+    it with shape (1,) converts too (`total += loss`, `total / steps`, then `"%.3f" % total`,
+    as a 0.4 program formats its epoch's mean loss); derived arrays of other shapes are
+    plain."""
+
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        result = super().__array_wrap__(array, context, return_scalar)
+        if type(result) is np.ndarray and result.shape == (1,):
+            return result.view(VectorOfOne)
+        return result
 
     def _number(self, kind):
         """kind(its one element), or NumPy's own refusal for a view of another size."""
