@@ -168,6 +168,17 @@ CASES = [
                   ceil_mode=1),
      _avg_excluding_pad(lambda x, k, s: F.avg_pool2d(x, k, s, ceil_mode=True), (0, 0, 1, 0),
                         (3, 2), 2), [normal((1, 2, 6, 5))], [1], False),
+    # a stride-1 pool's gradient as window sums (pooling._window_sums): MobileNetV3's
+    # squeeze-excite writes its global pool as a whole-window "SAME" pool, strides None
+    ("avg_pool2d_whole_window_same_strides_none",
+     lambda x: flow.nn.avg_pool2d(x, [4, 6], None, "SAME"),
+     _avg_excluding_pad(F.avg_pool2d, (3, 2, 2, 1), (4, 6), 1), [normal((1, 2, 4, 6))], [1],
+     False),
+    ("average_pool_op_stride_1_padding_counted",
+     lambda x: op("AveragePool", x, kernel_shape=[3, 2], pads=[1, 0, 2, 1],
+                  count_include_pad=1),
+     lambda x: F.avg_pool2d(F.pad(x, (0, 1, 1, 2)), (3, 2), 1), [normal((2, 3, 5, 4))], [1],
+     False),
     ("global_avg_pool3d", lambda x: op("GlobalAveragePool", x),
      lambda x: x.mean((2, 3, 4), keepdim=True), [normal((2, 3, 2, 3, 4))], [1], False),
     ("upsample_nearest", lambda x: upsample(x, 2),

@@ -19,6 +19,7 @@ from onnxjob.passes import (AlignBroadcastRanks, BatchNormRowStatistics, BatchNo
                     FoldReshapes, FoldTransposeIntoGemm, HalfColumnSums, KeepOnCuda,
                     MaskBeforeMaxUnpool,
                     SumSquareReductions, RecomputeCheapValues, ReluMaskAsMul,
+                    SeparableAveragePools,
                     ShareBatchNormCentering, ShareCastsThroughViews, SplitChannelReductions,
                     op_counts)
 
@@ -768,3 +769,31 @@ def test_half_column_sums_runs_for_cuda_mixed_precision_jobs_only():
     def has(device, amp):
         return any(isinstance(p, HalfColumnSums) for p in final_passes(device, amp))
     assert has("cuda", True) and not has("cuda", False) and not has("cpu", True)
+
+
+def test_separable_average_pools_of_a_whole_image_same_pool():
+    """MobileNetV3's squeeze-excite pool: the image's size, strides None (1), "SAME"
+    (padding not counted): one pool per axis, the same means."""
+    check(SeparableAveragePools(), lambda x: flow.nn.avg_pool2d(x, [6, 8], None, "SAME"),
+          [(2, 3, 6, 8)], {"AveragePool": 1}, {"AveragePool": 2})
+
+
+def test_separable_average_pools_strided_with_the_padding_counted():
+    check(SeparableAveragePools(),
+          lambda x: op("AveragePool", x, kernel_shape=[5, 7], strides=[2, 3],
+                       pads=[1, 3, 2, 0], count_include_pad=1),
+          [(1, 2, 11, 13)], {"AveragePool": 1}, {"AveragePool": 2})
+
+
+def test_separable_average_pools_in_3d():
+    check(SeparableAveragePools(),
+          lambda x: op("AveragePool", x, kernel_shape=[4, 1, 9], pads=[1, 0, 4, 2, 0, 4]),
+          [(1, 2, 5, 3, 9)], {"AveragePool": 1}, {"AveragePool": 2})
+
+
+@pytest.mark.parametrize("pool", [
+    lambda x: flow.nn.avg_pool2d(x, 3, 1, "SAME"),               # a small window
+    lambda x: flow.nn.avg_pool2d(x, [6, 8], 1, "VALID"),         # one output: a reduction
+    lambda x: op("AveragePool", x, kernel_shape=[6, 6], ceil_mode=1, strides=[4, 4])])
+def test_separable_average_pools_leave_small_global_and_ceil_mode_pools(pool):
+    assert not SeparableAveragePools()(build(pool, (2, 3, 6, 8))).modified

@@ -26,6 +26,7 @@ from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
+from .separable_average_pools import SeparableAveragePools
 from .share_batch_norm_centering import ShareBatchNormCentering
 from .share_casts_through_views import ShareCastsThroughViews
 from .split_channel_reductions import SplitChannelReductions
@@ -164,7 +165,8 @@ def op_counts(model):
 __all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormRowStatistics",
            "BatchNormStatistics", "FoldReshapes",
            "FoldTransposeIntoGemm", "HalfColumnSums", "KeepOnCuda", "MaskBeforeMaxUnpool",
-           "RecomputeCheapValues", "ReluMaskAsMul", "ShareCastsThroughViews",
+           "RecomputeCheapValues", "ReluMaskAsMul", "SeparableAveragePools",
+           "ShareCastsThroughViews",
            "SplitChannelReductions", "SumSquareReductions",
            "build_pipeline", "default_passes", "dump_folder", "format_op_count_diff",
            "has_user_passes", "mixed_precision_type", "op_counts", "register_pass",

@@ -14,6 +14,7 @@ from .mask_before_unpool import MaskBeforeMaxUnpool
 from .sum_square_reductions import SumSquareReductions
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
+from .separable_average_pools import SeparableAveragePools
 from .share_batch_norm_centering import ShareBatchNormCentering
 from .split_channel_reductions import SplitChannelReductions
 
@@ -23,6 +24,7 @@ def default_pipeline(device, mixed_precision=False):
     `mixed_precision` when AutoMixedPrecision runs after them."""
     return [
         FoldReshapes(),
+        SeparableAveragePools(),
         # (first: it matches the batch norm's mean before SplitChannelReductions splits it;
         # in float32 only, see its docstring)
         *([ShareBatchNormCentering()] if device == "cuda" and not mixed_precision else []),

@@ -126,9 +126,10 @@ def _spread_tiles(gy, k, x_shape):
 
 
 def _avg_pool_grad(n, g, need):
-    """Spread gy / count over each window: a per-channel ConvTranspose with a ones kernel."""
+    """Spread gy / count over each window: tiles by Expand, stride-1 windows by window sums
+    (`_window_sums`), others by a per-channel ConvTranspose with a ones kernel."""
     x = n.inputs[0]
-    k, strides, _, pads, out = _pool_geometry(n.attrs, x)
+    k, strides, dil, pads, out = _pool_geometry(n.attrs, x)
     nd = len(k)
     counts = _avg_pool_counts(x.shape, k, strides, pads, out,
                               n.attrs.get("count_include_pad", 0))
@@ -141,6 +142,8 @@ def _avg_pool_grad(n, g, need):
             x.shape[2 + i] == out[i] * k[i] and (strides[i] == k[i] or out[i] == 1)
             for i in range(nd)):
         return [_spread_tiles(scaled, k, x.shape)]
+    if all(s == 1 for s in strides + dil) and all(p < kk for p, kk in zip(pads, k + k)):
+        return [_window_sums(scaled, k, pads)]
     nc = x.shape[0] * x.shape[1]
     if x.is_dynamic:    # a mirrored batch smaller than its placeholder: the run's rows
         per_channel = op("Reshape", scaled, op("Concat", int64_constant(gy, [-1, 1]),
@@ -153,6 +156,20 @@ def _avg_pool_grad(n, g, need):
     spread = conv_input_grad(per_channel, kernel, (nc, 1, *x.shape[2:]), strides, [1] * nd,
                              pads, 1)
     return [reshape_back(spread, x)]
+
+
+def _window_sums(scaled, k, pads):
+    """The gradient of a stride-1 pool, where input i gets the sum of the k outputs whose
+    windows hold it: the outputs' sums over k-windows, zeros padded by k - 1 - pad, as an
+    AveragePool of the padding counted times the window's size. (The per-channel
+    ConvTranspose with a ones kernel costs a convolution by the whole window: a global-size
+    "SAME" pool of 112x112, as MobileNetV3's squeeze-excite writes it, took 24x its forward.)"""
+    nd = len(k)
+    window = int(np.prod(k))
+    summed_pads = [k[i % nd] - 1 - p for i, p in enumerate(pads)]
+    mean = op("AveragePool", scaled, kernel_shape=list(k), strides=[1] * nd,
+              pads=summed_pads, count_include_pad=1)
+    return op("Mul", mean, as_blob(float(window), like=mean))
 
 
 def _avg_pool_float64(inputs, attrs, num_outputs):
