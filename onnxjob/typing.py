@@ -166,15 +166,22 @@ def callback_inner(annotation):
 # -- call-time argument checks --------------------------------------------------------------
 
 def _cast_argument(arr, ph, where):
+    """`arr` as the placeholder's dtype: converted where NumPy calls the cast same_kind
+    (float64 -> float32, int64 -> int32, integers -> floats: OneFlow's copy into the
+    placeholder force-casts, and programs feed an integer mask to a float placeholder);
+    refused where values would change silently (floats -> integers) or mean something else
+    (bool <-> numbers)."""
     want = ph.np_dtype()
     if arr.dtype == want:
         return np.array(arr, order="C", copy=True)
-    if np.can_cast(arr.dtype, want, casting="same_kind") and arr.dtype.kind == want.kind:
+    if np.can_cast(arr.dtype, want, casting="same_kind") and \
+            (arr.dtype.kind == "b") == (want.kind == "b"):
         return np.asarray(arr.astype(want), order="C")
     raise JobArgumentError(
         f"{where}: expected dtype {want} (placeholder dtype flow.{ph.dtype.__name__}), "
-        f"got an array of dtype {arr.dtype}; onnxjob converts only within a kind "
-        f"(float64 -> float32, int64 -> int32)")
+        f"got an array of dtype {arr.dtype}; onnxjob converts where NumPy casts within the "
+        f"same kind (float64 -> float32, int64 -> int32, integers -> floats), not floats to "
+        f"integers or booleans to numbers: cast it first (arr.astype(np.{want}))")
 
 
 def convert_argument(arg, ph, param, device_num=1):

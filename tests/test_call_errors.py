@@ -37,11 +37,25 @@ def test_not_an_ndarray():
 
 
 def test_same_kind_dtype_is_converted_other_kinds_refused():
+    """OneFlow force-casts a fed array into its placeholder; onnxjob converts what NumPy
+    casts within the same kind (integers to floats included: a 0/1 mask drawn with
+    np.random.randint fed to a float placeholder) and refuses what would change values
+    silently (floats to integers) or mean something else (booleans)."""
     foo = job_numpy()
+
+    @flow.global_function()
+    def labels(y: tp.Numpy.Placeholder((3,), dtype=flow.int32)) -> tp.Numpy:
+        return y
     out = foo(np.ones((2, 3), np.float64))
     assert out.dtype == np.float32 and np.all(out == 1)
-    with pytest.raises(AssertionError, match="dtype"):
-        foo(np.ones((2, 3), np.int32))
+    mask = np.random.default_rng(0).integers(0, 2, size=(2, 3))     # int64
+    out = foo(mask)
+    assert out.dtype == np.float32 and np.array_equal(out, mask)
+    with pytest.raises(AssertionError, match="dtype bool"):
+        foo(np.ones((2, 3), np.bool_))
+    assert labels(np.arange(3, dtype=np.uint8)).dtype == np.int32
+    with pytest.raises(AssertionError, match="not floats to integers"):
+        labels(np.array([0.0, 1.5, 2.0]))
 
 
 def test_non_contiguous_input_is_accepted_and_copied():
