@@ -246,6 +246,43 @@ def test_ops_take_a_0d_value_as_oneflow_04_took_its_one_element_vector(use):
     assert np.isclose(np.ravel(as_05), total, rtol=1e-6).any()   # the value is used
 
 
+@pytest.mark.parametrize("loss", ["sparse_softmax_cross_entropy_with_logits",
+                                  "sparse_cross_entropy"])
+def test_a_label_squeezed_to_0d_is_a_batch_of_one_s_label(loss):
+    """OneFlow <= 0.4's squeeze of a (1,) label left (1,) (its squeeze shape rule), so a
+    program reading one example at a time squeezes its labels and feeds them to a loss;
+    onnxjob's squeeze gives 0.5's 0-d blob, which the losses take as that (1,) label."""
+    flow.clear_default_session()
+    fn = getattr(flow.nn, loss)
+    logits = np.array([[0.5, -1.0, 2.0, 0.0]], np.float32)
+    if loss == "sparse_cross_entropy":
+        logits = np.exp(logits) / np.exp(logits).sum()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((1, 4)),
+            y: tp.Numpy.Placeholder((1, 1), dtype=flow.int32)) -> Tuple[tp.Numpy, tp.Numpy]:
+        squeezed = flow.squeeze(flow.reshape(y, [-1]))
+        return fn(labels=squeezed, logits=x) if "softmax" in loss else \
+            fn(labels=squeezed, prediction=x), fn(flow.reshape(y, [-1]), x)
+
+    squeezed, vector = job(logits, np.array([[2]], np.int32))
+    assert squeezed.shape == (1,)
+    np.testing.assert_array_equal(squeezed, vector)
+
+
+def test_in_top_k_takes_a_squeezed_target_of_a_batch_of_one():
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((1, 4)),
+            y: tp.Numpy.Placeholder((1,), dtype=flow.int32)) -> tp.Numpy:
+        return flow.math.in_top_k(flow.squeeze(y), x, 1)
+
+    x = np.array([[0, 1, 3, 2]], np.float32)
+    assert job(x, np.array([2], np.int32)).tolist() == [1]
+    assert job(x, np.array([3], np.int32)).tolist() == [0]
+
+
 def test_a_04_variable_of_one_element_takes_a_full_reduction():
     flow.clear_default_session()
 

@@ -4,6 +4,7 @@ the torch-style losses (MSELoss, ...) reduce as their `reduction` says ("mean" b
 import numpy as np
 
 from onnxjob import dtypes
+from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import as_blob, current_builder, int64_constant, op
 from onnxjob.ops import math
@@ -120,9 +121,12 @@ def distributed_sparse_softmax_cross_entropy_with_logits(labels, logits, name=No
 
 def _class_labels(labels, prediction, api, what="prediction"):
     """Integer `labels` of prediction's shape without its last axis (a trailing 1 is
-    dropped); `what` names `prediction` in the error."""
+    dropped; a 0-d label for a batch of one is that batch's (1,) label, as OneFlow <= 0.4's
+    squeeze of a (1,) label left it: compat/zero_d_inputs.py); `what` names `prediction`
+    in the error."""
     if labels.np_dtype not in (np.int32, np.int64):
         raise TraceError(f"{api}: labels must be int32 or int64, got {labels.np_dtype}")
+    labels = as_vector(labels, where=tuple(prediction.shape[:-1]) == (1,))
     if len(labels.shape) == len(prediction.shape) and labels.shape[-1] == 1:
         labels = reshape(labels, labels.shape[:-1])
     if labels.shape != prediction.shape[:-1]:

@@ -587,6 +587,8 @@ def in_top_k(targets, predictions, k, name=None):
     k values are strictly larger); 0 for targets out of range or rows with inf / NaN."""
     _check_dtype(targets, "flow.math.in_top_k", _INTS[1:])
     _check_dtype(predictions, "flow.math.in_top_k", (np.dtype(np.float32),))
+    # a 0-d target for a batch of one: OneFlow <= 0.4's squeezed (1,) label
+    targets = as_vector(targets, where=tuple(predictions.shape[:1]) == (1,))
     dynamic = targets.is_dynamic or predictions.is_dynamic  # (N agrees at run time)
     if len(targets.shape) != 1 or len(predictions.shape) != 2 \
             or targets.shape[0] != predictions.shape[0] and not dynamic:
