@@ -280,3 +280,17 @@ def test_variable_reuse_false_collides():
 
     with pytest.raises(AssertionError, match="already exists"):
         foo(np.zeros((2, 3), np.float32))
+
+
+def test_a_layer_s_activation_that_is_no_function_names_the_line():
+    """A program passing an initializer as `activation` gets the line and what was expected,
+    not Python's "'Initializer' object is not callable" from inside onnxjob."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.layers.dense(x, 4, activation=flow.zeros_initializer())
+
+    with pytest.raises(TraceError, match="activation must be a function") as e:
+        job(np.ones((2, 3), np.float32))
+    assert THIS_FILE in str(e.value)

@@ -32,8 +32,12 @@ def _named_variable(layer_name, own_name, part, *args, **kwargs):
 
 
 def _activate(out, activation, name):
+    """`activation(out)` (a function such as flow.nn.relu), or `out` when it is None."""
     if activation is None:
         return out
+    if not callable(activation):
+        raise TraceError(f"flow.layers: activation must be a function such as flow.nn.relu "
+                         f"(called on the layer's output), got {type(activation).__name__}")
     with scope.namespace(name):
         return activation(out, name="activation")
 
