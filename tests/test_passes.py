@@ -797,3 +797,24 @@ def test_separable_average_pools_in_3d():
     lambda x: op("AveragePool", x, kernel_shape=[6, 6], ceil_mode=1, strides=[4, 4])])
 def test_separable_average_pools_leave_small_global_and_ceil_mode_pools(pool):
     assert not SeparableAveragePools()(build(pool, (2, 3, 6, 8))).modified
+
+
+def test_a_program_logging_at_info_does_not_get_the_passes_bookkeeping(caplog, monkeypatch):
+    """onnx_ir's passes log "Removed 4 unused nodes" at INFO; a program that sets its own
+    logging to INFO saw those lines among its own (OneFlow printed none)."""
+    import logging
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", "off")      # (a cached job runs no pass)
+    caplog.set_level(logging.INFO)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_sum(x * w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    assert float(job(np.ones((2, 3), np.float32))) == 6.0
+    assert not [r for r in caplog.records if r.name.startswith("onnx_ir")
+                and r.levelno < logging.WARNING]
+    flow.clear_default_session()

@@ -6,6 +6,7 @@ and turn the pipeline off with `function_config.disable_passes(True)` or
 `ONNXJOB_DISABLE_PASSES=1` for debugging.
 """
 import collections
+import logging
 import os
 
 import onnx_ir as ir
@@ -13,6 +14,13 @@ import onnx_ir.passes as ir_passes
 from onnx_ir.passes import common
 
 from onnxjob import settings
+
+# onnx_ir's passes log each job's bookkeeping at INFO ("Removed 11 unused nodes"): a
+# program that sets its own logging to INFO would print it among its lines, where OneFlow
+# printed nothing. Unless someone set that logger's level, only its warnings pass.
+_PASS_LOGGER = logging.getLogger("onnx_ir.passes")
+if _PASS_LOGGER.level == logging.NOTSET:
+    _PASS_LOGGER.setLevel(logging.WARNING)
 
 from .align_broadcast_ranks import AlignBroadcastRanks
 from .auto_mixed_precision import AutoMixedPrecision
@@ -166,8 +174,8 @@ __all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormRowStatistics"
            "BatchNormStatistics", "FoldReshapes",
            "FoldTransposeIntoGemm", "HalfColumnSums", "KeepOnCuda", "MaskBeforeMaxUnpool",
            "RecomputeCheapValues", "ReluMaskAsMul", "SeparableAveragePools",
-           "ShareCastsThroughViews",
+           "ShareBatchNormCentering", "ShareCastsThroughViews",
            "SplitChannelReductions", "SumSquareReductions",
-           "build_pipeline", "default_passes", "dump_folder", "format_op_count_diff",
+           "build_pipeline", "default_pass_names", "default_passes", "dump_folder", "format_op_count_diff",
            "has_user_passes", "mixed_precision_type", "op_counts", "register_pass",
            "run_default_pipeline"]
