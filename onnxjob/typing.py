@@ -166,22 +166,27 @@ def callback_inner(annotation):
 # -- call-time argument checks --------------------------------------------------------------
 
 def _cast_argument(arr, ph, where):
-    """`arr` as the placeholder's dtype: converted where NumPy calls the cast same_kind
-    (float64 -> float32, int64 -> int32, integers -> floats: OneFlow's copy into the
-    placeholder force-casts, and programs feed an integer mask to a float placeholder);
+    return as_fed_dtype(arr, ph.np_dtype(), where,
+                        f"placeholder dtype flow.{ph.dtype.__name__}")
+
+
+def as_fed_dtype(arr, want, where, what):
+    """A C-ordered copy of `arr` in dtype `want`: converted where NumPy calls the cast
+    same_kind (float64 -> float32, int64 -> int32, integers -> floats: OneFlow's copy into
+    a placeholder force-casts, and programs feed an integer mask to a float placeholder);
     refused where values would change silently (floats -> integers) or mean something else
-    (bool <-> numbers)."""
-    want = ph.np_dtype()
+    (bool <-> numbers). `where` and `what` (the placeholder's dtype) name it in the error."""
+    want = np.dtype(want)
     if arr.dtype == want:
         return np.array(arr, order="C", copy=True)
     if np.can_cast(arr.dtype, want, casting="same_kind") and \
             (arr.dtype.kind == "b") == (want.kind == "b"):
         return np.asarray(arr.astype(want), order="C")
     raise JobArgumentError(
-        f"{where}: expected dtype {want} (placeholder dtype flow.{ph.dtype.__name__}), "
-        f"got an array of dtype {arr.dtype}; onnxjob converts where NumPy casts within the "
-        f"same kind (float64 -> float32, int64 -> int32, integers -> floats), not floats to "
-        f"integers or booleans to numbers: cast it first (arr.astype(np.{want}))")
+        f"{where}: expected dtype {want} ({what}), got an array of dtype {arr.dtype}; "
+        f"onnxjob converts where NumPy casts within the same kind (float64 -> float32, "
+        f"int64 -> int32, integers -> floats), not floats to integers or booleans to "
+        f"numbers: cast it first (arr.astype(np.{want}))")
 
 
 def convert_argument(arg, ph, param, device_num=1):

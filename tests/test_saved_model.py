@@ -9,7 +9,7 @@ import pytest
 
 import onnxjob as flow
 import onnxjob.typing as tp
-from onnxjob.errors import UnsupportedAPIError
+from onnxjob.errors import JobArgumentError, UnsupportedAPIError
 
 THIS_FILE = os.path.basename(__file__)
 
@@ -74,6 +74,15 @@ def test_serving_runs_the_saved_model(tmp_path):
     np.testing.assert_allclose(out[0], expected, rtol=1e-6)
     with pytest.raises(ValueError, match="missing inputs"):
         session.run("mlp_predict", features=x)
+    # another batch size than the saved job's: onnxjob's error, not onnxruntime's
+    with pytest.raises(JobArgumentError, match=r"'features': got shape \(2, 3\), the saved "
+                                               r"model takes \(4, 3\)"):
+        session.run("mlp_predict", features=x[:2], scale=scale)
+    # dtypes convert as a job's placeholders do: float64 and integers to float32
+    np.testing.assert_allclose(session.run("mlp_predict", features=x.astype(np.float64),
+                                           scale=np.array([2]))[0], expected, rtol=1e-6)
+    with pytest.raises(JobArgumentError, match="booleans"):
+        session.run("mlp_predict", features=x, scale=np.array([True]))
     session.close()
     latest = flow.serving.InferenceSession(flow.serving.SessionOption())
     latest.load_saved_model(str(tmp_path / "models"),

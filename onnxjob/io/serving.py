@@ -19,8 +19,9 @@ import os
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.errors import missing_api, unsupported_form
+from onnxjob.errors import JobArgumentError, missing_api, unsupported_form
 from onnxjob.io.saved_model import META_FILE
+from onnxjob.typing import as_fed_dtype
 
 
 class ModelVersionPolicy(enum.Enum):
@@ -167,9 +168,26 @@ class InferenceSession:
         if missing or unknown:
             raise ValueError(f"job {job_name}: missing inputs {missing}, unknown inputs "
                              f"{unknown} (it takes {sorted(job['inputs'])})")
-        feeds = {job["inputs"][n]: np.asarray(v, order="C") for n, v in kwargs.items()}
+        feeds = {job["inputs"][n]: self._checked_input(job_name, job, n, v)
+                 for n, v in kwargs.items()}
         names = [onnx_name for _, onnx_name in job["outputs"]]
         return job["session"].run(names, feeds)
+
+    @staticmethod
+    def _checked_input(job_name, job, name, value):
+        """`value` for input `name` in the saved signature's dtype, or JobArgumentError
+        naming the job, the input and what it takes (OneFlow checks a fed value's shape
+        against the saved model's too; onnxruntime's own message names neither)."""
+        info = job["info"][job["inputs"][name]]
+        where = f"job {job_name!r}, input {name!r}"
+        value = np.asarray(value)
+        want = tuple(d if isinstance(d, int) else None for d in info.shape)
+        if len(want) != value.ndim or any(w is not None and w != d
+                                          for w, d in zip(want, value.shape)):
+            shown = tuple("?" if w is None else w for w in want)
+            raise JobArgumentError(f"{where}: got shape {value.shape}, the saved model takes "
+                                   f"{shown} (its batch size is part of the saved job)")
+        return as_fed_dtype(value, _np_type(info.type), where, "the saved model's input")
 
     def open(self, job_name, signature=None, batch_size=None):
         raise unsupported_form(
