@@ -265,3 +265,47 @@ def test_cuda_graph_steps_write_in_place_as_the_cpu_step(monkeypatch):
     losses = [np.array(runner.run(feeds)[0]) for _ in range(4)]   # (a CPU view: copied)
     values = {k: np.asarray(v.numpy()) for k, v in runtime.store.items()}
     _assert_same_steps(losses, values, *_cpu_steps())
+
+
+def _lazy_adam_steps(in_place, steps=4):
+    """A LazyAdam embedding whose loss reads the rows it looks up (so the forward's lookup is
+    an ancestor of the update): the tables after each step and the variables written in
+    place."""
+    flow.clear_default_session()
+    flow.config.seed(5)
+    config = flow.function_config()
+    config.enable_inplace(in_place)
+    config.execution_provider("cpu")
+
+    @flow.global_function(type="train", function_config=config)
+    def job(ids: tp.Numpy.Placeholder((3, 2), dtype=flow.int32)) -> tp.Numpy:
+        table = flow.get_variable("emb", (12, 4),
+                                  initializer=flow.random_normal_initializer())
+        rows = flow.gather(table, ids)
+        loss = flow.math.reduce_sum(flow.math.square(rows - 0.5))
+        flow.optimizer.LazyAdam(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(
+            loss)
+        return loss
+
+    rng = np.random.default_rng(0)
+    tables = []
+    for _ in range(steps):
+        job(rng.integers(0, 6, (3, 2)).astype(np.int32))     # rows 6..11 never looked up
+        tables.append({k: v.numpy().copy() for k, v in flow.get_all_variables().items()})
+    written = set(default_session().runtimes["job"]._in_place)
+    flow.clear_default_session()
+    return tables, written
+
+
+def test_a_row_sparse_update_writes_its_rows_into_the_table_in_place():
+    """LazyAdam's update is a ScatterND of the looked-up rows (train/optimizer.py
+    _update_rows): written over the table and its slots, it computes what writing new
+    tables computes, bit for bit, and the rows never looked up keep their first values."""
+    ours, written = _lazy_adam_steps(in_place=True)
+    theirs, none = _lazy_adam_steps(in_place=False)
+    assert {"emb", "emb-m", "emb-v"} <= written and not none
+    for a, b in zip(ours, theirs):
+        for name in b:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    np.testing.assert_array_equal(ours[-1]["emb"][6:], ours[0]["emb"][6:])
+    assert not np.array_equal(ours[-1]["emb"][:6], ours[0]["emb"][:6])

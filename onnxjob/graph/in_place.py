@@ -14,7 +14,8 @@ sessions order them differently), so `in_place_state` asks of the graph itself:
   an ancestor of the node that writes w' (so it has run before, in any topological
   order) or is that node;
 * the node that writes w' is elementwise (ELEMENTWISE), and where it reads w itself, w has
-  w''s shape (each element read before the same element is written);
+  w''s shape (each element read before the same element is written), or it is a ScatterND
+  of new rows into w (a row-sparse update: the rows' new values are its other inputs);
 * w' has w's type and shape and is no other output's value.
 
 Variables whose update depends on every gradient (a dynamic loss scale's finite check,
@@ -58,6 +59,15 @@ def _readers(value):
     return found
 
 
+def _writes_rows_of(writer, w):
+    """Whether `writer` is a ScatterND writing new rows into w itself (a row-sparse update:
+    train/optimizer.py _update_rows): in w's buffer it writes only those rows, whose new
+    values its other inputs hold already."""
+    reduction = writer.attributes.get("reduction")
+    return writer.op_type == "ScatterND" and writer.inputs[0] is w and \
+        (reduction is None or reduction.value == "none")
+
+
 def in_place_state(graph, variable_inputs, state_outputs):
     """The variables of `state_outputs` ({variable: output name}) whose next value may be
     written over the value read from `variable_inputs` ({variable: input name}) in one run
@@ -73,9 +83,9 @@ def in_place_state(graph, variable_inputs, state_outputs):
         if w is None or new is None or counted[id(new)] > 1:
             continue
         writer = new.producer()
-        if writer is None or writer.op_type not in ELEMENTWISE or writer.domain != "" or \
-                new.type != w.type or new.shape is None or w.shape is None or \
-                list(new.shape) != list(w.shape):
+        if writer is None or not (writer.op_type in ELEMENTWISE or _writes_rows_of(writer, w)) \
+                or writer.domain != "" or new.type != w.type or new.shape is None or \
+                w.shape is None or list(new.shape) != list(w.shape):
             continue
         before = bits[id(writer)]
         readers = _readers(w)

@@ -10,6 +10,7 @@ unscales the gradients first; a dynamic one keeps its scale and good-step counte
 variables and skips non-finite steps. New values become `builder.state_updates`, so one
 onnxruntime run is one train step.
 """
+import contextvars
 import re
 import weakref
 
@@ -108,12 +109,23 @@ def _patterns(value):
     return [value] if isinstance(value, str) else value
 
 
+# (variable name, its shape, picked rows) while an optimizer updates some rows of it alone
+# (Optimizer._update_rows): its slots are read as those rows too
+_ROWS = contextvars.ContextVar("onnxjob_updated_rows", default=None)
+
+
 def _state(var_name, suffix, like, init=0.0, shape=None):
-    """Optimizer state variable `<var>-<suffix>` (OneFlow's name), initialized to `init`."""
+    """Optimizer state variable `<var>-<suffix>` (OneFlow's name), initialized to `init`;
+    while only some rows of the variable are updated, those rows of it."""
+    picked = _ROWS.get()
+    rows = None
+    if picked is not None and picked[0] == var_name and shape is None:
+        _, shape, rows = picked
     spec = VariableSpec(f"{var_name}-{suffix}", like.shape if shape is None else shape,
                         like.np_dtype, initializers.constant_initializer(init),
                         trainable=False)
-    return spec.name, variable_blob(spec)
+    state = variable_blob(spec)
+    return spec.name, state if rows is None else R.rows_of(state, rows)
 
 
 class _StepContext:
@@ -348,17 +360,32 @@ class Optimizer:
             if keep is not None:    # (g * 0 would be NaN where g is not finite)
                 g = op("Where", keep, g, R.attr(g, 0.0))
             extra = {"factor": factor} if self._folds_gradient_factor else {}
-            new = self._update(ctx, name, w, g, R.cast_like(lr, w),
-                               self._weight_decay_rate(name), keep, **extra)
             indices = self._sparse_indices(ctx, name)
-            if indices is not None:
-                mask = R.row_mask(indices, w)
-                new = {n: R.masked(mask, b, builder.variables[n]) for n, b in new.items()}
+            if indices is None:
+                new = self._update(ctx, name, w, g, R.cast_like(lr, w),
+                                   self._weight_decay_rate(name), keep, **extra)
+            else:
+                new = self._update_rows(ctx, name, w, g, R.cast_like(lr, w), keep, extra,
+                                        R.picked_rows(indices))
             if keep is not None:
                 ctx.kept.update(new)
             else:
                 new = ctx.keep_unless_finite(new)
             builder.state_updates.update(new)
+
+    def _update_rows(self, ctx, name, w, g, lr, keep, extra, rows):
+        """OneFlow's indexed-slices update: the rows `rows` of the variable and of its slots
+        updated from their own values (each gradient row sums that row's lookups), written
+        back; every other row stays as it was, bit for bit, and costs nothing (the update
+        runs on the rows looked up, not on the whole embedding table)."""
+        token = _ROWS.set((name, tuple(w.shape), rows))
+        try:
+            new = self._update(ctx, name, R.rows_of(w, rows), R.rows_of(g, rows), lr,
+                               self._weight_decay_rate(name), keep, **extra)
+        finally:
+            _ROWS.reset(token)
+        variables = ctx.builder.variables
+        return {n: R.with_rows(variables[n], rows, value) for n, value in new.items()}
 
     def _weight_decay_rate(self, name):
         """OneFlow's GetOptimizerWeightDecayRate: the rate where the patterns (regular

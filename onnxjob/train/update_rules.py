@@ -390,19 +390,23 @@ def lookup_indices(builder, variable):
         blob = node.outputs[0]
 
 
-def row_mask(indices, like):
-    """A bool mask of `like`'s shape, true on the rows (axis 0) that `indices` picks."""
-    count = int(np.prod(indices.shape))
+def picked_rows(indices):
+    """The rows (axis 0) that `indices` picks, as one int64 vector (a row picked twice is
+    in it twice)."""
     if indices.np_dtype != np.int64:
         indices = op("Cast", indices, to=_INT64)
-    # NOTE: a full-shape mask, not (rows, 1): onnxruntime's Where is ~3x slower when it
-    # broadcasts the condition.
-    empty = op("ConstantOfShape", int64_constant(like, list(like.shape)), value=np.zeros(1, bool))
-    ones = op("ConstantOfShape", int64_constant(like, [count] + list(like.shape[1:])),
-              value=np.ones(1, bool))
-    return op("ScatterND", empty, reshape_to(indices, (count, 1)), ones)
+    if indices.is_dynamic:
+        return op("Reshape", indices, int64_constant(indices, [-1]))
+    return reshape_to(indices, (int(np.prod(indices.shape)),))
 
 
-def masked(mask, new, old):
-    """`new` on the picked rows, `old` (unchanged, bit for bit) elsewhere."""
-    return op("Where", mask, new, old)
+def rows_of(t, rows):
+    """`t`'s rows `rows` (picked_rows)."""
+    return op("Gather", t, rows, axis=0)
+
+
+def with_rows(t, rows, new_rows):
+    """`t` with its rows `rows` replaced by `new_rows` and the others unchanged, bit for
+    bit. A row picked twice is written twice with the same value: each copy was computed
+    from the same row, and its gradient row already sums every lookup."""
+    return op("ScatterND", t, op("Unsqueeze", rows, int64_constant(rows, [1])), new_rows)
