@@ -647,3 +647,20 @@ def test_a_legacy_script_runs_under_python_m_onnxjob(tmp_path):
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "9.0"
+
+
+def test_a_tensor_list_result_reads_with_oneflow_0_2_s_ndarray_lists():
+    """OneFlow <= 0.2's LocalBlob spelled numpy_lists() ndarray_lists() (local_blob.py)."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def echo(x=flow.MirroredTensorListDef((2, 5))):
+        return x
+
+    first = np.ones((1, 5), np.float32)
+    result = echo([[first]]).get()
+    lists = result.ndarray_lists()
+    assert len(lists) == 1 and len(lists[0]) == 1
+    np.testing.assert_array_equal(lists[0][0], first)
+    np.testing.assert_array_equal(result.numpy_lists()[0][0], first)
+    flow.clear_default_session()

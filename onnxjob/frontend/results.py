@@ -180,6 +180,8 @@ class LocalBlob:
     def numpy_lists(self):
         return [list(v) for v in self._per_device]
 
+    ndarray_lists = numpy_lists     # OneFlow <= 0.2's spelling (local_blob.py)
+
     # The instance attributes of OneFlow's LocalBlob (0.5) and LocalMirroredTensor
     # (<= 0.4), which programs read directly
     @property
