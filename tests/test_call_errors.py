@@ -294,3 +294,18 @@ def test_a_layer_s_activation_that_is_no_function_names_the_line():
     with pytest.raises(TraceError, match="activation must be a function") as e:
         job(np.ones((2, 3), np.float32))
     assert THIS_FILE in str(e.value)
+
+
+def test_two_layers_under_one_default_name_raise_oneflow_s_error_naming_the_line():
+    """OneFlow >= 0.1.5 names every unnamed dense layer 'Dense' and refuses the second one
+    (snippets written for 0.1.0, which numbered them, hit it): the error names the line."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.layers.dense(flow.layers.dense(x, 4), 2)
+
+    with pytest.raises(AssertionError, match="'Dense-weight' already exists") as e:
+        job(np.ones((2, 3), np.float32))
+    assert f"{THIS_FILE}:" in str(e.value) and "name=" in str(e.value)
+    flow.clear_default_session()

@@ -8,6 +8,7 @@ from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.distribute import Distribute, assert_is_valid_distribute
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import current_builder
+from onnxjob.source_info import user_location
 
 
 class VariableSpec:
@@ -60,8 +61,11 @@ def variable_blob(spec, reuse=True):
 
 def _variable(builder, spec, reuse):
     if spec.name in builder.variables:
-        assert reuse, (f"varaible '{spec.name}' already exists, getting the same variable is "
-                       "not allowed when param reuse is False")
+        if not reuse:   # (OneFlow's words, its spelling included, then where and why)
+            raise AssertionError(
+                f"{user_location()}: varaible '{spec.name}' already exists, getting the same "
+                "variable is not allowed when param reuse is False (two layers with one "
+                "name, e.g. flow.layers.dense's default 'Dense': give each its own name=)")
         existing = builder.variable_specs[spec.name]
         _check_same(existing, spec)
         return builder.variables[spec.name]
