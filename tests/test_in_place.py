@@ -134,11 +134,7 @@ def test_steps_in_place_compute_what_steps_with_new_values_compute(optimizer, am
     assert not none and in_place
     if optimizer != "momentum":     # every update waits for every gradient
         assert {"c1-weight", "c2-weight", "out-weight"} <= in_place, in_place
-    for ours, theirs in zip(losses, their_losses):
-        np.testing.assert_array_equal(ours, theirs)
-    for name, value in their_values.items():
-        np.testing.assert_array_equal(values[name], value, err_msg=name)
-    flow.clear_default_session()
+    _assert_same_steps(losses, values, their_losses, their_values)
 
 
 def test_a_predict_job_sees_the_values_written_in_place():
