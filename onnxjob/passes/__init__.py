@@ -176,6 +176,6 @@ __all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormRowStatistics"
            "RecomputeCheapValues", "ReluMaskAsMul", "SeparableAveragePools",
            "ShareBatchNormCentering", "ShareCastsThroughViews",
            "SplitChannelReductions", "SumSquareReductions",
-           "build_pipeline", "default_pass_names", "default_passes", "dump_folder", "format_op_count_diff",
-           "has_user_passes", "mixed_precision_type", "op_counts", "register_pass",
+           "build_pipeline", "default_pass_names", "default_passes", "dump_folder",
+           "format_op_count_diff", "has_user_passes", "mixed_precision_type", "op_counts", "register_pass",
            "run_default_pipeline"]

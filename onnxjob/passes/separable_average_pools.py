@@ -19,13 +19,11 @@ memory costs more than the additions it saves.
 import numpy as np
 from onnx_ir.passes import InPlacePass, PassResult
 
+from onnxjob.graph.primitives.windows import window_out
+
 from ._util import NodeEmitter, attr, replace_value
 
 MIN_WINDOW = 32
-
-
-def _axis_out(size, k, stride, begin, end):
-    return (size + begin + end - k) // stride + 1
 
 
 def _separable(node):
@@ -42,7 +40,7 @@ def _separable(node):
     strides = [int(v) for v in attr(node, "strides", [1] * nd)]
     pads = [int(v) for v in attr(node, "pads", [0] * 2 * nd)]
     spatial = list(shape)[2:]
-    out = [_axis_out(spatial[i], k[i], strides[i], pads[i], pads[nd + i]) for i in range(nd)]
+    out = [window_out(spatial[i], k[i], strides[i], 1, pads[i], pads[nd + i]) for i in range(nd)]
     if int(np.prod(k)) < MIN_WINDOW or all(o == 1 for o in out):
         return None
     return k, strides, pads
@@ -73,8 +71,8 @@ class SeparableAveragePools(InPlacePass):
                 kernel[axis], stride[axis] = k[axis], strides[axis]
                 axis_pads = [0] * 2 * nd
                 axis_pads[axis], axis_pads[nd + axis] = pads[axis], pads[nd + axis]
-                shape[2 + axis] = _axis_out(shape[2 + axis], k[axis], strides[axis],
-                                            pads[axis], pads[nd + axis])
+                shape[2 + axis] = window_out(shape[2 + axis], k[axis], strides[axis], 1,
+                                             pads[axis], pads[nd + axis])
                 value = e.node("AveragePool", [value], list(shape), dtype, kernel_shape=kernel,
                                strides=stride, pads=axis_pads,
                                count_include_pad=attr(node, "count_include_pad", 0))

@@ -19,7 +19,7 @@ its update before, 17.2 GiB with both (bench/traffic_model.py bert --amp).
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.graph.primitives.shape_ops import reshape_to
+from onnxjob.graph.primitives.shape_ops import flat, reshape_to
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 
 _INT64 = dtypes.int64.ir_dtype.value
@@ -395,9 +395,7 @@ def picked_rows(indices):
     in it twice)."""
     if indices.np_dtype != np.int64:
         indices = op("Cast", indices, to=_INT64)
-    if indices.is_dynamic:
-        return op("Reshape", indices, int64_constant(indices, [-1]))
-    return reshape_to(indices, (int(np.prod(indices.shape)),))
+    return flat(indices)
 
 
 def rows_of(t, rows):

@@ -6,7 +6,8 @@ import itertools
 import numpy as np
 
 from onnxjob.graph.primitives.reductions import run_time_count
-from onnxjob.graph.primitives.shape_ops import reshape_back, reshape_to, shape_of, zeros_of
+from onnxjob.graph.primitives.shape_ops import (
+    flat, reshape_back, reshape_to, shape_of, zeros_of)
 from onnxjob.graph.primitives.conv import conv_input_grad
 from onnxjob.graph.primitives.windows import (
     checked_lowering, gather_windows, geometry, pad_spatial, spatial_axes, window_out)
@@ -51,18 +52,11 @@ def _max_pool_grad(n, g, need):
         # overwrites rather than adds, which is exact only when windows do not overlap.
         return [op("MaxUnpool", g[0], idx, shape_of(x), kernel_shape=k, strides=strides)]
     if x.np_dtype == np.float32:    # onnxruntime's MaxUnpool takes float32 only
-        zeros = _flat(_zeros_at_run_time(x, idx, k, strides))
+        zeros = flat(_zeros_at_run_time(x, idx, k, strides))
     else:
-        zeros = _flat(zeros_of(x, x.shape, x.np_dtype))
-    flat = op("ScatterElements", zeros, _flat(idx), _flat(g[0]), axis=0, reduction="add")
-    return [reshape_back(flat, x)]
-
-
-def _flat(v):
-    """`v` as a vector (of its run-time size when it is dynamic)."""
-    if v.is_dynamic:
-        return op("Reshape", v, int64_constant(v, [-1]))
-    return reshape_to(v, [int(np.prod(v.shape))])
+        zeros = flat(zeros_of(x, x.shape, x.np_dtype))
+    scattered = op("ScatterElements", zeros, flat(idx), flat(g[0]), axis=0, reduction="add")
+    return [reshape_back(scattered, x)]
 
 
 def _zeros_at_run_time(x, idx, k, strides):

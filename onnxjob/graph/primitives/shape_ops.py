@@ -54,6 +54,11 @@ def reshape_rows(v, shape, dynamic):
     return reshape_to(v, shape)
 
 
+def flat(v):
+    """`v` as a vector (of its run-time size when it is dynamic)."""
+    return reshape_rows(v, [int(np.prod(v.shape))], v.is_dynamic)
+
+
 register("Reshape", _reshape_infer, lambda n, g, need: _back_to_input(n, g, need))
 
 
