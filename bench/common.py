@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks: the doc models' train jobs, interleaved rounds,
 medians, ratio tables. Callers put tests/ on sys.path (models.py lives there)."""
+import contextlib
 import json
 import math
 import statistics
@@ -28,10 +29,27 @@ def first_call(fn, *args, label=None):
     With `label`, also prints where they went: the job's compile (trace and passes), its
     onnxruntime sessions, and the rest (the first run: on CUDA cuDNN's algorithm search
     and the CUDA graph's capture)."""
+    with phases(timed=label is not None) as spent:
+        start = time.perf_counter()
+        try:
+            fn(*args)
+        finally:
+            total = time.perf_counter() - start
+    if label is not None:
+        print(f"{label}: {total:.2f} s = compile {spent['compile']:.2f} s + sessions "
+              f"{spent['sessions']:.2f} s + first run "
+              f"{total - spent['compile'] - spent['sessions']:.2f} s", flush=True)
+    return total
+
+
+@contextlib.contextmanager
+def phases(timed=True):
+    """Within the block, the seconds spent compiling jobs (trace and passes) and creating
+    onnxruntime sessions add up in the {"compile": s, "sessions": s} it yields."""
     from onnxjob.runtime import backend, session
     spent = {"compile": 0.0, "sessions": 0.0}
-    timed = [(session, "compile_job", "compile"), (backend, "create_session", "sessions")]
-    originals = [getattr(module, name) for module, name, _ in timed]
+    timed_calls = [(session, "compile_job", "compile"), (backend, "create_session", "sessions")]
+    originals = [getattr(module, name) for module, name, _ in timed_calls]
 
     def timing(original, phase):
         def call(*a, **k):
@@ -41,21 +59,14 @@ def first_call(fn, *args, label=None):
             finally:
                 spent[phase] += time.perf_counter() - begin
         return call
-    if label is not None:
-        for (module, name, phase), original in zip(timed, originals):
+    if timed:
+        for (module, name, phase), original in zip(timed_calls, originals):
             setattr(module, name, timing(original, phase))
-    start = time.perf_counter()
     try:
-        fn(*args)
+        yield spent
     finally:
-        total = time.perf_counter() - start
-        for (module, name, _), original in zip(timed, originals):
+        for (module, name, _), original in zip(timed_calls, originals):
             setattr(module, name, original)
-    if label is not None:
-        print(f"{label}: {total:.2f} s = compile {spent['compile']:.2f} s + sessions "
-              f"{spent['sessions']:.2f} s + first run "
-              f"{total - spent['compile'] - spent['sessions']:.2f} s", flush=True)
-    return total
 
 
 def time_calls(fn, calls):

@@ -78,6 +78,24 @@ def test_a_cuda_train_session_runs_its_optimized_graph_in_the_graph_s_order(capf
 
 
 @needs_cuda
+def test_a_second_cuda_start_loads_the_graph_ordered_model_from_the_cache(tmp_path, monkeypatch):
+    """A CUDA train session's reordered model is cached (runtime/session_cache.py): the next
+    start makes no optimizing session and trains the same."""
+    from onnxjob.runtime import graph_order
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
+    first = train_and_predict(False)
+    cached = [p for p in tmp_path.iterdir() if not p.name.endswith(".passes.onnx")]
+    assert cached, sorted(p.name for p in tmp_path.iterdir())
+
+    def no_optimizing_session(*args, **kwargs):
+        raise AssertionError("the cached graph-ordered model was not used")
+    monkeypatch.setattr(graph_order, "session_in_graph_order", no_optimizing_session)
+    second = train_and_predict(False)
+    for ours, ref in zip(second[0] + second[1], first[0] + first[1]):
+        np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+@needs_cuda
 def test_cuda_graph_buffers_follow_a_checkpoint_load():
     """Loading variables between replays must reach the captured graphs' buffers."""
     losses, _, after, _ = train_and_predict(True, steps=4)

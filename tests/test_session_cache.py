@@ -246,6 +246,34 @@ def test_a_session_from_the_cached_model_runs_the_nodes_in_the_same_order(tmp_pa
     assert len(orders[0]) > 50 and orders[0] == orders[1]
 
 
+def test_a_graph_ordered_session_caches_the_model_it_loads(tmp_path, monkeypatch):
+    """CUDA train sessions run the optimized graph in the graph's order (runtime/
+    graph_order.py) and cache the reordered model they load; here the CPU EP stands in for
+    CUDA: the second start loads that file, makes no optimizing session, runs the nodes in
+    the same order and trains the same."""
+    from onnxjob.runtime import graph_order
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(backend, "in_graph_order", lambda device, is_train: is_train)
+    kept = []
+    real = graph_order.session_in_graph_order
+
+    def recording(*args, keep=None, **kwargs):
+        return real(*args, keep=lambda data: (kept.append(data), keep(data)), **kwargs)
+    monkeypatch.setattr(graph_order, "session_in_graph_order", recording)
+    first, model_bytes = lenet_training()
+    cached = backend.cached_session_path(model_bytes, True)
+    assert len(kept) == 1 and os.path.isfile(cached)
+    data = Path(cached).read_bytes()
+    assert data == kept[0] + session_cache.stamp_bytes(cached), "not the reordered model"
+
+    def no_optimizing_session(*args, **kwargs):
+        raise AssertionError("the cached graph-ordered model was not used")
+    monkeypatch.setattr(graph_order, "session_in_graph_order", no_optimizing_session)
+    second, _ = lenet_training()
+    for a, b in zip(first, second):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
 def _warnings(err):
     return [line for line in err.splitlines() if line.startswith("onnxjob: ignoring the cached")]
 

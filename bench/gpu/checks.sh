@@ -18,6 +18,8 @@
 #   memory     the AMP peak-memory rows as shipped, with cuDNN workspaces bounded, without
 #              search, and with onnxruntime's own arena growth
 #   amp-variants  the ResNet50 AMP row with and without BatchNormRowStatistics / HalfColumnSums
+#   first-call the first ResNet50 train call in fresh processes, empty then filled caches
+#              (passes, CUDA train sessions), then the speed rows with cuDNN's heuristic pick
 #   first-look the checks a short loan affords, most wanted first: the GPU-only tests, the
 #              peak-memory rows (ResNet50 AMP and fp32, BERT AMP), then the ResNet50 speed rows
 #   "CMD"      anything else is run as a command with the same setup
@@ -93,6 +95,13 @@ case "$1" in
       timeout "$(left 570)" python3 bench/bench_gpu.py $variant --memory-steps 3 \
         --rows resnet50-amp-memory,bert-amp-memory 2>&1 | tee -a "$out/memory.log"
     done ;;
+  first-call)
+    for amp in "" --amp; do
+      timeout "$(left 280)" python3 bench/bench_startup.py resnet50 --batch 64 --runs 1 $amp \
+        2>&1 | tee -a "$out/first_call.log"
+    done
+    timeout "$(left 570)" python3 bench/bench_gpu.py --rows resnet50,resnet50-amp --cuda-graph on \
+      --algo-search HEURISTIC 2>&1 | tee -a "$out/first_call.log" ;;
   first-look)
     timeout "$(left 100)" python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py 2>&1 \
       | tail -25 | tee "$out/gpu_tests.log"

@@ -423,7 +423,8 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
                    deterministic=False, cached=False):
     """An InferenceSession on `device`, checked: no silent CPU fallback. `cuda_graph`
     asks the CUDA EP to capture the run as a CUDA graph (runtime/cuda_graph.py); `cached`
-    (CPU only) reuses or stores onnxruntime's optimized model (runtime/session_cache.py)."""
+    (CPU sessions, and CUDA train sessions) reuses or stores onnxruntime's optimized model
+    (runtime/session_cache.py)."""
     opts = session_options(is_train, device=device, deterministic=deterministic)
     cuda_options = dict(cuda_options or {})
     tensorrt = _tensorrt_providers(cuda_options.pop(TENSORRT_REQUEST, None), device, is_train)
@@ -439,34 +440,51 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
                                  disabled_transformers(is_train, device))
     disabled = disabled_transformers(is_train, device)
     cache_path = None
-    if cached and device == "cpu":
+    if cached and (device == "cpu" or is_train):
         cache_path = session_cache.cached_model_path(
             model_bytes, *_optimizer_choices(opts, is_train, providers, disabled))
     if cache_path is not None and os.path.isfile(cache_path):
         sess = _cached_session(cache_path, model_bytes, is_train, device, deterministic,
                                providers)
         if sess is not None:
+            _check_on_cuda(sess, device)
             return sess
-    written = None
-    if cache_path is not None:
+    written = keep = None
+    if cache_path is not None and in_graph_order(device, is_train):
+        # the cached model is the reordered one the session loads (graph_order.py): a
+        # later process loads those same bytes, as this one does, with no optimizer run
+        keep = functools.partial(session_cache.publish_bytes, path=cache_path)
+    elif cache_path is not None:
         written = opts.optimized_model_filepath = session_cache.writing_to(cache_path)
-    sess = optimized_session(model_bytes, opts, providers, disabled, device, is_train)
+    sess = optimized_session(model_bytes, opts, providers, disabled, device, is_train, keep)
     if written is not None:
         session_cache.publish(written, cache_path)
-    if device == "cuda" and CUDA not in sess.get_providers():
-        raise DeviceUnavailableError(f"onnxruntime fell back to {sess.get_providers()} although "
-                                     "the CUDA execution provider was requested")
+    _check_on_cuda(sess, device)
     return sess
 
 
-def optimized_session(model_bytes, opts, providers, disabled, device, is_train):
+def _check_on_cuda(sess, device):
+    if device == "cuda" and CUDA not in sess.get_providers():
+        raise DeviceUnavailableError(f"onnxruntime fell back to {sess.get_providers()} although "
+                                     "the CUDA execution provider was requested")
+
+
+def in_graph_order(device, is_train):
+    """Whether a `device` session runs the optimized graph in the graph's own order
+    (runtime/graph_order.py): CUDA train sessions."""
+    return device == "cuda" and is_train
+
+
+def optimized_session(model_bytes, opts, providers, disabled, device, is_train, keep=None):
     """The InferenceSession create_session makes for a `device` session, on `providers`
     (unchecked): a CUDA train session runs the optimized graph in the graph's own order
-    (runtime/graph_order.py), any other in onnxruntime's default order."""
-    if not (device == "cuda" and is_train):
+    (runtime/graph_order.py; `keep(bytes)` gets the reordered model it loaded), any other
+    in onnxruntime's default order."""
+    if not in_graph_order(device, is_train):
         return ort.InferenceSession(model_bytes, opts, providers=providers,
                                     disabled_optimizers=disabled)
-    sess = graph_order.session_in_graph_order(model_bytes, opts, providers, disabled)
+    sess = graph_order.session_in_graph_order(model_bytes, opts, providers, disabled,
+                                              keep=keep)
     if getattr(sess, "fallback_reason", None):
         _say_order_fallback(sess.fallback_reason)
     return sess

@@ -25,12 +25,13 @@ import onnx
 import onnxruntime as ort
 
 
-def session_in_graph_order(model_bytes, opts, providers, disabled, make=None):
+def session_in_graph_order(model_bytes, opts, providers, disabled, make=None, keep=None):
     """A session on `providers` that runs `model_bytes` as onnxruntime's optimizer (with
     `opts` and the `disabled` transformers) rewrites it, in the order of `model_bytes`'
     nodes. `make(bytes, opts)` builds the final session (default: an InferenceSession
     on `providers`); the optimizing session is returned when the final one cannot be
-    made (`fallback_reason` on it says why)."""
+    made (`fallback_reason` on it says why). `keep(bytes)` is given the reordered model
+    once a final session runs it (the session cache stores it)."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "optimized.onnx")
         final_path, profiling = opts.optimized_model_filepath, opts.enable_profiling
@@ -45,14 +46,19 @@ def session_in_graph_order(model_bytes, opts, providers, disabled, make=None):
     opts.optimized_model_filepath = final_path
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+    reordered = optimized.SerializeToString()
     try:
         if make is not None:
-            return make(optimized.SerializeToString(), opts)
-        return ort.InferenceSession(optimized.SerializeToString(), opts, providers=providers)
+            final = make(reordered, opts)
+        else:
+            final = ort.InferenceSession(reordered, opts, providers=providers)
     except Exception as e:      # onnxruntime's own error types
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         optimizing.fallback_reason = reason[:300]
         return optimizing
+    if keep is not None:
+        keep(reordered)
+    return final
 
 
 def reorder_like(graph, names):

@@ -17,9 +17,12 @@ rebuilt in place.
 
 Folder: ONNXJOB_CACHE_DIR, else $XDG_CACHE_HOME/onnxjob, else ~/.cache/onnxjob;
 ONNXJOB_CACHE_DIR=off turns the cache off. It keeps at most ONNXJOB_CACHE_MB megabytes
-(default 1024), dropping the least recently used models first. Only CPU sessions are
-cached (the CUDA EP's optimized form was not checked on a GPU). The pass pipeline's
-results share the folder and the limit (graph/pass_cache.py, `*.passes.onnx`).
+(default 1024), dropping the least recently used models first. CPU sessions cache the
+file onnxruntime writes; CUDA train sessions cache the optimized graph put back in the
+graph's order (runtime/graph_order.py), the bytes their session loads, which a later
+process loads the same way (CUDA predict sessions are not cached: the CUDA EP's own
+optimized file was not checked on a GPU). The pass pipeline's results share the folder
+and the limit (graph/pass_cache.py, `*.passes.onnx`).
 """
 import functools
 import hashlib
@@ -120,6 +123,14 @@ def publish(tmp, path):
     else:
         os.remove(tmp)
     _trim(os.path.dirname(path), settings.get("CACHE_MB") << 20)
+
+
+def publish_bytes(data, path):
+    """Make the model `data` (bytes) the cached one at `path`, as `publish` does."""
+    tmp = writing_to(path)
+    with open(tmp, "wb") as out:
+        out.write(data)
+    publish(tmp, path)
 
 
 def stamp(tmp, path):
