@@ -1,8 +1,8 @@
 """The memory a train step plans for (onnxjob/graph/memory_plan.py), beside PyTorch's.
 
     python bench/memory_plan.py [resnet50|bert] [--batch 8] [--amp] [--device cuda|cpu]
-        [--top 10] [--no-torch] [--as-run] [--json PATH] [--bert-layers 12 --bert-hidden 768
-        --bert-heads 12 --bert-seq 128 --bert-vocab 30522]
+        [--top 10] [--no-torch] [--as-run] [--arena] [--json PATH] [--bert-layers 12
+        --bert-hidden 768 --bert-heads 12 --bert-seq 128 --bert-vocab 30522]
 
 Compiles the train job for `--device` (default cuda: the graph the CUDA EP runs, compiled
 here without a GPU, as docs/gpu.md says) without running it, and prints its planned peak of
@@ -11,7 +11,9 @@ order, what is live at the peak (grouped by producer op and element type), how m
 forward keeps for the backward, and the variables, state and outputs held beside it.
 `--as-run` also plans the graph as onnxruntime optimized and ran it: one step on the CPU EP
 with the session options of `--device` (onnxjob/runtime/executed_plan.py; under AMP the CPU
-EP's own casts make that differ from what the CUDA EP runs).
+EP's own casts make that differ from what the CUDA EP runs). `--arena` replays the
+intermediates through onnxruntime's planner and BFC arena (onnxjob/graph/arena_model.py) and
+prints what the arena would reserve, with onnxjob's growth and with onnxruntime's defaults.
 
 Then the same model's PyTorch twin (tests/resnet_twin.py, tests/bert_twin.py: the twins of
 bench_gpu.py's rows, from the same initial weights) takes a forward + backward on the CPU,
@@ -48,6 +50,9 @@ def parse(argv=None):
     p.add_argument("--as-run", action="store_true",
                    help="also plan the graph as onnxruntime optimized and ran it (one step on "
                         "the CPU EP with the device's session options, profiled)")
+    p.add_argument("--arena", action="store_true",
+                   help="also replay the intermediates through onnxruntime's arena "
+                        "(graph/arena_model.py): the bytes it would reserve")
     p.add_argument("--bert-layers", type=int, default=12)
     p.add_argument("--bert-hidden", type=int, default=768)
     p.add_argument("--bert-heads", type=int, default=12)
@@ -182,6 +187,28 @@ def twin_step(torch, args, values):
     return step
 
 
+def print_arena(plan):
+    """Print (and return as {variant: bytes}) what onnxruntime's arena would reserve for
+    `plan`'s intermediates (graph/arena_model.py), each variant beside the plan's peak."""
+    from onnxjob.graph import arena_model
+    variants = {"kSameAsRequested (onnxjob's)": dict(strategy="kSameAsRequested"),
+                "kNextPowerOfTwo (onnxruntime's default)": dict(strategy="kNextPowerOfTwo"),
+                "kSameAsRequested, no planner reuse": dict(strategy="kSameAsRequested",
+                                                           planner_reuse=False),
+                "kSameAsRequested, max_dead_bytes_per_chunk 0": dict(
+                    strategy="kSameAsRequested", max_dead_bytes=0)}
+    print("  onnxruntime's arena for these intermediates (graph/arena_model.py):")
+    reserved = {}
+    for label, options in variants.items():
+        run = arena_model.replay(plan, **options)
+        reserved[label] = run.reserved_bytes
+        print(f"    {label:45s} reserves {run.reserved_bytes / MIB:8.1f} MiB "
+              f"({run.reserved_bytes / max(plan.peak_bytes, 1):.2f}x the plan's peak) in "
+              f"{run.regions} regions; chunks in use at most {run.peak_in_use_bytes / MIB:.1f} "
+              f"MiB; {run.planner_reused} outputs reuse a buffer")
+    return reserved
+
+
 def main(argv=None):
     import onnxjob as flow
     from onnxjob.graph import memory_plan
@@ -209,6 +236,8 @@ def main(argv=None):
         print(f"    {op:22s} {dtype:9s} {count:5d} values {nbytes / MIB:9.1f} MiB")
     result = {order: {"peak": p.peak_bytes, "held": p.held_bytes, "outputs": p.output_bytes,
                       "saved": p.saved_bytes} for order, p in plans.items()}
+    if args.arena:
+        result["arena"] = print_arena(plan)
     if args.torch:
         # the session starts (on this machine's device) and draws the weights the twin takes
         values = {k: v.numpy() for k, v in flow.get_all_variables().items()}

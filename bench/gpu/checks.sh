@@ -15,8 +15,9 @@
 #   serving    bench_serving.py on CUDA, two data-parallel ranks sharing the GPU
 #   stages     the synchronized-batch-norm step's stage schedules on CUDA (bench_stages.py)
 #   bert       bench_gpu.py's BERT AMP row and the peak-memory rows (ResNet50 AMP and fp32, BERT)
-#   memory     the AMP peak-memory rows as shipped, with cuDNN workspaces bounded, without
-#              search, and with onnxruntime's own arena growth
+#   memory     the AMP peak-memory rows with one shared CUDA arena (with and without the region
+#              made ahead), as shipped, with cuDNN workspaces bounded, without search, and
+#              with onnxruntime's own arena growth; the CUDA tests on the shared arena
 #   amp-variants  the ResNet50 AMP row with and without BatchNormRowStatistics / HalfColumnSums
 #   first-call the first ResNet50 train call in fresh processes, empty then filled caches
 #              (passes, CUDA train sessions), then the speed rows with cuDNN's heuristic pick
@@ -88,13 +89,24 @@ case "$1" in
     # scratch buffer by the largest algorithm, and the arena keeps it), then also cuDNN's
     # heuristic pick (no search), then the arena growing by powers of two (onnxruntime's
     # default) instead of by exactly the size asked (fragmentation)
-    for variant in "" "--cuda-options cudnn_conv_use_max_workspace=0" \
+    # ONNXJOB_CUDA_SHARED_ARENA=1: one arena per GPU for every session, given one region of
+    # the first train step's planned size ahead (runtime/arena_reserve.py; the arena model,
+    # graph/arena_model.py, predicts 3579 -> 2816 MiB of intermediates for ResNet50 AMP)
+    for variant in "ONNXJOB_CUDA_SHARED_ARENA=1" "ONNXJOB_CUDA_SHARED_ARENA=1 ONNXJOB_ARENA_RESERVE=0" \
+        "" "--cuda-options cudnn_conv_use_max_workspace=0" \
         "--cuda-options cudnn_conv_use_max_workspace=0 --algo-search HEURISTIC" \
         "--cuda-options arena_extend_strategy=kNextPowerOfTwo"; do
       echo "== memory rows $variant" | tee -a "$out/memory.log"
-      timeout "$(left 570)" python3 bench/bench_gpu.py $variant --memory-steps 3 \
-        --rows resnet50-amp-memory,bert-amp-memory 2>&1 | tee -a "$out/memory.log"
-    done ;;
+      envs=(); flags=()
+      for word in $variant; do
+        case "$word" in ONNXJOB_*=*) envs+=("$word") ;; *) flags+=("$word") ;; esac
+      done
+      env "${envs[@]}" timeout "$(left 570)" python3 bench/bench_gpu.py "${flags[@]}" \
+        --memory-steps 3 --rows resnet50-amp-memory,bert-amp-memory 2>&1 | tee -a "$out/memory.log"
+    done
+    # the shared arena's train steps against plain CUDA steps (CUDA graphs, in-place state)
+    ONNXJOB_CUDA_SHARED_ARENA=1 timeout "$(left 590)" python3 -m pytest -q -p no:cacheprovider \
+      tests/test_cuda.py tests/test_in_place.py 2>&1 | tail -5 | tee -a "$out/memory.log" ;;
   first-call)
     for amp in "" --amp; do
       timeout "$(left 280)" python3 bench/bench_startup.py resnet50 --batch 64 --runs 1 $amp \

@@ -112,6 +112,9 @@ class MemoryPlan:
     unsized: list           # values whose size is unknown (counted as 0)
     buffer_of: dict = dataclasses.field(repr=False)    # id(value) -> its buffer
     last_read: dict = dataclasses.field(repr=False)    # buffer -> last reader's position
+    # intermediate buffer -> (position it is made at, last reader's position, bytes), in
+    # the order they are made (graph/arena_model.py replays them through an arena)
+    lifetimes: dict = dataclasses.field(repr=False, default_factory=dict)
 
     def last_read_position(self, value):
         """Position in `order` of the last node reading `value`'s buffer (through views
@@ -230,6 +233,7 @@ def plan(graph, order="model", forward_outputs=(), in_place_outputs=()):
     in_place = {buffer_of[id(v)] for v in graph.outputs
                 if v.name in in_place_names and id(v) in buffer_of}
     output_bytes = sum(size[b][2] for b in bound - in_place)
+    lifetimes = {buf: (at, last_read[buf], size[buf][2]) for buf, at in allocated_at.items()}
     return MemoryPlan(nodes, timeline, max(peak, 0), peak_index, at_peak, held_bytes,
                       output_bytes, sum(size[b][2] for b in saved - bound), unsized, buffer_of,
-                      last_read)
+                      last_read, lifetimes)

@@ -37,7 +37,8 @@ import onnxruntime as ort  # noqa: E402  (after the check above)
 
 from onnxjob import settings  # noqa: E402
 from onnxjob.errors import DeviceUnavailableError, TraceError  # noqa: E402
-from onnxjob.runtime import cuda_libraries, graph_order, session_cache  # noqa: E402
+from onnxjob.runtime import (  # noqa: E402
+    arena_reserve, cuda_libraries, graph_order, session_cache)
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -370,7 +371,8 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
         # (bench/bench_memory.py). Off on every device, so that a step holds what
         # graph/memory_plan.py plans on the CPU and on CUDA alike.
         opts.enable_mem_pattern = False
-    if device == "cpu" and _exact_cpu_arena(memory_limit_bytes()):
+    if device == "cpu" and _exact_cpu_arena(memory_limit_bytes()) or \
+            device == "cuda" and settings.get("CUDA_SHARED_ARENA") and _shared_cuda_arena():
         opts.add_session_config_entry("session.use_env_allocators", "1")
     return opts
 
@@ -412,6 +414,28 @@ def _exact_cpu_arena(limit=None):
 
 
 @functools.lru_cache(maxsize=None)
+def _shared_cuda_arena():
+    """Register, once per process, one CUDA arena (this process's GPU) that CUDA sessions
+    share, growing by exactly the size requested and bounded as cuda_provider_options
+    bounds each session's (ONNXJOB_CUDA_SHARED_ARENA=1); False, said once, where
+    onnxruntime refuses."""
+    device_id = cuda_device_id() or 0
+    memory = ort.OrtMemoryInfo("Cuda", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, device_id,
+                               ort.OrtMemType.DEFAULT)
+    config = {"arena_extend_strategy": 1}
+    if memory_limit_bytes():
+        config["max_mem"] = int(memory_limit_bytes())
+    try:
+        ort.create_and_register_allocator_v2(CUDA, memory, {"device_id": str(device_id)},
+                                             ort.OrtArenaCfg(config))
+        return True
+    except Exception as e:     # onnxruntime's own error types
+        print(f"onnxjob: onnxruntime did not make the shared CUDA arena ({str(e).strip()[:200]}"
+              "); each CUDA session keeps its own", file=sys.stderr)
+        return False
+
+
+@functools.lru_cache(maxsize=None)
 def _say_cpu_arena_bound(made_with):
     bound = "no bound" if made_with is None else f"{made_with >> 20} MiB"
     print(f"onnxjob: the CPU sessions of this process share one arena, made by the first of "
@@ -420,12 +444,16 @@ def _say_cpu_arena_bound(made_with):
 
 
 def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=False,
-                   deterministic=False, cached=False):
+                   deterministic=False, cached=False, arena_region=None):
     """An InferenceSession on `device`, checked: no silent CPU fallback. `cuda_graph`
     asks the CUDA EP to capture the run as a CUDA graph (runtime/cuda_graph.py); `cached`
     (CPU sessions, and CUDA train sessions) reuses or stores onnxruntime's optimized model
-    (runtime/session_cache.py)."""
+    (runtime/session_cache.py). `arena_region()`, for a train session, gives the bytes of
+    a region the shared arena makes before its first step, once per process (runtime/
+    arena_reserve.py; 0: none)."""
     opts = session_options(is_train, device=device, deterministic=deterministic)
+    if arena_region is not None and is_train:
+        _reserve_arena(opts, device, arena_region, cuda_options)
     cuda_options = dict(cuda_options or {})
     tensorrt = _tensorrt_providers(cuda_options.pop(TENSORRT_REQUEST, None), device, is_train)
     if cuda_graph:
@@ -461,6 +489,18 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
         session_cache.publish(written, cache_path)
     _check_on_cuda(sess, device)
     return sess
+
+
+def _reserve_arena(opts, device, arena_region, cuda_options):
+    """One region of `arena_region()` bytes in the arena sessions with `opts` share
+    (runtime/arena_reserve.py), when they share one and ONNXJOB_ARENA_RESERVE is on."""
+    if not settings.get("ARENA_RESERVE") or arena_reserve.done(device) or \
+            opts.get_session_config_entry("session.use_env_allocators") != "1":
+        return
+    cuda = {k: v for k, v in (cuda_options or {}).items() if k != TENSORRT_REQUEST}
+    providers = [(CUDA, cuda), CPU] if device == "cuda" else [CPU]
+    arena_reserve.reserve(device, arena_region(), session_options(False, device=device),
+                          providers)
 
 
 def _check_on_cuda(sess, device):

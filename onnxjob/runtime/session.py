@@ -16,8 +16,8 @@ import zlib
 import numpy as np
 import onnx
 
-from onnxjob.runtime import (backend, cuda_graph, data_parallel, distributed, in_place,
-                             mirrored_step, out_of_memory)
+from onnxjob.runtime import (arena_reserve, backend, cuda_graph, data_parallel, distributed,
+                             in_place, mirrored_step, out_of_memory)
 from onnxjob.runtime.executor import Executor, interrupt_deferred
 from onnxjob.graph.compiler import compile_job
 from onnxjob.graph.tracer import VariableRegistry
@@ -115,7 +115,9 @@ class JobRuntime:
             session = backend.create_session(
                 self.model_bytes, self.device, self.compiled.is_train, self._cuda_options(),
                 cuda_graph=use_cuda_graph, cached=True,
-                deterministic=self.job.config.get("cudnn_conv_use_deterministic_algo_only", False))
+                deterministic=self.job.config.get("cudnn_conv_use_deterministic_algo_only", False),
+                arena_region=lambda: arena_reserve.region_bytes(
+                    self.compiled, self.device, self._in_place))
             return session, use_cuda_graph
         except Exception as e:  # onnxruntime's own exception types
             if use_cuda_graph:
