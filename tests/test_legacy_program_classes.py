@@ -117,6 +117,26 @@ def test_split_axis_and_parallel_size_on_one_device():
     assert seen["batch"] == (0, 1, None)
 
 
+def test_parallel_size_without_a_placement_is_the_configured_device_count():
+    """OneFlow's default placement names flow.config.gpu_device_num's devices: a placeholder
+    of a program configured for 4 GPUs reports 4, as a blob placed on "0:0-3" does."""
+    import warnings
+    seen = {}
+
+    def body(x):
+        seen["size"] = x.parallel_size
+        with flow.scope.placement("gpu", "0:0-3"):
+            seen["placed"] = flow.identity(x).parallel_size
+        seen["scope"] = flow.current_scope().device_parallel_desc_symbol.parallel_num
+        return x
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # gpu_device_num(4) on one device says so
+        flow.config.gpu_device_num(4)
+    _run(body)
+    assert seen == {"size": 4, "placed": 4, "scope": 4}
+
+
 def test_split_axis_on_data_parallel_ranks_follows_the_rows():
     seen = {}
 

@@ -75,7 +75,9 @@ class placement(PlacementScope):     # noqa: N801  (OneFlow's name)
         inner = scope.current_placement()
         if inner is not None:
             return PlacementScope(inner.device_tag, inner.machine_device_ids or "0:0")
-        return PlacementScope("gpu" if default_session().device == "cuda" else "cpu", "0:0")
+        from onnxjob.frontend.helpers import default_machine_device_ids
+        return PlacementScope("gpu" if default_session().device == "cuda" else "cpu",
+                              default_machine_device_ids())
 
 
 class device(PlacementScope):        # noqa: N801  (OneFlow's name)

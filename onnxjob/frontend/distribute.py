@@ -162,11 +162,16 @@ def _distribute(self):
 def _parallel_size(self):
     """How many devices the blob lies on (OneFlow: its placement's parallel_num): the
     world size of a data-parallel train step; else the device count of the
-    flow.scope.placement it was made under, 1 without one."""
+    flow.scope.placement it was made under or the job's default placement
+    (flow.config.gpu_device_num(4) on one device: 4, as a program written for 4 GPUs
+    reads it; the values are those of one device)."""
     ranks = self.builder.data_parallel_ranks
-    if ranks:
+    if ranks and ranks > 1:
         return ranks
-    return scope.device_count(self.placement.device_name()) if self.placement else 1
+    if self.placement:
+        return scope.device_count(self.placement.device_name())
+    from onnxjob.frontend.helpers import default_parallel_num
+    return default_parallel_num()
 
 
 def _split_axis(self):

@@ -67,8 +67,29 @@ def current_scope():
     provider runs the session, else "cpu") and parallel size."""
     session = default_session()
     tag = "gpu" if session.device == "cuda" else "cpu"
-    desc = types.SimpleNamespace(device_tag=tag, parallel_num=process_config.gpu_device_num)
+    desc = types.SimpleNamespace(device_tag=tag, parallel_num=default_parallel_num())
     return types.SimpleNamespace(device_parallel_desc_symbol=desc)
+
+
+def default_parallel_num():
+    """How many devices OneFlow's default placement of a job names: flow.config's
+    gpu_device_num on each machine (cpu_device_num where gpu_device_num is 0)."""
+    c = process_config
+    return _devices_per_machine() * max(1, c.machine_num)
+
+
+def default_machine_device_ids():
+    """OneFlow's default placement of a job as "machine:devices" strings ("0:0-3" for
+    flow.config.gpu_device_num(4)); onnxjob runs it on one device, as it says when the
+    count is set (frontend/ranks.py)."""
+    n = _devices_per_machine()
+    devices = "0" if n == 1 else f"0-{n - 1}"
+    return [f"{m}:{devices}" for m in range(max(1, process_config.machine_num))]
+
+
+def _devices_per_machine():
+    c = process_config
+    return max(1, c.gpu_device_num if c.gpu_device_num > 0 else c.cpu_device_num)
 
 
 def manual_seed(seed):

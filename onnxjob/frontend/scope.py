@@ -118,9 +118,12 @@ class ParallelConf:
 def placement_tracker(config, device):
     """() -> the ParallelConf of the placement in effect: the innermost
     flow.scope.placement, else the job's default_placement_scope, else the device the
-    session runs on (as OneFlow's default: GPU 0 where there is one). One object per
-    placement, shared by the blobs made under it."""
-    made = {None: ParallelConf("gpu" if device == "cuda" else "cpu", "0:0")}
+    session runs on, with the devices flow.config configured (as OneFlow's default: the
+    GPUs where there are, "0:0-3" for gpu_device_num(4)). One object per placement, shared
+    by the blobs made under it."""
+    from onnxjob.frontend.helpers import default_machine_device_ids
+    made = {None: ParallelConf("gpu" if device == "cuda" else "cpu",
+                               default_machine_device_ids())}
 
     def in_effect():
         scope = current_placement() or config.get("default_placement_scope")
