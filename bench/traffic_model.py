@@ -88,6 +88,9 @@ def main(argv=None):
     reference = reference_bytes(compiled)
     print(f"  memory-bound total {memory_bound / GIB:.2f} GiB "
           f"(convolutions and matmuls: {step.compute_bytes() / GIB:.2f} GiB)")
+    kernels, small = step.kernels()
+    print(f"  kernels per step {kernels}, of which {small} move at most 256 KiB (their time "
+          "is mostly launch and drain)")
     print("PyTorch's passes for the same layers (estimate, see the docstring):")
     for group, moved in reference.most_common():
         print(f"  {group:52s} {'':6s} {moved / GIB:8.2f}")
@@ -97,6 +100,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"groups": {g: b for g, (_, b) in step.by_group().items()},
+                       "kernels": kernels, "small_kernels": small,
                        "memory_bound": memory_bound, "compute": step.compute_bytes(),
                        "reference": dict(reference)}, f, indent=2)
 

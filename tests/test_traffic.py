@@ -292,3 +292,28 @@ def _optimized_for_cuda(model):
                              providers=[backend.CPU],
                              disabled_optimizers=backend.disabled_transformers(True, "cuda"))
         return list(onnx.load(opts.optimized_model_filepath).graph.node)
+
+
+def test_kernels_count_every_launch_but_views_and_fused_nodes():
+    """A step's kernels: a view launches none, a GELU chain one (its fused inner nodes
+    none), and the small ones (at most SMALL_KERNEL_BYTES moved) are counted apart."""
+    x = ir.Value(name="x", type=ir.TensorType(F32), shape=ir.Shape([4, 8]))
+    big = ir.Value(name="big", type=ir.TensorType(F32), shape=ir.Shape([512, 256]))
+    shape = ir.Value(name="s", const_value=ir.tensor(np.array([32], np.int64)))
+    view = _node("Reshape", [x, shape], [32])
+    small = _node("Add", [view.outputs[0], view.outputs[0]], [32])
+    large = _node("Mul", [big, big], [512, 256])
+    root2 = ir.Value(name="r", const_value=ir.tensor(np.array(2 ** 0.5, np.float32)))
+    one = ir.Value(name="one", const_value=ir.tensor(np.array(1.0, np.float32)))
+    half = ir.Value(name="half", const_value=ir.tensor(np.array(0.5, np.float32)))
+    div = _node("Div", [big, root2], [512, 256])
+    erf = _node("Erf", [div.outputs[0]], [512, 256])
+    add = _node("Add", [erf.outputs[0], one], [512, 256])
+    mul = _node("Mul", [big, add.outputs[0]], [512, 256])
+    gelu = _node("Mul", [mul.outputs[0], half], [512, 256])
+    nodes = [view, small, large, div, erf, add, mul, gelu]
+    graph = ir.Graph([x, big], [small.outputs[0], large.outputs[0], gelu.outputs[0]], nodes=nodes)
+    step = traffic.traffic(graph)
+    assert sum(t.fused_away for t in step.nodes) == 4      # the chain's inner nodes
+    assert step.kernels() == (3, 1)                          # Add (small), Mul, Gelu
+    assert step.kernels(small=1 << 30) == (3, 3)

@@ -57,11 +57,8 @@ case "$1" in
       CUDA_LAUNCH_BLOCKING=1 timeout "$(left 400)" python3 bench/profile_step.py resnet50 \
         --device cuda --batch 64 --steps 3 --top 15 $amp 2>&1 | tee -a "$out/profile.log"
     done
-    # the weight gradients as batch-transposed convolutions (cuDNN) instead of gathered
-    # columns: 249 nodes and 14.3 GiB a step instead of 614 and 19.3 (traffic_model.py)
     timeout "$(left 570)" python3 bench/bench_variants.py --model resnet50 default= \
-      conv=ONNXJOB_CONV_WGRAD=conv im2col=ONNXJOB_CONV_WGRAD=im2col 2>&1 \
-      | tee "$out/variants.log" ;;
+      im2col=ONNXJOB_CONV_WGRAD=im2col 2>&1 | tee "$out/variants.log" ;;
   serving)
     timeout "$(left 300)" python3 bench/bench_serving.py --device cuda --models lenet,resnet50 \
       --calls 500 --resnet-calls 300 2>&1 | tee "$out/serving.log"

@@ -36,6 +36,7 @@ class NodeTraffic:
     group: str
     read: int
     written: int
+    fused_away: bool = False    # part of another node's kernel (fused_chains)
 
     @property
     def moved(self):
@@ -84,6 +85,10 @@ def node_traffic(node):
     return read, written
 
 
+# a kernel moving at most this many bytes takes about its launch's time on a GPU
+SMALL_KERNEL_BYTES = 256 << 10
+
+
 @dataclasses.dataclass
 class Traffic:
     nodes: list     # [NodeTraffic]
@@ -103,6 +108,15 @@ class Traffic:
     def compute_bytes(self):
         return sum(t.moved for t in self.nodes if at_compute_speed(t.node))
 
+    def kernels(self, small=SMALL_KERNEL_BYTES):
+        """(kernels a step launches, those that move at most `small` bytes): every node
+        but views and the nodes fused into another's kernel. A small kernel's time is its
+        launch and drain, a few microseconds on a GPU however few bytes it moves."""
+        launched = [t for t in self.nodes
+                    if t.node.op_type not in ALIAS_OPS and not t.fused_away]
+        return len(launched), sum(1 for t in launched if t.moved <= small)
+
+
 
 def traffic(graph):
     """The Traffic of one run of `graph` (an onnx_ir Graph with static shapes). The chains
@@ -115,7 +129,8 @@ def traffic(graph):
         read, written = node_traffic(node)
         if id(node) in fused:
             read, written = fused[id(node)]
-        counted.append(NodeTraffic(node, group_of(node), read, written))
+        counted.append(NodeTraffic(node, group_of(node), read, written,
+                                   id(node) in fused and fused[id(node)] == (0, 0)))
     return Traffic(counted)
 
 
