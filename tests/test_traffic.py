@@ -311,9 +311,15 @@ def test_kernels_count_every_launch_but_views_and_fused_nodes():
     add = _node("Add", [erf.outputs[0], one], [512, 256])
     mul = _node("Mul", [big, add.outputs[0]], [512, 256])
     gelu = _node("Mul", [mul.outputs[0], half], [512, 256])
-    nodes = [view, small, large, div, erf, add, mul, gelu]
-    graph = ir.Graph([x, big], [small.outputs[0], large.outputs[0], gelu.outputs[0]], nodes=nodes)
+    scale = ir.Value(name="scale", type=ir.TensorType(F32), shape=ir.Shape([512, 256]),
+                     const_value=ir.tensor(np.ones((512, 256), np.float32)))
+    folded = _node("Cast", [scale], [512, 256], ir.DataType.FLOAT16)    # a constant's cast
+    nodes = [view, small, large, div, erf, add, mul, gelu, folded]
+    graph = ir.Graph([x, big], [small.outputs[0], large.outputs[0], gelu.outputs[0],
+                                folded.outputs[0]], nodes=nodes)
+    graph.register_initializer(scale)
     step = traffic.traffic(graph)
-    assert sum(t.fused_away for t in step.nodes) == 4      # the chain's inner nodes
+    assert sum(t.fused_away for t in step.nodes) == 5      # the chain's inner nodes, the cast
+    assert [t.moved for t in step.nodes if t.node is folded] == [0]
     assert step.kernels() == (3, 1)                          # Add (small), Mul, Gelu
     assert step.kernels(small=1 << 30) == (3, 3)

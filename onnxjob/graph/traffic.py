@@ -36,7 +36,7 @@ class NodeTraffic:
     group: str
     read: int
     written: int
-    fused_away: bool = False    # part of another node's kernel (fused_chains)
+    fused_away: bool = False    # no kernel of its own: fused into another's, or folded
 
     @property
     def moved(self):
@@ -110,7 +110,8 @@ class Traffic:
 
     def kernels(self, small=SMALL_KERNEL_BYTES):
         """(kernels a step launches, those that move at most `small` bytes): every node
-        but views and the nodes fused into another's kernel. A small kernel's time is its
+        but views, the nodes fused into another's kernel and those constant folding
+        computes at session creation. A small kernel's time is its
         launch and drain, a few microseconds on a GPU however few bytes it moves."""
         launched = [t for t in self.nodes
                     if t.node.op_type not in ALIAS_OPS and not t.fused_away]
@@ -124,14 +125,39 @@ def traffic(graph):
     that kernel: its last node reads the chain's inputs and writes its output, the others
     move nothing."""
     fused = fused_chains(graph)
+    folded = constant_nodes(graph)
     counted = []
     for node in graph:
         read, written = node_traffic(node)
         if id(node) in fused:
             read, written = fused[id(node)]
+        if id(node) in folded:
+            read, written = 0, 0
         counted.append(NodeTraffic(node, group_of(node), read, written,
+                                   id(node) in folded or
                                    id(node) in fused and fused[id(node)] == (0, 0)))
     return Traffic(counted)
+
+
+_RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike",
+                         "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
+
+
+def constant_nodes(graph):
+    """ids of the nodes whose inputs are all constants (initializers, constant values, or
+    outputs of such nodes): onnxruntime's constant folding computes them once, at session
+    creation (under mixed precision, the casts of constant per-channel vectors)."""
+    constant = {id(v) for v in graph.initializers.values()}
+    folded = set()
+    for node in graph:
+        if node.op_type in _RANDOM_OPS or node.domain not in ("", "ai.onnx"):
+            continue
+        inputs = [v for v in node.inputs if v is not None]
+        if all(id(v) in constant or v.const_value is not None for v in inputs) and \
+                (inputs or node.op_type == "Constant"):
+            folded.add(id(node))
+            constant.update(id(v) for v in node.outputs)
+    return folded
 
 
 def fused_chains(graph):
