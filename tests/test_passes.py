@@ -459,6 +459,25 @@ def test_split_channel_reductions(reduce_op, keepdims):
           {reduce_op: 2, "Reshape": 2})
 
 
+@pytest.mark.parametrize("reduce_op", ["ReduceSum", "ReduceMean"])
+def test_split_channel_reductions_of_one_value_per_row_reduce_over_the_batch_only(reduce_op):
+    """Per-row statistics (N, C, 1, 1), as BatchNormRowStatistics reduces them: one
+    reduction over N, no first step that copies each value."""
+    def per_channel(x):
+        if reduce_op == "ReduceMean":
+            return op(reduce_op, x, axes=[0, 2, 3], keepdims=0)
+        return op(reduce_op, x, x.builder.constant(np.array([0, 2, 3], np.int64)), keepdims=0)
+    check(SplitChannelReductions(), per_channel, [(4, 3, 1, 1)], {reduce_op: 1},
+          {reduce_op: 1, "Reshape": 2})
+
+
+def test_split_channel_reductions_of_squares_of_one_value_per_row():
+    """A sum of squares over (N, C, 1, 1) stays a sum of squares, over N alone."""
+    both = ir_passes.PassManager([SumSquareReductions(), SplitChannelReductions()], steps=1)
+    check(both, _centered_variance, [(4, 3, 1, 1)], {"Mul": 1, "ReduceMean": 2},
+          {"ReduceSumSquare": 1, "ReduceSum": 0, "ReduceMean": 1})
+
+
 def test_split_channel_reductions_leaves_other_axes_alone():
     def spatial(x):
         return op("ReduceSum", x, x.builder.constant(np.array([2, 3], np.int64)), keepdims=1)

@@ -108,6 +108,7 @@ def _mixed_precision_stage(half):
     return ir_passes.PassManager([
         AutoMixedPrecision(half),
         ShareCastsThroughViews(),
+        common.DeduplicateInitializersPass(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),
         common.TopologicalSortPass(),

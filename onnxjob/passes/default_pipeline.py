@@ -39,6 +39,9 @@ def default_pipeline(device, mixed_precision=False):
           if device == "cuda" else
           [ReluMaskAsMul(), BatchNormStatistics(), SumSquareReductions()]),
         AlignBroadcastRanks(),
+        # (equal constants made by separate rewrites, the batch norm's epsilon in its
+        # forward and backward, become one, so that CSE merges what computes from them)
+        common.DeduplicateInitializersPass(),
         common.CommonSubexpressionEliminationPass(),
         common.RemoveUnusedNodesPass(),
         common.TopologicalSortPass(),

@@ -5,7 +5,8 @@ shape (N, C, *S):
   ReduceSum|ReduceMean|ReduceSumSquare(x, axes=(0, 2, ..., r-1))
       -> Reshape(Reduce2(Reduce(Reshape(x, (N, C, prod(S))), axes=(2,)), axes=(0,)), out)
 where Reduce2 is the same reduction but for ReduceSumSquare, whose second step sums the
-first's sums of squares (ReduceSum).
+first's sums of squares (ReduceSum). Where prod(S) is 1 (x holds one value per row: the
+per-row statistics BatchNormRowStatistics reduces), only the reduction over N is made.
 onnxruntime's CUDA reductions have fast kernels for reducing the rows or the columns of a
 matrix, and a general one for other axis sets; both steps here are matrix reductions.
 A mean of equal-sized group means is the mean, so ReduceMean stays ReduceMean.
@@ -52,8 +53,13 @@ class SplitChannelReductions(InPlacePass):
 
         matrix = e.node("Reshape", [node.inputs[0], e.const(np.array([n, c, -1], np.int64))],
                         (n, c, int(np.prod(shape[2:]))), dtype)
-        per_row = e.reduce(node.op_type, matrix, [2], (n, c, 1), dtype, 1, opset)
-        per_channel = e.reduce(_SECOND_STEP[node.op_type], per_row, [0], (1, c, 1), dtype, 1,
-                               opset)
+        if np.prod(shape[2:]) == 1:
+            # rows of one value (statistics of per-row statistics): the first step would be a
+            # kernel that copies (or squares) them; the reduction over N is all there is
+            per_channel = e.reduce(node.op_type, matrix, [0], (1, c, 1), dtype, 1, opset)
+        else:
+            per_row = e.reduce(node.op_type, matrix, [2], (n, c, 1), dtype, 1, opset)
+            per_channel = e.reduce(_SECOND_STEP[node.op_type], per_row, [0], (1, c, 1), dtype,
+                                   1, opset)
         return e.node("Reshape", [per_channel, e.const(np.array(out_shape, np.int64))],
                       out_shape, dtype)
