@@ -121,13 +121,15 @@ def _grad(n, g, need):
         # a data-parallel graph is traced at the whole batch and split W ways
         # (graph/split_batch.py): each rank holds count / W elements per channel; a
         # dynamic x (a mirrored batch smaller than its placeholder) counts its run's
+        # (-1 / n: the minus signs of b and c ride on the constant, not two Neg kernels)
         if x.is_dynamic:
-            inv_n = op("Div", as_blob(float(ranks or 1), like=dy), run_time_count(x, axes, dy))
+            minus_inv_n = op("Div", as_blob(-float(ranks or 1), like=dy),
+                             run_time_count(x, axes, dy))
         else:
-            inv_n = as_blob((ranks or 1) / count, like=dy)
+            minus_inv_n = as_blob(-(ranks or 1) / count, like=dy)
         a = op("Mul", gamma, inv_std)
-        b = op("Neg", op("Mul", op("Mul", a, inv_std), op("Mul", sum_dy_centered, inv_n)))
-        c = op("Neg", op("Mul", a, op("Mul", sum_dy, inv_n)))
+        b = op("Mul", op("Mul", a, inv_std), op("Mul", sum_dy_centered, minus_inv_n))
+        c = op("Mul", a, op("Mul", sum_dy, minus_inv_n))
         if n.attrs["axis"] == 1:
             # a * dy + c and b * (x - mean) as inference BatchNormalizations: one pass
             # over dy and one over x, and under mixed precision both follow their half
