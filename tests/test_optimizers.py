@@ -229,6 +229,39 @@ def test_lamb_of_a_zero_variable_takes_the_unit_ratio():
                                    atol=ATOL, err_msg=f"step {step + 1}")
 
 
+def _lamb_steps(grouped, monkeypatch):
+    """Variables after 4 steps of a three-variable LAMB job (weight decay on two, clipping,
+    a dynamic loss scale, the third step's gradients not finite), with the group's
+    per-variable scalars as vectors (update_rules.lamb_group) or one `lamb` each."""
+    from onnxjob.train.optimizer import LAMB, Optimizer
+    if not grouped:
+        monkeypatch.setattr(LAMB, "_update_group", Optimizer._update_group)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        w = flow.get_variable("w", (4,), initializer=flow.ones_initializer())
+        u = flow.get_variable("u", (2, 4), initializer=flow.constant_initializer(0.5))
+        bias = flow.get_variable("bias", (4,), initializer=flow.zeros_initializer())
+        loss = flow.math.reduce_sum(w * w * a + flow.math.reduce_sum(u, axis=0) * a + bias * a)
+        optim.LAMB(0.1, 0.8, 0.9, 1e-4, weight_decay=0.1, weight_decay_excludes=["bias"],
+                   grad_clipping=optim.grad_clipping.by_global_norm(1.0),
+                   loss_scale_policy=optim.loss_scale.dynamic_loss_scale()).minimize(loss)
+        return loss
+
+    for step in range(4):
+        job(A if step != 2 else np.array([1.0, np.nan, 2.0, np.inf], np.float32))
+    return {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+
+
+def test_lamb_over_a_group_gives_each_variable_what_its_own_lamb_gives(monkeypatch):
+    grouped = _lamb_steps(True, monkeypatch)
+    one_by_one = _lamb_steps(False, monkeypatch)
+    assert set(grouped) == set(one_by_one) and "u-beta2_t" in grouped
+    for name, value in one_by_one.items():
+        np.testing.assert_array_equal(grouped[name], value, err_msg=name)
+
+
 def test_lr_schedule_with_warmup_feeds_adam():
     sched = S.PolynomialScheduler(0.1, 4, 0.0, warmup=S.warmup.linear(2, 0.0))
     ref = reference({"w": adam(bc=True), "b": adam(bc=True)}, lr_fn=sched.numpy_lr)

@@ -602,14 +602,48 @@ class LAMB(Optimizer):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
 
     def _update(self, ctx, name, w, g, lr, weight_decay, keep=None, factor=None):
-        m_name, m = _state(name, "m", w)
-        v_name, v = _state(name, "v", w)
-        b1_name, b1 = _state(name, "beta1_t", w, np.float32(self.beta1), shape=(1,))
-        b2_name, b2 = _state(name, "beta2_t", w, np.float32(self.beta2), shape=(1,))
-        w_new, m_new, v_new, b1_new, b2_new = R.lamb(
-            w, g, m, v, b1, b2, lr, self.beta1, self.beta2, self.epsilon, weight_decay, keep,
-            factor)
-        return {name: w_new, m_name: m_new, v_name: v_new, b1_name: b1_new, b2_name: b2_new}
+        states = self._states(name, w)
+        new = R.lamb(w, g, *(state for _, state in states), lr, self.beta1, self.beta2,
+                     self.epsilon, weight_decay, keep, factor)
+        return dict(zip([name] + [n for n, _ in states], new))
+
+    def _states(self, name, w):
+        """[(name, blob)] of m, v, beta1_t, beta2_t."""
+        return [_state(name, "m", w), _state(name, "v", w),
+                _state(name, "beta1_t", w, np.float32(self.beta1), shape=(1,)),
+                _state(name, "beta2_t", w, np.float32(self.beta2), shape=(1,))]
+
+    def _update_group(self, ctx, grads):
+        """The group's updates as update_rules.lamb_group: the per-variable scalars of every
+        float32 variable computed as vectors (the same values as one `lamb` each)."""
+        builder = ctx.builder
+        names = [n for n in grads if builder.variables[n].np_dtype == np.float32]
+        if len(names) < 2:
+            return super()._update_group(ctx, grads)
+        lr = R.cast_like(self.lr_scheduler.lr(ctx.step), builder.variables[names[0]])
+        keep = ctx.finite
+        items, states = [], {}
+        for name in names:
+            g, factor = grads[name]
+            w = builder.variables[name]
+            if not ctx.fold_factors:
+                g, factor = R.scaled(g, factor), None
+            if keep is not None:    # (g * 0 would be NaN where g is not finite)
+                g = op("Where", keep, g, R.attr(g, 0.0))
+            states[name] = self._states(name, w)
+            items.append((w, g, *(state for _, state in states[name]),
+                          self._weight_decay_rate(name), factor))
+        for name, new in zip(names, R.lamb_group(items, lr, self.beta1, self.beta2,
+                                                 self.epsilon, keep)):
+            new = dict(zip([name] + [n for n, _ in states[name]], new))
+            if keep is not None:
+                ctx.kept.update(new)
+            else:
+                new = ctx.keep_unless_finite(new)
+            builder.state_updates.update(new)
+        rest = {n: pair for n, pair in grads.items() if n not in names}
+        if rest:
+            super()._update_group(ctx, rest)
 
 
 class LARS(Optimizer):
