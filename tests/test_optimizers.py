@@ -262,6 +262,80 @@ def test_lamb_over_a_group_gives_each_variable_what_its_own_lamb_gives(monkeypat
         np.testing.assert_array_equal(grouped[name], value, err_msg=name)
 
 
+def _small_variables_steps(make_opt, grouped, monkeypatch, skip_step=True):
+    """Every variable after 4 steps of a job with three small variables (two share a
+    weight decay rate; an l2 regularizer on one), with them updated as one
+    (train/flat_groups.py) or one by one; the third step's gradients not finite under
+    the dynamic loss scale."""
+    from onnxjob.train import flat_groups
+    if not grouped:
+        monkeypatch.setattr(flat_groups, "small_groups", lambda *args: [])
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        w = flow.get_variable("w", (4,), initializer=flow.ones_initializer())
+        u = flow.get_variable("u", (2, 4), initializer=flow.constant_initializer(0.5),
+                              regularizer=flow.regularizers.l2(0.01))
+        bias = flow.get_variable("bias", (4,), initializer=flow.zeros_initializer())
+        loss = flow.math.reduce_sum(w * w * a + flow.math.reduce_sum(u, axis=0) * a + bias * a)
+        make_opt().minimize(loss)
+        return loss
+
+    for step in range(4):
+        bad = skip_step and step == 2
+        job(A if not bad else np.array([1.0, np.nan, 2.0, np.inf], np.float32))
+    return {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+
+
+_SCALE = optim.loss_scale.dynamic_loss_scale
+FLAT_OPTIMIZERS = {
+    "momentum": lambda: optim.SGD(0.1, momentum=0.9, loss_scale_policy=_SCALE()),
+    "sgdw_clipped": lambda: optim.SGDW(
+        0.1, momentum=0.8, weight_decay=0.05, weight_decay_excludes=["bias"],
+        grad_clipping=optim.grad_clipping.by_global_norm(1.0), loss_scale_policy=_SCALE()),
+    "adamw_bias_correction": lambda: optim.AdamW(
+        0.1, do_bias_correction=True, weight_decay=0.3, weight_decay_excludes=["bias"],
+        loss_scale_policy=_SCALE()),
+    "rmsprop_centered": lambda: optim.RMSProp(0.1, centered=True, loss_scale_policy=_SCALE()),
+    "sgd_plain": lambda: optim.SGD(0.1, momentum=0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLAT_OPTIMIZERS))
+def test_small_variables_updated_as_one_get_what_their_own_updates_give(name, monkeypatch):
+    make = FLAT_OPTIMIZERS[name]
+    skip = name != "sgd_plain"
+    grouped = _small_variables_steps(make, True, monkeypatch, skip)
+    one_by_one = _small_variables_steps(make, False, monkeypatch, skip)
+    assert set(grouped) == set(one_by_one)
+    for variable, value in one_by_one.items():
+        np.testing.assert_array_equal(grouped[variable], value, err_msg=variable)
+    if skip:    # the non-finite step left every variable as the second step made it
+        assert np.isfinite(grouped["w"]).all()
+
+
+def test_small_variables_of_a_step_are_updated_as_one():
+    """The three small variables of the job above: one concatenated update, split back."""
+    from onnxjob.graph.compiler import compile_job
+    from onnxjob.runtime.session import default_session
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        ws = [flow.get_variable(f"v{k}", (4,), initializer=flow.ones_initializer())
+              for k in range(3)]
+        loss = flow.math.reduce_sum((ws[0] * ws[1] + ws[2]) * a)
+        optim.SGD(0.1, momentum=0.9).minimize(loss)
+        return loss
+
+    session = default_session()
+    graph = compile_job(session.jobs["job"], session, 0).model.graph
+    ops = [n.op_type for n in graph]
+    assert ops.count("Split") == 2      # the variables and their momenta
+    assert ops.count("Concat") >= 3     # the variables, their gradients and momenta
+
+
 def test_lr_schedule_with_warmup_feeds_adam():
     sched = S.PolynomialScheduler(0.1, 4, 0.0, warmup=S.warmup.linear(2, 0.0))
     ref = reference({"w": adam(bc=True), "b": adam(bc=True)}, lr_fn=sched.numpy_lr)

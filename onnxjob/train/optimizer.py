@@ -22,7 +22,7 @@ from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.tracer import current_builder, int64_constant, op
-from onnxjob.train import update_rules as R
+from onnxjob.train import flat_groups, update_rules as R
 from onnxjob.train.lr_schedules import (  # noqa: F401  (re-exported as flow.optimizer.*)
     CosineDecayScheduler, CosineScheduler, CustomScheduler, ExponentialScheduler,
     InverseTimeScheduler, LinearCosineScheduler, LrScheduler, NaturalExpScheduler,
@@ -114,9 +114,17 @@ def _patterns(value):
 _ROWS = contextvars.ContextVar("onnxjob_updated_rows", default=None)
 
 
+# while small variables are updated as one (train/flat_groups.py): their FlatGroup
+_GROUP = contextvars.ContextVar("onnxjob_flat_group", default=None)
+
+
 def _state(var_name, suffix, like, init=0.0, shape=None):
     """Optimizer state variable `<var>-<suffix>` (OneFlow's name), initialized to `init`;
-    while only some rows of the variable are updated, those rows of it."""
+    while only some rows of the variable are updated, those rows of it; for a flat group's
+    name, the concatenation of its members' slots."""
+    group = _GROUP.get()
+    if group is not None and var_name == group.name:
+        return group.state(suffix, init, shape)
     picked = _ROWS.get()
     rows = None
     if picked is not None and picked[0] == var_name and shape is None:
@@ -171,6 +179,9 @@ class Optimizer:
 
     _sparse_capable = False  # OneFlow has indexed-slices kernels for sgd/momentum/adam
     _always_lazy = False
+    # the update is elementwise in the variable, its gradient and its slots: small
+    # variables are updated as one (train/flat_groups.py)
+    _elementwise_update = False
     # the update skips a dynamic loss scale's non-finite step through its scalar
     # coefficients (update_rules.gated), not a select over each new value: 2 passes over
     # the variable instead of 3 per new value
@@ -353,6 +364,9 @@ class Optimizer:
         lr = self.lr_scheduler.lr(ctx.step)
         keep = ctx.finite if self._skips_by_coefficients else None
         folds = self._folds_gradient_factor and ctx.fold_factors
+        for names in flat_groups.small_groups(self, ctx, grads):
+            self._update_flat(ctx, names, grads, lr, keep, folds)
+            grads = {n: pair for n, pair in grads.items() if n not in names}
         for name, (g, factor) in grads.items():
             w = builder.variables[name]
             if not folds:
@@ -372,6 +386,34 @@ class Optimizer:
             else:
                 new = ctx.keep_unless_finite(new)
             builder.state_updates.update(new)
+
+    def _update_flat(self, ctx, names, grads, lr, keep, folds):
+        """The updates of the small variables `names` (one dtype, weight decay rate and
+        gradient factor: flat_groups.small_groups) as one update of their concatenation,
+        split back: the values _update_group gives each of them."""
+        builder = ctx.builder
+        group = flat_groups.FlatGroup(f"{names[0]}-onnxjob-flat-group",
+                                      {n: builder.variables[n] for n in names}, _state)
+        g, factor = group.flat([grads[n][0] for n in names]), grads[names[0]][1]
+        if not folds:
+            g, factor = R.scaled(g, factor), None
+        if keep is not None:    # (g * 0 would be NaN where g is not finite)
+            g = op("Where", keep, g, R.attr(g, 0.0))
+        extra = {"factor": factor} if self._folds_gradient_factor else {}
+        w = group.old[group.name]
+        token = _GROUP.set(group)
+        try:
+            new = self._update(ctx, group.name, w, g, R.cast_like(lr, w),
+                               self._weight_decay_rate(names[0]), keep, **extra)
+        finally:
+            _GROUP.reset(token)
+        for key, value in new.items():
+            if keep is None and ctx.finite is not None:     # (keep_unless_finite, at once)
+                value = op("Where", ctx.finite, value, group.old[key])
+            parts = group.split(key, value)
+            if ctx.finite is not None:
+                ctx.kept.update(parts)
+            builder.state_updates.update(parts)
 
     def _update_rows(self, ctx, name, w, g, lr, keep, extra, rows):
         """OneFlow's indexed-slices update: the rows `rows` of the variable and of its slots
@@ -466,6 +508,7 @@ class SGD(Optimizer):
 
     _sparse_capable = True
     _folds_gradient_factor = True
+    _elementwise_update = True
 
     def __init__(self, lr_scheduler, loss_scale_factor=None, momentum=0.9, grad_clipping=None,
                  train_step_lbn=None, loss_scale_policy=None, variables=None):
@@ -501,6 +544,7 @@ class Adam(Optimizer):
     _sparse_capable = True
     _skips_by_coefficients = True
     _folds_gradient_factor = True
+    _elementwise_update = True
 
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  do_bias_correction=False, loss_scale_factor=None, grad_clipping=None,
@@ -560,6 +604,8 @@ class LazyAdam(Adam):
 
 class RMSProp(Optimizer):
     """mean_square = d*ms + (1-d)*g^2; w -= lr*g/sqrt(ms + eps) (centered: ms - mg^2)."""
+
+    _elementwise_update = True
 
     def __init__(self, lr_scheduler, decay_rate=0.99, epsilon=1e-8, centered=False,
                  loss_scale_factor=None, grad_clipping=None, train_step_lbn=None,
