@@ -15,7 +15,9 @@ sessions order them differently), so `in_place_state` asks of the graph itself:
   order) or is that node;
 * the node that writes w' is elementwise (ELEMENTWISE), and where it reads w itself, w has
   w''s shape (each element read before the same element is written), or it is a ScatterND
-  of new rows into w (a row-sparse update: the rows' new values are its other inputs);
+  of new rows into w (a row-sparse update: the rows' new values are its other inputs), or
+  it does not read w at all (small variables updated as one: their part of the
+  concatenation's new value, train/flat_groups.py);
 * w' has w's type and shape and is no other output's value.
 
 Variables whose update depends on every gradient (a dynamic loss scale's finite check,
@@ -83,12 +85,13 @@ def in_place_state(graph, variable_inputs, state_outputs):
         if w is None or new is None or counted[id(new)] > 1:
             continue
         writer = new.producer()
-        if writer is None or not (writer.op_type in ELEMENTWISE or _writes_rows_of(writer, w)) \
+        readers = _readers(w)
+        if writer is None or not (writer.op_type in ELEMENTWISE or _writes_rows_of(writer, w)
+                                  or writer not in readers) \
                 or writer.domain != "" or new.type != w.type or new.shape is None or \
                 w.shape is None or list(new.shape) != list(w.shape):
             continue
         before = bits[id(writer)]
-        readers = _readers(w)
         if all(r is writer or (id(r) in index and before >> index[id(r)] & 1)
                for r in readers):
             safe.add(variable)
