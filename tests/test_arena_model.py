@@ -143,3 +143,17 @@ def test_the_first_train_step_makes_the_chosen_region_once(monkeypatch):
         arena_reserve._reserved.update(saved)
     for a, b in zip(plain, with_region):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_region_the_arena_cannot_make_is_skipped(monkeypatch):
+    """A region past the arena's bound (or the device's memory) costs the layout only: no
+    error at session creation."""
+    saved = dict(arena_reserve._reserved)
+    try:
+        arena_reserve.reset()
+        opts = backend.session_options(False, device="cpu")
+        assert arena_reserve.reserve("cpu", 1 << 62, opts, [backend.CPU]) == 0
+        assert arena_reserve.done("cpu")
+    finally:
+        arena_reserve._reserved.clear()
+        arena_reserve._reserved.update(saved)

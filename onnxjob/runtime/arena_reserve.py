@@ -38,9 +38,15 @@ def reserve(device, nbytes, session_options, providers):
     if nbytes <= 0:
         return 0
     session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(_region_model().SerializeToString(), session_options,
-                                providers=providers)
-    sess.run(None, {"size": np.array([nbytes], dtype=np.int64)})
+    try:
+        sess = ort.InferenceSession(_region_model().SerializeToString(), session_options,
+                                    providers=providers)
+        sess.run(None, {"size": np.array([nbytes], dtype=np.int64)})
+    except Exception:   # onnxruntime's own error types: the arena's bound, the device's memory
+        # (only the layout is lost: the step then asks as it goes, and a step that cannot
+        # get its memory says so itself, runtime/out_of_memory.py)
+        _reserved[device] = 0
+        return 0
     return nbytes
 
 
