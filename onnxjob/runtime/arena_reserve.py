@@ -38,6 +38,7 @@ def reserve(device, nbytes, session_options, providers):
     if nbytes <= 0:
         return 0
     session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session_options.log_severity_level = 4     # (a refused region is not the user's error)
     try:
         sess = ort.InferenceSession(_region_model().SerializeToString(), session_options,
                                     providers=providers)
