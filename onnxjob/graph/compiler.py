@@ -4,7 +4,7 @@ import onnx_ir as ir
 
 from onnxjob.errors import TraceError
 from onnxjob import typing as tp
-from onnxjob.graph import autodiff, pass_cache
+from onnxjob.graph import autodiff, moving_averages, pass_cache
 from onnxjob.graph.in_place import in_place_state
 from onnxjob.graph.dynamic_batch import make_batch_symbolic
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
@@ -109,6 +109,7 @@ def compile_job(job, variable_registry=None, seed=None):
         builder.data_parallel_ranks = distributed.world()[1]
     with tracing(builder):
         placeholder_names, blobs, tree = job.trace(builder)
+        moving_averages.flush(builder)
         optimizer = builder.optimizer
         # As OneFlow, minimize() makes any job a train job: it sets the job config's
         # train_conf, which shares a protobuf oneof with predict_conf

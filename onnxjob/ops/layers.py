@@ -10,6 +10,7 @@ from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.tracer import as_blob, current_builder, op
+from onnxjob.graph import moving_averages
 from onnxjob.ops import math, qat
 from onnxjob.ops.conv import bias_add, convolution, is_channels_last, spatial_tuple
 from onnxjob.ops.linalg import matmul
@@ -207,12 +208,8 @@ def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_m
                       local_statistics=1 if local else None, num_outputs=3)
     # elements per channel behind the statistics (the graph is traced at the whole batch)
     count = int(np.prod(x.shape)) // c // (ranks if local else 1)
-    m = as_blob(momentum, like=mean)
-    unbias = count / max(count - 1, 1)
-    builder.state_updates[moving_mean.name] = (
-        moving_mean * m + mean * as_blob(1.0 - momentum, like=mean))
-    builder.state_updates[moving_var.name] = (
-        moving_var * m + var * as_blob((1.0 - momentum) * unbias, like=var))
+    moving_averages.update(builder, moving_mean, mean, momentum)
+    moving_averages.update(builder, moving_var, var, momentum, count / max(count - 1, 1))
     return y
 
 
