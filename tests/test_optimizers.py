@@ -639,6 +639,28 @@ def test_dynamic_loss_scale_skips_a_step_with_non_finite_gradients():
     np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), w, rtol=RTOL)
 
 
+def test_a_non_finite_gradient_of_one_small_variable_among_several_skips_the_step():
+    """The small gradients are checked as one concatenation (update_rules.all_finite):
+    an inf in one of them alone still skips the step for every variable."""
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((4,)), b: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        w = flow.get_variable("w", (4,), initializer=flow.ones_initializer())
+        u = flow.get_variable("u", (4,), initializer=flow.ones_initializer())
+        big = flow.get_variable("big", (300, 300), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_sum(w * a) + flow.math.reduce_sum(u * b) + \
+            flow.math.reduce_mean(big)
+        optim.SGD(0.1, momentum=0.9,
+                  loss_scale_policy=optim.loss_scale.dynamic_loss_scale()).minimize(loss)
+        return loss
+
+    job(A, A)
+    before = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    job(A, np.array([1.0, 2.0, np.inf, 3.0], np.float32))     # u's gradient alone
+    after = flow.get_all_variables()
+    for name in ("w", "u", "big", "w-momentum", "u-momentum"):
+        np.testing.assert_array_equal(after[name].numpy(), before[name], err_msg=name)
+
+
 def test_gradient_accumulation_over_one_step_is_refused_and_one_works():
     config = flow.FunctionConfig()
     config.train.num_gradient_accumulation_steps(4)

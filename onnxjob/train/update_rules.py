@@ -87,8 +87,17 @@ def clip_by_global_norm(grads, clip_norm, factors=None):
         total = s if total is None else total + s
     inv_clip = as_blob(np.asarray(1.0 / float(np.float32(clip_norm)), total.np_dtype), like=total)
     scale = op("Min", op("Reciprocal", op("Sqrt", total)), inv_clip)
-    return {n: scale if factors.get(n) is None else cast_like(factors[n], scale) * scale
-            for n in grads}
+    made = {}       # (one product per pending factor: a shared factor stays one value)
+    out = {}
+    for n in grads:
+        factor = factors.get(n)
+        if factor is None:
+            out[n] = scale
+        else:
+            if id(factor) not in made:
+                made[id(factor)] = cast_like(factor, scale) * scale
+            out[n] = made[id(factor)]
+    return out
 
 
 def unscale_factors(grads, loss_scale, elem_cnt):
@@ -105,12 +114,15 @@ def unscale_factors(grads, loss_scale, elem_cnt):
         inverse = op("Reciprocal", reshape_to(loss_scale, ()))
     else:
         inverse = as_blob(np.float32(1) / np.float32(loss_scale), like=first, dtype=np.float32)
-    out = {}
+    out, per_dtype = {}, {}     # (one factor per dtype: the gradients share it)
     for name, g in grads.items():
-        factor = cast_like(inverse, g)
-        if elem_cnt != 1:
-            factor = as_blob(np.float32(1) / np.float32(elem_cnt), like=factor) * factor
-        out[name] = factor
+        key = np.dtype(g.np_dtype).str
+        if key not in per_dtype:
+            factor = cast_like(inverse, g)
+            if elem_cnt != 1:
+                factor = as_blob(np.float32(1) / np.float32(elem_cnt), like=factor) * factor
+            per_dtype[key] = factor
+        out[name] = per_dtype[key]
     return out
 
 
@@ -150,7 +162,7 @@ def all_finite(grads):
     and summed once: a step's check is a few kernels beyond one sum per gradient, not a
     chain of scalar adds (ResNet50: 161 gradients)."""
     sums = []
-    for g, factor in grads:
+    for g, factor in _small_ones_together(grads):
         if factor is None or not g.shape:
             s = g if factor is None else g * cast_like(factor, g)
             s = op("ReduceSum", s, int64_constant(s, list(range(len(s.shape)))), keepdims=0)
@@ -164,6 +176,27 @@ def all_finite(grads):
     total = op("ReduceSum", together * attr(together, 0.0), int64_constant(together, [0]),
                keepdims=0)
     return op("Not", op("IsNaN", total))
+
+
+def _small_ones_together(grads):
+    """`grads` [(gradient, factor)] with the small gradients of one dtype and factor
+    concatenated into one (flat_groups.SMALL_ELEMENTS): their check is one sum, not one
+    (or a product and a sum) each. A finite element's value only changes which sum it
+    is in; a non-finite one still makes the total NaN."""
+    from onnxjob.train.flat_groups import SMALL_ELEMENTS
+    groups, out = {}, []
+    for g, factor in grads:
+        if g.shape and int(np.prod(g.shape)) <= SMALL_ELEMENTS:
+            groups.setdefault((np.dtype(g.np_dtype).str, id(factor)), []).append((g, factor))
+        else:
+            out.append((g, factor))
+    for members in groups.values():
+        if len(members) == 1:
+            out.extend(members)
+            continue
+        flat = op("Concat", *(reshape_to(g, [-1]) for g, _ in members), axis=0)
+        out.append((flat, members[0][1]))
+    return out
 
 
 def gated(keep, value, skipped):
