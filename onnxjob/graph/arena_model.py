@@ -153,19 +153,34 @@ def replay(plan, strategy="kSameAsRequested", planner_reuse=True,
     `reserved_first`: bytes of one region the arena made (and freed) before the step."""
     chains, reused = planner_chains(plan) if planner_reuse else (
         [(start, end, nbytes) for start, end, nbytes in plan.lifetimes.values()], 0)
+    arena = _run(chains, Arena(strategy, max_dead_bytes, initial_chunk), reserved_first)
+    return ArenaRun(strategy, arena.reserved, arena.peak_in_use, arena.regions, reused)
+
+
+def reserved_after_regions(plan, sizes):
+    """{size: bytes onnxjob's arena (kSameAsRequested) reserves for `plan`'s step after a
+    first region of `size` bytes (0: none)}, as `replay` gives them (the planner's choices
+    made once for all sizes)."""
+    chains, _ = planner_chains(plan)
+    return {n: _run(chains, Arena(), n).reserved for n in sizes}
+
+
+def _run(chains, arena, reserved_first):
+    """`arena` after the buffers `chains` [(first position, last position, bytes)] were
+    allocated and freed in position order, after one region of `reserved_first` bytes."""
     made_at, dies_at = {}, {}
     for k, (start, end, _) in enumerate(chains):
         made_at.setdefault(start, []).append(k)
         dies_at.setdefault(end, []).append(k)
-    arena, chunk = Arena(strategy, max_dead_bytes, initial_chunk), {}
     if reserved_first:
         arena.free(arena.alloc(reserved_first))
-    for i in range(len(plan.order)):
+    chunk = {}
+    for i in sorted(set(made_at) | set(dies_at)):
         for k in made_at.get(i, ()):
             chunk[k] = arena.alloc(chains[k][2])
         for k in dies_at.get(i, ()):
             arena.free(chunk.pop(k))
-    return ArenaRun(strategy, arena.reserved, arena.peak_in_use, arena.regions, reused)
+    return arena
 
 
 def planner_chains(plan):

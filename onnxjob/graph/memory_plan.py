@@ -159,6 +159,13 @@ def forward_nodes(graph, outputs):
     return seen
 
 
+def plan_of(compiled, device, in_place=()):
+    """The MemoryPlan of a compiled job (graph/compiler.py's CompiledGraph) as a `device`
+    session runs it, `in_place` naming the variables its steps write in place."""
+    return plan(compiled.model.graph, session_order(device, compiled.is_train),
+                in_place_outputs=[compiled.state_outputs[v] for v in in_place])
+
+
 def plan(graph, order="model", forward_outputs=(), in_place_outputs=()):
     """The MemoryPlan of one run of `graph` (an onnx_ir Graph with static shapes) in
     `order`. `forward_outputs`: the graph values a train step returns (its loss), whose

@@ -11,8 +11,8 @@ layers. The per-layer nodes it replaces are left unread (the passes remove them)
 """
 import numpy as np
 
-from onnxjob.graph.primitives.shape_ops import reshape_to
-from onnxjob.graph.tracer import as_blob, int64_constant, op
+from onnxjob.graph.primitives.shape_ops import concat_flat, split_flat
+from onnxjob.graph.tracer import as_blob
 
 
 def update(builder, running, statistic, momentum, unbias=1.0):
@@ -22,14 +22,13 @@ def update(builder, running, statistic, momentum, unbias=1.0):
     new = running * as_blob(momentum, like=statistic) + \
         statistic * as_blob(coefficient, like=statistic)
     builder.state_updates[running.name] = new
-    pending = builder.__dict__.setdefault("_moving_averages", {})
-    pending[running.name] = (running, statistic, momentum, coefficient, new)
+    builder.moving_averages[running.name] = (running, statistic, momentum, coefficient, new)
 
 
 def flush(builder):
     """Replace the recorded updates that share a momentum and dtypes by one update of their
     concatenation (two or more; an update overwritten since is left alone)."""
-    pending = builder.__dict__.pop("_moving_averages", {})
+    pending, builder.moving_averages = builder.moving_averages, {}
     groups = {}
     for name, (running, statistic, momentum, coefficient, new) in pending.items():
         if builder.state_updates.get(name) is not new or not running.shape:
@@ -43,13 +42,11 @@ def flush(builder):
 
 
 def _update_together(builder, momentum, members):
-    sizes = [int(np.prod(running.shape)) for running, _, _ in members]
-    old = op("Concat", *(reshape_to(r, [-1]) for r, _, _ in members), axis=0)
-    stats = op("Concat", *(reshape_to(s, [-1]) for _, s, _ in members), axis=0)
-    dtype = stats.np_dtype
-    coefficients = np.concatenate([np.full(n, np.asarray(c, dtype=dtype)) for n, (_, _, c)
-                                   in zip(sizes, members)])
+    shapes = [tuple(running.shape) for running, _, _ in members]
+    old = concat_flat([running for running, _, _ in members])
+    stats = concat_flat([statistic for _, statistic, _ in members])
+    coefficients = np.concatenate([np.full(int(np.prod(shape)), c, dtype=stats.np_dtype)
+                                   for shape, (_, _, c) in zip(shapes, members)])
     new = old * as_blob(momentum, like=stats) + stats * as_blob(coefficients, like=stats)
-    parts = op("Split", new, int64_constant(new, sizes), axis=0, num_outputs=len(sizes))
-    for (running, _, _), part in zip(members, parts):
-        builder.state_updates[running.name] = reshape_to(part, list(running.shape))
+    for (running, _, _), part in zip(members, split_flat(new, shapes)):
+        builder.state_updates[running.name] = part

@@ -268,6 +268,7 @@ class GraphBuilder:
         self.variables = {}        # variable name -> Blob (graph input)
         self.variable_specs = {}   # variable name -> VariableSpec
         self.state_updates = {}    # variable name -> Blob with its value after the step
+        self.moving_averages = {}  # variable name -> its update (graph/moving_averages.py)
         self.watches = []          # (Blob, handler, is_diff, location)
         self.sources = {}          # graph input name -> the host node feeding it
         self.placeholders = {}     # graph input name -> the job parameter's Blob

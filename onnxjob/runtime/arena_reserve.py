@@ -72,11 +72,9 @@ def region_bytes(compiled, device, in_place=()):
     lose: a request that fits none of its free chunks grows the arena by its whole size
     (LeNet's train step: 137 MiB with a region of its peak, 98 MiB without)."""
     from onnxjob.graph import arena_model, memory_plan
-    plan = memory_plan.plan(
-        compiled.model.graph, memory_plan.session_order(device, compiled.is_train),
-        in_place_outputs=[compiled.state_outputs[v] for v in in_place])
+    plan = memory_plan.plan_of(compiled, device, in_place)
     candidates = [0] + [int(plan.peak_bytes * f) for f in CANDIDATES]
-    held = {n: arena_model.replay(plan, reserved_first=n).reserved_bytes for n in candidates}
+    held = arena_model.reserved_after_regions(plan, candidates)
     return min(candidates, key=lambda n: (held[n], n))
 
 

@@ -401,16 +401,22 @@ def _exact_cpu_arena(limit=None):
         return registered
     memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
                                ort.OrtMemType.DEFAULT)
-    config = {"arena_extend_strategy": 1}
-    if limit:
-        config["max_mem"] = int(limit)
     try:
-        ort.create_and_register_allocator(memory, ort.OrtArenaCfg(config))
+        ort.create_and_register_allocator(memory, _exact_arena_config(limit))
         registered = True
     except Exception:    # onnxruntime's own error types
         registered = False
     _cpu_arena.append((limit, registered))
     return registered
+
+
+def _exact_arena_config(limit):
+    """The shared arenas' configuration: growth by exactly the size requested
+    (kSameAsRequested), bounded by `limit` bytes (None: unbounded)."""
+    config = {"arena_extend_strategy": 1}
+    if limit:
+        config["max_mem"] = int(limit)
+    return ort.OrtArenaCfg(config)
 
 
 @functools.lru_cache(maxsize=None)
@@ -422,12 +428,9 @@ def _shared_cuda_arena():
     device_id = cuda_device_id() or 0
     memory = ort.OrtMemoryInfo("Cuda", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, device_id,
                                ort.OrtMemType.DEFAULT)
-    config = {"arena_extend_strategy": 1}
-    if memory_limit_bytes():
-        config["max_mem"] = int(memory_limit_bytes())
     try:
         ort.create_and_register_allocator_v2(CUDA, memory, {"device_id": str(device_id)},
-                                             ort.OrtArenaCfg(config))
+                                             _exact_arena_config(memory_limit_bytes()))
         return True
     except Exception as e:     # onnxruntime's own error types
         print(f"onnxjob: onnxruntime did not make the shared CUDA arena ({str(e).strip()[:200]}"
@@ -468,7 +471,7 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
                                  disabled_transformers(is_train, device))
     disabled = disabled_transformers(is_train, device)
     cache_path = None
-    if cached and (device == "cpu" or is_train):
+    if cached and (device == "cpu" or in_graph_order(device, is_train)):
         cache_path = session_cache.cached_model_path(
             model_bytes, *_optimizer_choices(opts, is_train, providers, disabled))
     if cache_path is not None and os.path.isfile(cache_path):

@@ -34,9 +34,7 @@ def device_memory_error(job_name, device, failure, compiled, in_place=()):
     limit = backend.memory_limit_bytes()
     bound = (f" (bound: flow.config.device_memory_limit_mbyte({limit >> 20}))"
              if limit else "")
-    plan = memory_plan.plan(
-        model.graph, memory_plan.session_order(device, compiled.is_train),
-        in_place_outputs=[compiled.state_outputs[v] for v in in_place])
+    plan = memory_plan.plan_of(compiled, device, in_place)
     where = "the GPU" if device == "cuda" else "the CPU"
     return DeviceMemoryError(
         f"job {job_name!r} ran out of memory on {where}: a node{_where(model, failure['op'])} "

@@ -13,12 +13,16 @@ concatenation too.
 """
 import numpy as np
 
-from onnxjob.graph.primitives.shape_ops import reshape_to
-from onnxjob.graph.tracer import int64_constant, op
+from onnxjob.graph.primitives.shape_ops import concat_flat, split_flat
 
 # a variable of at most this many elements is small (256 KiB of float32: about the bytes a
 # GPU moves in a kernel's launch time)
 SMALL_ELEMENTS = 1 << 16
+
+
+def is_small(blob):
+    """Whether `blob` (static shape) holds at most SMALL_ELEMENTS values (not a scalar)."""
+    return bool(blob.shape) and int(np.prod(blob.shape)) <= SMALL_ELEMENTS
 
 
 class FlatGroup:
@@ -30,16 +34,9 @@ class FlatGroup:
         self.name, self.members, self._make_state = name, members, make_state
         self.old = {}           # key in the rule's result -> the flat value it replaces
         self.slot_names = {}    # key -> [each member's slot name]
-        blobs = list(members.values())
-        self.sizes = [int(np.prod(b.shape)) for b in blobs]
-        self.shapes = [tuple(b.shape) for b in blobs]
-        self.old[name] = self.flat(blobs)
+        self.shapes = [tuple(b.shape) for b in members.values()]
+        self.old[name] = concat_flat(list(members.values()))
         self.slot_names[name] = list(members)
-
-    def flat(self, blobs):
-        """The blobs (the members' shapes, in order) as one vector."""
-        parts = [reshape_to(b, [-1]) for b in blobs]
-        return op("Concat", *parts, axis=0)
 
     def state(self, suffix, init, shape):
         """(key, flat value) of the members' `<member>-<suffix>` slots."""
@@ -47,16 +44,13 @@ class FlatGroup:
             raise AssertionError(f"internal: slot {suffix!r} of shape {shape} in a flat group")
         made = [self._make_state(n, suffix, w, init) for n, w in self.members.items()]
         key = f"{self.name}-{suffix}"
-        self.old[key] = self.flat([blob for _, blob in made])
+        self.old[key] = concat_flat([blob for _, blob in made])
         self.slot_names[key] = [n for n, _ in made]
         return key, self.old[key]
 
     def split(self, key, flat):
         """{each member's variable or slot name: its part of `flat`}."""
-        parts = op("Split", flat, int64_constant(flat, self.sizes), axis=0,
-                   num_outputs=len(self.sizes))
-        return {n: reshape_to(part, list(shape)) for n, part, shape
-                in zip(self.slot_names[key], parts, self.shapes)}
+        return dict(zip(self.slot_names[key], split_flat(flat, self.shapes)))
 
 
 def small_groups(optimizer, ctx, grads):
@@ -68,8 +62,8 @@ def small_groups(optimizer, ctx, grads):
     groups = {}
     for name, (g, factor) in grads.items():
         w = ctx.builder.variables[name]
-        if not w.shape or int(np.prod(w.shape)) > SMALL_ELEMENTS or \
-                name in ctx.sparse_names or not np.issubdtype(w.np_dtype, np.floating):
+        if not is_small(w) or name in ctx.sparse_names or \
+                not np.issubdtype(w.np_dtype, np.floating):
             continue
         key = (np.dtype(w.np_dtype).str, optimizer._weight_decay_rate(name), id(factor))
         groups.setdefault(key, []).append(name)

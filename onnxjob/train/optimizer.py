@@ -21,6 +21,7 @@ from onnxjob.compat.generations import positional_is, two_generations, written_f
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
 from onnxjob.frontend.variables import VariableSpec, variable_blob
+from onnxjob.graph.primitives.shape_ops import concat_flat
 from onnxjob.graph.tracer import current_builder, int64_constant, op
 from onnxjob.train import flat_groups, update_rules as R
 from onnxjob.train.lr_schedules import (  # noqa: F401  (re-exported as flow.optimizer.*)
@@ -134,6 +135,27 @@ def _state(var_name, suffix, like, init=0.0, shape=None):
                         trainable=False)
     state = variable_blob(spec)
     return spec.name, state if rows is None else R.rows_of(state, rows)
+
+
+def _as_updated(g, factor, keep, folds):
+    """(gradient, pending factor) as an update takes them: the factor applied now unless
+    the update `folds` it into its coefficients; 0 where `keep` (the update skips a
+    non-finite step through its coefficients) is false, as g * 0 would be NaN there."""
+    if not folds:
+        g, factor = R.scaled(g, factor), None
+    if keep is not None:
+        g = op("Where", keep, g, R.attr(g, 0.0))
+    return g, factor
+
+
+def _store(ctx, new, keep):
+    """Record an update's {state name: new value}: kept as it is where the update skips a
+    non-finite step itself (`keep`), else behind the dynamic loss scale's select."""
+    if keep is not None:
+        ctx.kept.update(new)
+    else:
+        new = ctx.keep_unless_finite(new)
+    ctx.builder.state_updates.update(new)
 
 
 class _StepContext:
@@ -369,10 +391,7 @@ class Optimizer:
             grads = {n: pair for n, pair in grads.items() if n not in names}
         for name, (g, factor) in grads.items():
             w = builder.variables[name]
-            if not folds:
-                g, factor = R.scaled(g, factor), None
-            if keep is not None:    # (g * 0 would be NaN where g is not finite)
-                g = op("Where", keep, g, R.attr(g, 0.0))
+            g, factor = _as_updated(g, factor, keep, folds)
             extra = {"factor": factor} if self._folds_gradient_factor else {}
             indices = self._sparse_indices(ctx, name)
             if indices is None:
@@ -381,11 +400,7 @@ class Optimizer:
             else:
                 new = self._update_rows(ctx, name, w, g, R.cast_like(lr, w), keep, extra,
                                         R.picked_rows(indices))
-            if keep is not None:
-                ctx.kept.update(new)
-            else:
-                new = ctx.keep_unless_finite(new)
-            builder.state_updates.update(new)
+            _store(ctx, new, keep)
 
     def _update_flat(self, ctx, names, grads, lr, keep, folds):
         """The updates of the small variables `names` (one dtype, weight decay rate and
@@ -394,11 +409,8 @@ class Optimizer:
         builder = ctx.builder
         group = flat_groups.FlatGroup(f"{names[0]}-onnxjob-flat-group",
                                       {n: builder.variables[n] for n in names}, _state)
-        g, factor = group.flat([grads[n][0] for n in names]), grads[names[0]][1]
-        if not folds:
-            g, factor = R.scaled(g, factor), None
-        if keep is not None:    # (g * 0 would be NaN where g is not finite)
-            g = op("Where", keep, g, R.attr(g, 0.0))
+        g, factor = _as_updated(concat_flat([grads[n][0] for n in names]),
+                                grads[names[0]][1], keep, folds)
         extra = {"factor": factor} if self._folds_gradient_factor else {}
         w = group.old[group.name]
         token = _GROUP.set(group)
@@ -670,23 +682,14 @@ class LAMB(Optimizer):
         keep = ctx.finite
         items, states = [], {}
         for name in names:
-            g, factor = grads[name]
+            g, factor = _as_updated(*grads[name], keep, ctx.fold_factors)
             w = builder.variables[name]
-            if not ctx.fold_factors:
-                g, factor = R.scaled(g, factor), None
-            if keep is not None:    # (g * 0 would be NaN where g is not finite)
-                g = op("Where", keep, g, R.attr(g, 0.0))
             states[name] = self._states(name, w)
             items.append((w, g, *(state for _, state in states[name]),
                           self._weight_decay_rate(name), factor))
         for name, new in zip(names, R.lamb_group(items, lr, self.beta1, self.beta2,
                                                  self.epsilon, keep)):
-            new = dict(zip([name] + [n for n, _ in states[name]], new))
-            if keep is not None:
-                ctx.kept.update(new)
-            else:
-                new = ctx.keep_unless_finite(new)
-            builder.state_updates.update(new)
+            _store(ctx, dict(zip([name] + [n for n, _ in states[name]], new)), keep)
         rest = {n: pair for n, pair in grads.items() if n not in names}
         if rest:
             super()._update_group(ctx, rest)

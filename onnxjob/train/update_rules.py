@@ -19,8 +19,9 @@ its update before, 17.2 GiB with both (bench/traffic_model.py bert --amp).
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.graph.primitives.shape_ops import flat, reshape_to
+from onnxjob.graph.primitives.shape_ops import concat_flat, flat, reshape_to, split_flat
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
+from onnxjob.train import flat_groups
 
 _INT64 = dtypes.int64.ir_dtype.value
 _FLOAT32 = dtypes.float32.ir_dtype.value
@@ -180,22 +181,17 @@ def all_finite(grads):
 
 def _small_ones_together(grads):
     """`grads` [(gradient, factor)] with the small gradients of one dtype and factor
-    concatenated into one (flat_groups.SMALL_ELEMENTS): their check is one sum, not one
-    (or a product and a sum) each. A finite element's value only changes which sum it
-    is in; a non-finite one still makes the total NaN."""
-    from onnxjob.train.flat_groups import SMALL_ELEMENTS
+    concatenated into one (flat_groups.is_small): their check is one sum, not one (or a
+    product and a sum) each. A finite element's value only changes which sum it is in; a
+    non-finite one still makes the total NaN."""
     groups, out = {}, []
     for g, factor in grads:
-        if g.shape and int(np.prod(g.shape)) <= SMALL_ELEMENTS:
+        if flat_groups.is_small(g):
             groups.setdefault((np.dtype(g.np_dtype).str, id(factor)), []).append((g, factor))
         else:
             out.append((g, factor))
     for members in groups.values():
-        if len(members) == 1:
-            out.extend(members)
-            continue
-        flat = op("Concat", *(reshape_to(g, [-1]) for g, _ in members), axis=0)
-        out.append((flat, members[0][1]))
+        out.append((concat_flat([g for g, _ in members]), members[0][1]))
     return out
 
 
@@ -366,15 +362,15 @@ def lamb_group(items, lr, beta1, beta2, epsilon, keep=None):
     first_b1t, first_b2t = items[0][4], items[0][5]
     b1 = cast_like(moments[0][2], first_b1t)
     b2 = gated(keep, attr(first_b2t, beta2), attr(first_b2t, 1.0))
-    b1t = _stacked([item[4] for item in items]) * b1
-    b2t = _stacked([item[5] for item in items]) * b2
+    b1t = concat_flat([item[4] for item in items]) * b1
+    b2t = concat_flat([item[5] for item in items]) * b2
     one = attr(b1t, 1.0)
     c1, root_c2 = one - b1t, op("Sqrt", one - b2t)
     eps = _unstacked(root_c2 * attr(root_c2, epsilon))
     qs = [m_new / (op("Sqrt", v_new) + cast_like(reshape_to(e, ()), v_new))
           for (m_new, v_new, _), e in zip(moments, eps)]
-    w_norm = op("Sqrt", _stacked([reshape_to(_sum_sq(item[0]), [1]) for item in items]))
-    q_norm = op("Sqrt", _stacked([reshape_to(_sum_sq(q), [1]) for q in qs]))
+    w_norm = op("Sqrt", concat_flat([reshape_to(_sum_sq(item[0]), [1]) for item in items]))
+    q_norm = op("Sqrt", concat_flat([reshape_to(_sum_sq(q), [1]) for q in qs]))
     zero = attr(w_norm, 0.0)
     ratio = op("Where", op("And", op("Greater", w_norm, zero), op("Greater", q_norm, zero)),
                w_norm / q_norm, root_c2 / c1)
@@ -393,17 +389,9 @@ def lamb_group(items, lr, beta1, beta2, epsilon, keep=None):
     return updated
 
 
-def _stacked(values):
-    """(1,) values -> one (n,) vector."""
-    return values[0] if len(values) == 1 else op("Concat", *values, axis=0)
-
-
 def _unstacked(vector):
     """An (n,) vector -> its n (1,) parts (one Split)."""
-    n = vector.shape[0]
-    if n == 1:
-        return [vector]
-    return list(op("Split", vector, int64_constant(vector, [1] * n), axis=0, num_outputs=n))
+    return split_flat(vector, [(1,)] * vector.shape[0])
 
 
 def lars(w, g, m, lr, momentum_beta, epsilon, lars_coefficient, weight_decay):

@@ -59,6 +59,21 @@ def flat(v):
     return reshape_rows(v, [int(np.prod(v.shape))], v.is_dynamic)
 
 
+def concat_flat(blobs):
+    """The static-shaped `blobs`' values, in order, as one vector (one Concat)."""
+    parts = [flat(b) for b in blobs]
+    return parts[0] if len(parts) == 1 else op("Concat", *parts, axis=0)
+
+
+def split_flat(vector, shapes):
+    """`vector` (as concat_flat makes it) cut back into values of `shapes` (one Split)."""
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    if len(sizes) == 1:
+        return [reshape_to(vector, list(shapes[0]))]
+    parts = op("Split", vector, int64_constant(vector, sizes), axis=0, num_outputs=len(sizes))
+    return [reshape_to(part, list(shape)) for part, shape in zip(parts, shapes)]
+
+
 register("Reshape", _reshape_infer, lambda n, g, need: _back_to_input(n, g, need))
 
 
