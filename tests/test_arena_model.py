@@ -157,3 +157,20 @@ def test_a_region_the_arena_cannot_make_is_skipped(monkeypatch):
     finally:
         arena_reserve._reserved.clear()
         arena_reserve._reserved.update(saved)
+
+
+def test_the_region_is_made_of_few_enough_elements_for_cuda_kernels():
+    """CUDA kernels index elements with 32-bit integers: the region is 8-byte elements,
+    at most 2**31 - 1 of them; a larger one is not made."""
+    assert arena_reserve.region_elements(2_800_000_000) == 350_000_000
+    assert arena_reserve.region_elements(9) == 2 and arena_reserve.region_elements(0) == 0
+    assert arena_reserve.region_elements(8 * 2 ** 31) == 0
+
+
+def test_sessions_without_the_shared_arena_get_no_region():
+    """CUDA sessions of their own arena (the default) never set the shared-allocator key,
+    which onnxruntime refuses to read back: no region, no error."""
+    import onnxruntime as ort
+    assert not backend._uses_shared_arena(ort.SessionOptions())
+    assert backend._uses_shared_arena(backend.session_options(True, device="cpu")) == \
+        bool(backend._exact_cpu_arena())

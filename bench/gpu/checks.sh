@@ -21,6 +21,8 @@
 #   amp-variants  the ResNet50 AMP row with and without BatchNormRowStatistics / HalfColumnSums
 #   first-call the first ResNet50 train call in fresh processes, empty then filled caches
 #              (passes, CUDA train sessions), then the speed rows with cuDNN's heuristic pick
+#   shared-arena  the CUDA tests and memory rows with one shared CUDA arena, the speed rows
+#              as shipped and shared, BERT's AMP row, the first ResNet50 call
 #   first-look the checks a short loan affords, most wanted first: the GPU-only tests, the
 #              peak-memory rows (ResNet50 AMP and fp32, BERT AMP), then the ResNet50 speed rows
 #   "CMD"      anything else is run as a command with the same setup
@@ -114,6 +116,23 @@ case "$1" in
     done
     timeout "$(left 570)" python3 bench/bench_gpu.py --rows resnet50,resnet50-amp --cuda-graph on \
       --algo-search HEURISTIC 2>&1 | tee -a "$out/first_call.log" ;;
+  shared-arena)
+    # one CUDA arena for every session with a region made ahead (runtime/arena_reserve.py):
+    # the CUDA tests on it, its memory rows, then the speed rows as shipped (the kernel cuts
+    # of graph/traffic.py's count) and on the shared arena, BERT's AMP row, the first calls
+    ONNXJOB_CUDA_SHARED_ARENA=1 timeout "$(left 90)" python3 -m pytest -q -p no:cacheprovider \
+      tests/test_cuda.py 2>&1 | tail -8 | tee "$out/gpu_tests_shared.log"
+    ONNXJOB_CUDA_SHARED_ARENA=1 timeout "$(left 220)" python3 bench/bench_gpu.py --memory-steps 3 \
+      --memory-timeout 150 --rows resnet50-amp-memory,bert-amp-memory,resnet50-memory \
+      --json "$out/memory_shared.json" 2>&1 | tee "$out/memory_shared.log"
+    timeout "$(left 330)" python3 bench/bench_gpu.py --rows resnet50,resnet50-amp --cuda-graph on \
+      --json "$out/speed.json" 2>&1 | tee "$out/speed.log"
+    timeout "$(left 410)" python3 bench/bench_gpu.py --rows bert-amp --json "$out/bert.json" \
+      2>&1 | tee "$out/bert.log"
+    ONNXJOB_CUDA_SHARED_ARENA=1 timeout "$(left 500)" python3 bench/bench_gpu.py \
+      --rows resnet50-amp --cuda-graph on 2>&1 | tee "$out/speed_shared.log"
+    timeout "$(left 570)" python3 bench/bench_startup.py resnet50 --batch 64 --runs 1 2>&1 \
+      | tee "$out/first_call.log" ;;
   first-look)
     timeout "$(left 100)" python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py 2>&1 \
       | tail -25 | tee "$out/gpu_tests.log"

@@ -34,28 +34,42 @@ def reserve(device, nbytes, session_options, providers):
     `device`. Returns the bytes reserved by this call (0 when it did nothing)."""
     if done(device):
         return 0
-    _reserved[device] = nbytes
-    if nbytes <= 0:
+    elements = region_elements(nbytes)
+    _reserved[device] = elements * 8
+    if elements == 0:
         return 0
     session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session_options.log_severity_level = 4     # (a refused region is not the user's error)
     try:
         sess = ort.InferenceSession(_region_model().SerializeToString(), session_options,
                                     providers=providers)
-        sess.run(None, {"size": np.array([nbytes], dtype=np.int64)})
+        sess.run(None, {"size": np.array([elements], dtype=np.int64)})
     except Exception:   # onnxruntime's own error types: the arena's bound, the device's memory
         # (only the layout is lost: the step then asks as it goes, and a step that cannot
         # get its memory says so itself, runtime/out_of_memory.py)
         _reserved[device] = 0
         return 0
-    return nbytes
+    return elements * 8
+
+
+_MAX_ELEMENTS = 2 ** 31 - 1
+
+
+def region_elements(nbytes):
+    """The int64 elements of a region of about `nbytes` (0: none). CUDA kernels index a
+    tensor's elements with 32-bit integers (ConstantOfShape's fill of a 2.8 GB uint8 tensor
+    read out of bounds on an H200 and left the CUDA context unusable), so the region is
+    made of 8-byte elements and never more than 2**31 - 1 of them (16 GiB): a larger plan
+    gets no region ahead rather than one in pieces."""
+    elements = -(-max(int(nbytes), 0) // 8)
+    return elements if elements <= _MAX_ELEMENTS else 0
 
 
 def _region_model():
-    """size (1,) int64 -> the shape of a uint8 tensor of `size` bytes made on the device
+    """size (1,) int64 -> the shape of an int64 tensor of `size` elements made on the device
     (ConstantOfShape) and dropped: only its allocation matters."""
     made = helper.make_node("ConstantOfShape", ["size"], ["region"],
-                            value=helper.make_tensor("zero", TensorProto.UINT8, [1], [0]))
+                            value=helper.make_tensor("zero", TensorProto.INT64, [1], [0]))
     shape = helper.make_node("Shape", ["region"], ["shape"])
     graph = helper.make_graph(
         [made, shape], "onnxjob_arena_region",

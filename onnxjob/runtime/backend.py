@@ -498,12 +498,20 @@ def _reserve_arena(opts, device, arena_region, cuda_options):
     """One region of `arena_region()` bytes in the arena sessions with `opts` share
     (runtime/arena_reserve.py), when they share one and ONNXJOB_ARENA_RESERVE is on."""
     if not settings.get("ARENA_RESERVE") or arena_reserve.done(device) or \
-            opts.get_session_config_entry("session.use_env_allocators") != "1":
+            not _uses_shared_arena(opts):
         return
     cuda = {k: v for k, v in (cuda_options or {}).items() if k != TENSORRT_REQUEST}
     providers = [(CUDA, cuda), CPU] if device == "cuda" else [CPU]
     arena_reserve.reserve(device, arena_region(), session_options(False, device=device),
                           providers)
+
+
+def _uses_shared_arena(opts):
+    # onnxruntime raises for a key never set (CUDA sessions without the shared arena)
+    try:
+        return opts.get_session_config_entry("session.use_env_allocators") == "1"
+    except RuntimeError:
+        return False
 
 
 def _check_on_cuda(sess, device):
