@@ -237,9 +237,9 @@ _TABLE = [
             "Before a process's first train step, make one region of the shared arena of the "
             "step's planned peak (runtime/arena_reserve.py); 0: the arena grows tensor by "
             "tensor."),
-    Setting("CUDA_SHARED_ARENA", Bool(), False,
+    Setting("CUDA_SHARED_ARENA", Bool(), True,
             "CUDA sessions share one arena per GPU (as CPU sessions do), which ARENA_RESERVE "
-            "then sizes; 0: each session has its own (not yet measured on a GPU)."),
+            "then sizes; 0: each session has its own, grown tensor by tensor."),
     Setting("CUDA_GRAPH", Bool(), True,
             "Run eligible CUDA train steps as CUDA graph replays.",
             "either this or function_config.enable_cuda_graph(False) turns them off"),

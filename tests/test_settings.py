@@ -41,7 +41,7 @@ def test_defaults(monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
     expected = {
         "DEVICE": None, "NUM_THREADS": 0, "SPIN_US": 100, "DETERMINISTIC": False,
-        "CUDA_TF32": None, "ARENA_RESERVE": True, "CUDA_SHARED_ARENA": False,
+        "CUDA_TF32": None, "ARENA_RESERVE": True, "CUDA_SHARED_ARENA": True,
         "CUDA_GRAPH": True, "FREEZE_AFTER": 8, "PREFETCH": 2,
         "DECODE_THREADS": min(4, os.cpu_count() or 1), "CACHE_DIR": "/somewhere/onnxjob",
         "CACHE_MB": 1024, "DISABLE_PASSES": False, "SKIP_PASSES": (), "DUMP_PASSES": None,

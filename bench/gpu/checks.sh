@@ -15,9 +15,9 @@
 #   serving    bench_serving.py on CUDA, two data-parallel ranks sharing the GPU
 #   stages     the synchronized-batch-norm step's stage schedules on CUDA (bench_stages.py)
 #   bert       bench_gpu.py's BERT AMP row and the peak-memory rows (ResNet50 AMP and fp32, BERT)
-#   memory     the AMP peak-memory rows with one shared CUDA arena (with and without the region
-#              made ahead), as shipped, with cuDNN workspaces bounded, without search, and
-#              with onnxruntime's own arena growth; the CUDA tests on the shared arena
+#   memory     the AMP peak-memory rows as shipped, without the region made ahead, with each
+#              session's own arena, with cuDNN workspaces bounded, without search, and with
+#              onnxruntime's own arena growth; the CUDA tests with each session's own arena
 #   amp-variants  the ResNet50 AMP row with and without BatchNormRowStatistics / HalfColumnSums
 #   first-call the first ResNet50 train call in fresh processes, empty then filled caches
 #              (passes, CUDA train sessions), then the speed rows with cuDNN's heuristic pick
@@ -91,11 +91,11 @@ case "$1" in
     # scratch buffer by the largest algorithm, and the arena keeps it), then also cuDNN's
     # heuristic pick (no search), then the arena growing by powers of two (onnxruntime's
     # default) instead of by exactly the size asked (fragmentation)
-    # ONNXJOB_CUDA_SHARED_ARENA=1: one arena per GPU for every session, given one region of
-    # the first train step's planned size ahead (runtime/arena_reserve.py; the arena model,
-    # graph/arena_model.py, predicts 3579 -> 2816 MiB of intermediates for ResNet50 AMP)
-    for variant in "ONNXJOB_CUDA_SHARED_ARENA=1" "ONNXJOB_CUDA_SHARED_ARENA=1 ONNXJOB_ARENA_RESERVE=0" \
-        "" "--cuda-options cudnn_conv_use_max_workspace=0" \
+    # as shipped: one arena per GPU for every session, given one region of the first train
+    # step's planned size ahead (runtime/arena_reserve.py); then without the region, then
+    # each session's own arena
+    for variant in "" "ONNXJOB_ARENA_RESERVE=0" "ONNXJOB_CUDA_SHARED_ARENA=0" \
+        "--cuda-options cudnn_conv_use_max_workspace=0" \
         "--cuda-options cudnn_conv_use_max_workspace=0 --algo-search HEURISTIC" \
         "--cuda-options arena_extend_strategy=kNextPowerOfTwo"; do
       echo "== memory rows $variant" | tee -a "$out/memory.log"
@@ -106,8 +106,8 @@ case "$1" in
       env "${envs[@]}" timeout "$(left 570)" python3 bench/bench_gpu.py "${flags[@]}" \
         --memory-steps 3 --rows resnet50-amp-memory,bert-amp-memory 2>&1 | tee -a "$out/memory.log"
     done
-    # the shared arena's train steps against plain CUDA steps (CUDA graphs, in-place state)
-    ONNXJOB_CUDA_SHARED_ARENA=1 timeout "$(left 590)" python3 -m pytest -q -p no:cacheprovider \
+    # each session's own arena: the CUDA train steps (CUDA graphs, in-place state)
+    ONNXJOB_CUDA_SHARED_ARENA=0 timeout "$(left 590)" python3 -m pytest -q -p no:cacheprovider \
       tests/test_cuda.py tests/test_in_place.py 2>&1 | tail -5 | tee -a "$out/memory.log" ;;
   first-call)
     for amp in "" --amp; do
