@@ -91,6 +91,8 @@ def main(argv=None):
     kernels, small = step.kernels()
     print(f"  kernels per step {kernels}, of which {small} move at most 256 KiB (their time "
           "is mostly launch and drain)")
+    tables = step.host_table_bytes()
+    print(f"  index tables copied from the host by Concat and Split nodes {tables / 1e6:.2f} MB")
     print("PyTorch's passes for the same layers (estimate, see the docstring):")
     for group, moved in reference.most_common():
         print(f"  {group:52s} {'':6s} {moved / GIB:8.2f}")
@@ -100,7 +102,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"groups": {g: b for g, (_, b) in step.by_group().items()},
-                       "kernels": kernels, "small_kernels": small,
+                       "kernels": kernels, "small_kernels": small, "host_tables": tables,
                        "memory_bound": memory_bound, "compute": step.compute_bytes(),
                        "reference": dict(reference)}, f, indent=2)
 

@@ -65,3 +65,49 @@ def test_one_concatenated_update_for_the_layers_of_a_momentum():
     splits = [n for n in graph if n.op_type == "Split"]
     # the four moving statistics (and the four small variables: train/flat_groups.py)
     assert sorted(len(n.outputs) for n in splits) == [4, 4]
+
+
+def _wide_statistics(together, monkeypatch):
+    """The variables after 2 train steps of a net whose batch norms have 64, 128 and 3
+    channels (one momentum), updated together or one by one, and the compiled graph."""
+    from onnxjob.graph.compiler import compile_job
+    from onnxjob.runtime.session import default_session
+    if not together:
+        monkeypatch.setattr(moving_averages, "flush", lambda builder: None)
+    flow.clear_default_session()
+    flow.config.seed(2)
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 3, 5, 5))) -> tp.Numpy:
+        h = flow.layers.batch_normalization(x, axis=1, name="bn0")
+        h = flow.layers.conv2d(h, 64, 3, padding="SAME", name="c0")
+        h = flow.layers.batch_normalization(h, axis=1, name="bn1")
+        h = flow.layers.conv2d(flow.nn.relu(h), 128, 1, name="c1")
+        h = flow.layers.batch_normalization(h, axis=1, name="bn2")
+        loss = flow.math.reduce_mean(h * h)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0.9).minimize(loss)
+        return loss
+
+    for step in range(2):
+        job(X * (step + 1))
+    session = default_session()
+    graph = compile_job(session.jobs["job"], session, 0).model.graph
+    return {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}, graph
+
+
+def test_wide_layers_are_concatenated_as_rows_and_odd_ones_apart(monkeypatch):
+    """Statistics of 64 and 128 channels are concatenated as rows of 64 (onnxruntime's CUDA
+    Concat and Split copy a table of every index along the axis: shape_ops.concat_flat);
+    the 3-channel layer's stay apart, so the rows stay 64 wide. The values are those of
+    one update per layer."""
+    together, graph = _wide_statistics(True, monkeypatch)
+    one_by_one, _ = _wide_statistics(False, monkeypatch)
+    for name, value in one_by_one.items():
+        np.testing.assert_array_equal(together[name], value, err_msg=name)
+    splits = [n for n in graph if n.op_type == "Split" and len(n.inputs[0].shape) == 2]
+    assert splits and all(n.inputs[0].shape[1] == 64 for n in splits)
+    statistics = 2 * (64 + 128)                 # bn1's and bn2's means and variances
+    small_variables = statistics + 64 * 27 + 64 + 128 * 64 + 128    # + c0's, c1's
+    assert sorted(n.inputs[0].shape[0] for n in splits) == [statistics // 64] + \
+        [small_variables // 64] * (len(splits) - 1)

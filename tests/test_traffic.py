@@ -323,3 +323,29 @@ def test_kernels_count_every_launch_but_views_and_fused_nodes():
     assert [t.moved for t in step.nodes if t.node is folded] == [0]
     assert step.kernels() == (3, 1)                          # Add (small), Mul, Gelu
     assert step.kernels(small=1 << 30) == (3, 3)
+
+
+def _pieces(op_type, whole_shape, piece_shapes, axis):
+    whole = ir.Value(name="w", type=ir.TensorType(F32), shape=ir.Shape(whole_shape))
+    pieces = [ir.Value(name=f"p{i}", type=ir.TensorType(F32), shape=ir.Shape(s))
+              for i, s in enumerate(piece_shapes)]
+    if op_type == "Concat":
+        node = ir.node("Concat", pieces, attributes={"axis": axis})
+        node.outputs[0].type, node.outputs[0].shape = ir.TensorType(F32), whole.shape
+        return node
+    node = ir.node("Split", [whole], attributes={"axis": axis}, num_outputs=len(pieces))
+    for out, s in zip(node.outputs, piece_shapes):
+        out.type, out.shape = ir.TensorType(F32), ir.Shape(s)
+    return node
+
+
+def test_concat_and_split_of_unequal_pieces_copy_an_index_table_from_the_host():
+    """The CUDA EP's Concat and Split of unequal pieces, or of more than 32, fill a table of
+    every index along the axis on the host each run (8 bytes an index); equal pieces none."""
+    unequal = _pieces("Split", [1000], [[600], [400]], 0)
+    assert traffic.host_table_bytes(unequal) == 8000
+    as_rows = _pieces("Concat", [125, 8], [[75, 8], [50, 8]], 0)    # the same values as rows
+    assert traffic.host_table_bytes(as_rows) == 1000
+    assert traffic.host_table_bytes(_pieces("Split", [64, 800], [[64, 400]] * 2, 1)) == 0
+    assert traffic.host_table_bytes(_pieces("Concat", [33], [[1]] * 33, 0)) == 264
+    assert traffic.host_table_bytes(_node("Add", [], [4])) == 0

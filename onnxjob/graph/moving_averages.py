@@ -11,7 +11,7 @@ layers. The per-layer nodes it replaces are left unread (the passes remove them)
 """
 import numpy as np
 
-from onnxjob.graph.primitives.shape_ops import concat_flat, split_flat
+from onnxjob.graph.primitives.shape_ops import concat_flat, split_flat, width_class
 from onnxjob.graph.tracer import as_blob
 
 
@@ -33,10 +33,10 @@ def flush(builder):
     for name, (running, statistic, momentum, coefficient, new) in pending.items():
         if builder.state_updates.get(name) is not new or not running.shape:
             continue
-        key = (float(momentum), np.dtype(running.np_dtype).str,
+        key = (float(momentum), width_class(running), np.dtype(running.np_dtype).str,
                np.dtype(statistic.np_dtype).str)
         groups.setdefault(key, []).append((running, statistic, coefficient))
-    for (momentum, _, _), members in groups.items():
+    for (momentum, *_), members in groups.items():
         if len(members) > 1:
             _update_together(builder, momentum, members)
 
@@ -47,6 +47,7 @@ def _update_together(builder, momentum, members):
     stats = concat_flat([statistic for _, statistic, _ in members])
     coefficients = np.concatenate([np.full(int(np.prod(shape)), c, dtype=stats.np_dtype)
                                    for shape, (_, _, c) in zip(shapes, members)])
-    new = old * as_blob(momentum, like=stats) + stats * as_blob(coefficients, like=stats)
+    new = old * as_blob(momentum, like=stats) + \
+        stats * as_blob(coefficients.reshape(stats.shape), like=stats)
     for (running, _, _), part in zip(members, split_flat(new, shapes)):
         builder.state_updates[running.name] = part

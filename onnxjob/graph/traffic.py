@@ -87,6 +87,27 @@ def node_traffic(node):
 
 # a kernel moving at most this many bytes takes about its launch's time on a GPU
 SMALL_KERNEL_BYTES = 256 << 10
+# pieces a CUDA Concat or Split passes to its kernel as arguments when they are equal
+_SAME_SIZE_PIECES = 32
+
+
+def host_table_bytes(node):
+    """Bytes onnxruntime's CUDA EP builds on the host and copies to the device each run for
+    `node`: a Concat or Split of pieces of different sizes along the axis, or of more than
+    32, fills a table of every index along the axis (8 bytes each; core/providers/cuda/
+    tensor/concat.cc, split.cc); equal pieces, 32 at most, take none. 0 for other nodes."""
+    if node.op_type not in ("Concat", "Split"):
+        return 0
+    whole = node.outputs[0] if node.op_type == "Concat" else node.inputs[0]
+    pieces = node.inputs if node.op_type == "Concat" else node.outputs
+    axis = node.attributes["axis"].value if "axis" in node.attributes else 0
+    if whole.shape is None or len(pieces) < 2 or any(p.shape is None for p in pieces):
+        return 0
+    axis %= len(whole.shape)
+    sizes = {p.shape[axis] for p in pieces}
+    if len(sizes) == 1 and len(pieces) <= _SAME_SIZE_PIECES:
+        return 0
+    return 8 * int(whole.shape[axis])
 
 
 @dataclasses.dataclass
@@ -116,6 +137,12 @@ class Traffic:
         launched = [t for t in self.nodes
                     if t.node.op_type not in ALIAS_OPS and not t.fused_away]
         return len(launched), sum(1 for t in launched if t.moved <= small)
+
+    def host_table_bytes(self):
+        """Bytes of the index tables the step's Concat and Split nodes copy from the host
+        each run (`host_table_bytes`): host work and a copy per node outside CUDA graphs,
+        a copy per node in a replay."""
+        return sum(host_table_bytes(t.node) for t in self.nodes if not t.fused_away)
 
 
 

@@ -13,7 +13,7 @@ concatenation too.
 """
 import numpy as np
 
-from onnxjob.graph.primitives.shape_ops import concat_flat, split_flat
+from onnxjob.graph.primitives.shape_ops import concat_flat, split_flat, width_class
 
 # a variable of at most this many elements is small (256 KiB of float32: about the bytes a
 # GPU moves in a kernel's launch time)
@@ -65,6 +65,7 @@ def small_groups(optimizer, ctx, grads):
         if not is_small(w) or name in ctx.sparse_names or \
                 not np.issubdtype(w.np_dtype, np.floating):
             continue
-        key = (np.dtype(w.np_dtype).str, optimizer._weight_decay_rate(name), id(factor))
+        key = (np.dtype(w.np_dtype).str, width_class(w), optimizer._weight_decay_rate(name),
+               id(factor))
         groups.setdefault(key, []).append(name)
     return [names for names in groups.values() if len(names) > 1]

@@ -19,7 +19,8 @@ its update before, 17.2 GiB with both (bench/traffic_model.py bert --amp).
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.graph.primitives.shape_ops import concat_flat, flat, reshape_to, split_flat
+from onnxjob.graph.primitives.shape_ops import (concat_flat, flat, reshape_to, split_flat,
+                                                width_class)
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.train import flat_groups
 
@@ -187,7 +188,8 @@ def _small_ones_together(grads):
     groups, out = {}, []
     for g, factor in grads:
         if flat_groups.is_small(g):
-            groups.setdefault((np.dtype(g.np_dtype).str, id(factor)), []).append((g, factor))
+            key = (np.dtype(g.np_dtype).str, width_class(g), id(factor))
+            groups.setdefault(key, []).append((g, factor))
         else:
             out.append((g, factor))
     for members in groups.values():
