@@ -17,7 +17,7 @@ from onnxjob.graph.tracer import GraphBuilder, as_blob, op, tracing
 from onnxjob.graph import memory_plan
 from onnxjob.passes import (AlignBroadcastRanks, BatchNormRowStatistics, BatchNormStatistics,
                     FoldReshapes, FoldTransposeIntoGemm, HalfColumnSums, KeepOnCuda,
-                    MaskBeforeMaxUnpool,
+                    MaskBeforeMaxUnpool, PadBeforeTranspose,
                     SumSquareReductions, RecomputeCheapValues, ReluMaskAsMul,
                     SeparableAveragePools,
                     ShareBatchNormCentering, ShareCastsThroughViews, SplitChannelReductions,
@@ -837,3 +837,37 @@ def test_a_program_logging_at_info_does_not_get_the_passes_bookkeeping(caplog, m
     assert not [r for r in caplog.records if r.name.startswith("onnx_ir")
                 and r.levelno < logging.WARNING]
     flow.clear_default_session()
+
+
+def _padded_transpose(perm, begin, end, lead, trail):
+    from onnxjob.graph.primitives.windows import pad_spatial
+    return lambda x: op("Relu", pad_spatial(op("Transpose", x, perm=perm), begin, end, lead,
+                                            trail))
+
+
+@pytest.mark.parametrize("perm, begin, end, lead, trail", [
+    ([1, 2, 3, 0], [1, 1], [1, 1], 1, 1),       # a weight gradient's (C, H, W, N) windows
+    ([1, 2, 3, 0], [0, 2], [3, 0], 1, 1),
+])
+def test_pad_before_transpose(perm, begin, end, lead, trail):
+    """The Pad moves before the Transpose, onto the last two axes of its input; the same
+    values (three ways, `check`)."""
+    shape = (2, 3, 5, 4)[:len(perm)]
+    fn = _padded_transpose(perm, begin, end, lead, trail)
+    check(PadBeforeTranspose(), fn, [shape], {"Pad": 1, "Transpose": 1},
+          {"Pad": 1, "Transpose": 1})
+    model = PadBeforeTranspose()(build(fn, shape)).model
+    pad = next(n for n in model.graph if n.op_type == "Pad")
+    assert pad.inputs[0].name == "x0"       # the input, padded along its last axes
+    assert next(n for n in model.graph if n.op_type == "Transpose").inputs[0] is \
+        pad.outputs[0]
+
+
+@pytest.mark.parametrize("perm, begin, end, lead, trail", [
+    ([1, 2, 3, 0], [1, 1], [1, 1], 2, 0),      # would pad x's N axis: no fast kernel there
+    ([0, 1, 2, 3], [1, 1], [1, 1], 2, 0),      # already along the last two axes
+    ([1, 2, 0], [1], [2], 1, 1),                # (C, L, N): already the fast kernel's
+])
+def test_pad_before_transpose_leaves_other_pads_alone(perm, begin, end, lead, trail):
+    model = build(_padded_transpose(perm, begin, end, lead, trail), (2, 3, 5, 4)[:len(perm)])
+    assert not PadBeforeTranspose()(model).modified

@@ -32,6 +32,7 @@ from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .half_column_sums import HalfColumnSums
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
+from .pad_before_transpose import PadBeforeTranspose
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
 from .separable_average_pools import SeparableAveragePools
@@ -51,9 +52,9 @@ def register_pass(pass_factory):
 
 def default_passes(device=None, mixed_precision=False):
     """The pipeline every job runs (each pass: one module, rewrite cases in its docstring);
-    jobs compiled for `device="cuda"` also run KeepOnCuda and SplitChannelReductions (and
-    ShareBatchNormCentering unless `mixed_precision`), the others ReluMaskAsMul and
-    BatchNormStatistics.
+    jobs compiled for `device="cuda"` also run KeepOnCuda, SplitChannelReductions and
+    PadBeforeTranspose (and ShareBatchNormCentering unless `mixed_precision`), the others
+    ReluMaskAsMul and BatchNormStatistics.
 
     `ONNXJOB_SKIP_PASSES=Name,Name` leaves those passes out (by class name), to measure
     or debug one pass at a time (a name that is no default pass raises SettingsError).
@@ -174,7 +175,8 @@ def op_counts(model):
 __all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormRowStatistics",
            "BatchNormStatistics", "FoldReshapes",
            "FoldTransposeIntoGemm", "HalfColumnSums", "KeepOnCuda", "MaskBeforeMaxUnpool",
-           "RecomputeCheapValues", "ReluMaskAsMul", "SeparableAveragePools",
+           "PadBeforeTranspose", "RecomputeCheapValues", "ReluMaskAsMul",
+           "SeparableAveragePools",
            "ShareBatchNormCentering", "ShareCastsThroughViews",
            "SplitChannelReductions", "SumSquareReductions",
            "build_pipeline", "default_pass_names", "default_passes", "dump_folder",

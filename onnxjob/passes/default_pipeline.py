@@ -11,6 +11,7 @@ from .fold_transpose_into_gemm import FoldTransposeIntoGemm
 from .half_column_sums import HalfColumnSums
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
+from .pad_before_transpose import PadBeforeTranspose
 from .sum_square_reductions import SumSquareReductions
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
@@ -35,7 +36,8 @@ def default_pipeline(device, mixed_precision=False):
         MaskBeforeMaxUnpool(),
         # (before SplitChannelReductions splits the mean it matches; after
         # BatchNormStatistics, which matches the batch norm's mean of a square itself)
-        *([SumSquareReductions(), KeepOnCuda(), SplitChannelReductions()]
+        *([SumSquareReductions(), KeepOnCuda(), SplitChannelReductions(),
+           PadBeforeTranspose()]
           if device == "cuda" else
           [ReluMaskAsMul(), BatchNormStatistics(), SumSquareReductions()]),
         AlignBroadcastRanks(),
