@@ -63,11 +63,14 @@ def test_watch_handler_must_take_one_parameter():
 def test_watch_example_prints_relu_at_exit():
     out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "test_watch.py")],
                          capture_output=True, text=True, check=True).stdout
-    lines = out.strip().splitlines()
-    assert lines[0].startswith("in:") and lines[1].startswith("out:")
-    xin = np.array(lines[0][4:].strip(" []").split(), dtype=np.float32)
-    xout = np.array(lines[1][5:].strip(" []").split(), dtype=np.float32)
-    np.testing.assert_allclose(xout, np.maximum(xin, 0), rtol=1e-6)
+    # (NumPy wraps an array past 75 characters, as a tiny value's scientific notation may
+    # make it, and prints at most 8 decimals, the digits chosen per array)
+    assert out.startswith("in:") and out.count("out:") == 1
+    printed_in, printed_out = out[3:].split("out:")
+    xin = np.array(printed_in.replace("[", " ").replace("]", " ").split(), dtype=np.float32)
+    xout = np.array(printed_out.replace("[", " ").replace("]", " ").split(), dtype=np.float32)
+    assert xin.shape == xout.shape == (5,)
+    np.testing.assert_allclose(xout, np.maximum(xin, 0), rtol=1e-6, atol=1e-8)
 
 
 def test_watch_diff_sees_onefows_unscaled_diffs_exactly():
