@@ -85,9 +85,31 @@ def test_fold_transpose_into_matmul_becomes_gemm():
 def test_transpose_with_other_uses_is_kept():
     def two_uses(a, b):
         t = flow.transpose(a)
-        return op("Add", op("Gemm", t, b), op("Gemm", t, b))
+        return op("Add", op("Gemm", t, b), op("Relu", op("Gemm", op("Relu", t), b)))
     model = build(two_uses, (4, 3), (4, 4))
     assert not FoldTransposeIntoGemm()(model).modified
+
+
+def test_transpose_read_by_several_products_folds_into_each():
+    """A tied weight read transposed by a forward product and a backward one (BERT's word
+    embeddings): no transposed copy is left."""
+    def two_products(a, b, w):
+        t = flow.transpose(w)
+        return op("Add", flow.matmul(a, t), op("Gemm", b, t))
+    check(FoldTransposeIntoGemm(), two_products, [(2, 4), (2, 4), (3, 4)],
+          {"Transpose": 1, "MatMul": 1, "Gemm": 1}, {"Transpose": 0, "MatMul": 0, "Gemm": 2})
+
+
+@pytest.mark.parametrize("product, transposes", [
+    (lambda a, b: op("Gemm", a, b, transA=1, alpha=0.5), 1),
+    (lambda a, b: flow.matmul(flow.transpose(a), b), 2),
+])
+def test_transpose_of_a_product_is_the_product_swapped(product, transposes):
+    """Case 4: (A' B')^T = B'^T A'^T, written in the transposed layout at once (a weight
+    gradient computed for the transposed weight)."""
+    check(FoldTransposeIntoGemm(), lambda a, b: op("Relu", flow.transpose(product(a, b))),
+          [(4, 3), (4, 5)], {"Transpose": transposes},
+          {"Transpose": 0, "MatMul": 0, "Gemm": 1})
 
 
 def _relu_pool_gradient(x, g, pool_input=None):
