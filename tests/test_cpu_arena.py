@@ -96,3 +96,30 @@ def test_oneflow_s_heuristic_search_flag_picks_cudnn_s_algorithm_search():
         assert backend.cuda_provider_options(config)["cudnn_conv_algo_search"] == search
         config.cudnn_conv_algo_search("default")
         assert backend.cuda_provider_options(config)["cudnn_conv_algo_search"] == "DEFAULT"
+
+
+def test_the_shared_cuda_arena_is_registered_once_with_the_first_bound(monkeypatch, capsys):
+    """CUDA sessions share one arena per GPU (ONNXJOB_CUDA_SHARED_ARENA, on by default),
+    registered once with flow.config.device_memory_limit_mbyte's bound; a bound asked for
+    later cannot change it, and that is said once (onnxruntime's registration faked: this
+    build has no CUDA EP)."""
+    made = []
+
+    def register(provider, memory, options, config):
+        made.append((provider, config.max_mem, config.arena_extend_strategy))
+    monkeypatch.setattr(ort, "create_and_register_allocator_v2", register)
+    monkeypatch.setattr(backend, "_cuda_arena", [])
+    backend._say_arena_bound.cache_clear()
+    monkeypatch.setattr(backend, "_memory_limit", [None])
+    backend.set_memory_limit(512)
+    assert _shares(backend.session_options(True, device="cuda"))
+    assert made == [(backend.CUDA, 512 << 20, 1)]
+    backend.set_memory_limit(256)
+    assert _shares(backend.session_options(False, device="cuda"))
+    assert _shares(backend.session_options(True, device="cuda"))
+    assert len(made) == 1
+    said = capsys.readouterr().err
+    assert said.count("CUDA sessions of this process share one arena") == 1
+    assert "512 MiB" in said
+    monkeypatch.setenv("ONNXJOB_CUDA_SHARED_ARENA", "0")
+    assert not _shares(backend.session_options(True, device="cuda"))

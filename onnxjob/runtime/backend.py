@@ -372,7 +372,8 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
         # graph/memory_plan.py plans on the CPU and on CUDA alike.
         opts.enable_mem_pattern = False
     if device == "cpu" and _exact_cpu_arena(memory_limit_bytes()) or \
-            device == "cuda" and settings.get("CUDA_SHARED_ARENA") and _shared_cuda_arena():
+            device == "cuda" and settings.get("CUDA_SHARED_ARENA") and \
+            _shared_cuda_arena(memory_limit_bytes()):
         opts.add_session_config_entry("session.use_env_allocators", "1")
     return opts
 
@@ -397,7 +398,7 @@ def _exact_cpu_arena(limit=None):
     if _cpu_arena:
         made_with, registered = _cpu_arena[0]
         if limit != made_with:
-            _say_cpu_arena_bound(made_with)
+            _say_arena_bound("CPU", made_with)
         return registered
     memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
                                ort.OrtMemType.DEFAULT)
@@ -419,34 +420,44 @@ def _exact_arena_config(limit):
     return ort.OrtArenaCfg(config)
 
 
-@functools.lru_cache(maxsize=None)
-def _shared_cuda_arena():
+_cuda_arena = []    # the shared CUDA arena's registration: [(limit it was made with, registered)]
+
+
+def _shared_cuda_arena(limit=None):
     """Register, once per process, one CUDA arena (this process's GPU) that CUDA sessions
-    share, growing by exactly the size requested and bounded as cuda_provider_options
-    bounds each session's (ONNXJOB_CUDA_SHARED_ARENA, on by default); False, said once,
-    where onnxruntime refuses. With the region made ahead (runtime/arena_reserve.py) an
-    H200 held 3.55 GiB for ResNet50's batch-64 AMP step instead of 4.44 (PyTorch: 4.02),
-    BERT-base AMP 5.48 instead of 5.60, at the same step time; shared alone, without the
-    region, it held the same as each session's own arena."""
+    share, growing by exactly the size requested and bounded by `limit` bytes as
+    cuda_provider_options bounds each session's (ONNXJOB_CUDA_SHARED_ARENA, on by default;
+    the first registration's bound stays, said once when another is asked for later);
+    False, said once, where onnxruntime refuses. With the region made ahead (runtime/
+    arena_reserve.py) an H200 held 3.55 GiB for ResNet50's batch-64 AMP step instead of
+    4.44 (PyTorch: 4.02), BERT-base AMP 5.48 instead of 5.60, at the same step time; shared
+    alone, without the region, it held the same as each session's own arena."""
+    if _cuda_arena:
+        made_with, registered = _cuda_arena[0]
+        if registered and limit != made_with:
+            _say_arena_bound("CUDA", made_with)
+        return registered
     device_id = cuda_device_id() or 0
     memory = ort.OrtMemoryInfo("Cuda", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, device_id,
                                ort.OrtMemType.DEFAULT)
     try:
         ort.create_and_register_allocator_v2(CUDA, memory, {"device_id": str(device_id)},
-                                             _exact_arena_config(memory_limit_bytes()))
-        return True
+                                             _exact_arena_config(limit))
+        registered = True
     except Exception as e:     # onnxruntime's own error types
         print(f"onnxjob: onnxruntime did not make the shared CUDA arena ({str(e).strip()[:200]}"
               "); each CUDA session keeps its own", file=sys.stderr)
-        return False
+        registered = False
+    _cuda_arena.append((limit, registered))
+    return registered
 
 
 @functools.lru_cache(maxsize=None)
-def _say_cpu_arena_bound(made_with):
+def _say_arena_bound(kind, made_with):
     bound = "no bound" if made_with is None else f"{made_with >> 20} MiB"
-    print(f"onnxjob: the CPU sessions of this process share one arena, made by the first of "
-          f"them with {bound}; flow.config.device_memory_limit_mbyte set since then applies to "
-          "CUDA sessions only", file=sys.stderr)
+    print(f"onnxjob: the {kind} sessions of this process share one arena, made by the first "
+          f"of them with {bound}; flow.config.device_memory_limit_mbyte set since then does "
+          f"not change it", file=sys.stderr)
 
 
 def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=False,
