@@ -273,6 +273,41 @@ def test_cuda_graph_steps_write_in_place_as_the_cpu_step(monkeypatch):
     _assert_same_steps(losses, values, *_cpu_steps())
 
 
+def test_cuda_graph_binds_the_stored_device_values_without_a_copy(monkeypatch):
+    """The runner's first buffer set is the store's own device values (no second copy of
+    the state); its steps are the CPU step's, bit for bit (CPU OrtValues standing for the
+    device's, as above)."""
+    import onnxruntime as ort
+
+    from onnxjob.runtime import cuda_graph
+
+    owners = []
+
+    def cpu_value(array):
+        owners.append(np.array(array))
+        return ort.OrtValue.ortvalue_from_numpy(owners[-1])
+    monkeypatch.setattr(cuda_graph, "_DEVICE", "cpu")
+    monkeypatch.setattr(cuda_graph, "_device_value", cpu_value)
+    monkeypatch.setattr(cuda_graph, "_device_buffer",
+                        lambda shape, dtype: cpu_value(np.zeros(shape, dtype)))
+    _, runtime, feeds = _job_after_one_step_on_the_cpu()
+    store = runtime.store
+    for name in list(store):
+        store[name] = cpu_value(store[name])
+    stored = {v: store[v] for v, _ in runtime._variable_inputs}
+    made = len(owners)
+    runner = cuda_graph.CudaGraphRunner(
+        _CapturingLikeOnnxruntime(runtime.ort_session), runtime._variable_inputs,
+        runtime._state_items, runtime._user_outputs, store, runtime._in_place)
+    losses = [np.array(runner.run(feeds)[0]) for _ in range(4)]
+    assert all(runner._sets[0][v] is value for v, value in stored.items())
+    # new buffers: the feeds, the outputs and the second set's non-in-place variables only
+    second = [v for v, _ in runtime._state_items if v not in runtime._in_place]
+    assert len(owners) - made == len(feeds) + len(runtime._user_outputs) + len(second)
+    values = {k: np.asarray(v.numpy()) for k, v in store.items()}
+    _assert_same_steps(losses, values, *_cpu_steps())
+
+
 def _lazy_adam_steps(in_place, steps=4):
     """A LazyAdam embedding whose loss reads the rows it looks up (so the forward's lookup is
     an ancestor of the update): the tables after each step and the variables written in

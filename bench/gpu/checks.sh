@@ -15,7 +15,8 @@
 #   serving    bench_serving.py on CUDA, two data-parallel ranks sharing the GPU
 #   stages     the synchronized-batch-norm step's stage schedules on CUDA (bench_stages.py)
 #   bert       bench_gpu.py's BERT AMP row and the peak-memory rows (ResNet50 AMP and fp32, BERT)
-#   memory     the AMP peak-memory rows as shipped, without the region made ahead, with each
+#   memory     the AMP peak-memory rows as shipped, without CUDA graphs (BERT's row has them:
+#              two buffer sets), without the region made ahead, with each
 #              session's own arena, with cuDNN workspaces bounded, without search, and with
 #              onnxruntime's own arena growth; the CUDA tests with each session's own arena
 #   amp-variants  the ResNet50 AMP row with and without BatchNormRowStatistics / HalfColumnSums
@@ -96,7 +97,8 @@ case "$1" in
     # as shipped: one arena per GPU for every session, given one region of the first train
     # step's planned size ahead (runtime/arena_reserve.py); then without the region, then
     # each session's own arena
-    for variant in "" "ONNXJOB_ARENA_RESERVE=0" "ONNXJOB_CUDA_SHARED_ARENA=0" \
+    for variant in "" "ONNXJOB_CUDA_GRAPH=0" "ONNXJOB_ARENA_RESERVE=0" \
+        "ONNXJOB_CUDA_SHARED_ARENA=0" \
         "--cuda-options cudnn_conv_use_max_workspace=0" \
         "--cuda-options cudnn_conv_use_max_workspace=0 --algo-search HEURISTIC" \
         "--cuda-options arena_extend_strategy=kNextPowerOfTwo"; do
