@@ -23,6 +23,8 @@
 #              / PadBeforeTranspose
 #   first-call the first ResNet50 train call in fresh processes, empty then filled caches
 #              (passes, CUDA train sessions), then the speed rows with cuDNN's heuristic pick
+#   kernels    each kernel's time in CUDA graph replays (bench/gpu_kernels.py: ResNet50 AMP,
+#              float32, BERT-base), the GPU's busy time beside the step's
 #   shared-arena  the CUDA tests and memory rows with one shared CUDA arena, the speed rows
 #              as shipped and shared, BERT's AMP row, the first ResNet50 call
 #   first-look the checks a short loan affords, most wanted first: the GPU-only tests, the
@@ -120,6 +122,13 @@ case "$1" in
     done
     timeout "$(left 570)" python3 bench/bench_gpu.py --rows resnet50,resnet50-amp --cuda-graph on \
       --algo-search HEURISTIC 2>&1 | tee -a "$out/first_call.log" ;;
+  kernels)
+    # the kernels as the GPU ran them in CUDA graph replays (CUPTI through PyTorch's
+    # profiler), ResNet50 AMP and float32 by family, then BERT-base
+    for model in "resnet50 --amp" "resnet50" "bert"; do
+      timeout "$(left 560)" python3 bench/gpu_kernels.py $model --by-family --top 25 2>&1 \
+        | tee -a "$out/kernels.log"
+    done ;;
   shared-arena)
     # one CUDA arena for every session with a region made ahead (runtime/arena_reserve.py):
     # the CUDA tests on it, its memory rows, then the speed rows as shipped (the kernel cuts
