@@ -81,7 +81,9 @@ class FoldTransposeIntoGemm(InPlacePass):
         """Cases 1-3: every reader of `t`'s output takes `t`'s input with a flag flipped."""
         out = t.outputs[0]
         uses = [(u.node, u.idx) for u in out.uses()]
-        if not uses or out.is_graph_output() or not all(_foldable(u) for u in uses):
+        # (a reader in a subgraph, If's or Loop's, keeps the transpose)
+        if not uses or out.is_graph_output() or \
+                not all(_foldable(u) and u[0].graph is graph for u in uses):
             return False
         readers = {id(n): n for n, _ in uses}.values()
         for reader in list(readers):
