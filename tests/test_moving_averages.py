@@ -10,13 +10,19 @@ from onnxjob.graph import moving_averages
 X = np.random.default_rng(0).standard_normal((4, 3, 5, 5)).astype(np.float32)
 
 
-def _moving_statistics(together, monkeypatch, momentum_b=0.9):
-    """The variables after 3 train steps of a net with three batch norms (two of one
-    momentum, one of another; channels 3, 6, 6), updated together or one by one."""
+def _fresh_session(together, monkeypatch, seed):
+    """A new default session whose moving averages are updated together or, with
+    `together` false, one by one (moving_averages.flush does nothing)."""
     if not together:
         monkeypatch.setattr(moving_averages, "flush", lambda builder: None)
     flow.clear_default_session()
-    flow.config.seed(1)
+    flow.config.seed(seed)
+
+
+def _moving_statistics(together, monkeypatch, momentum_b=0.9):
+    """The variables after 3 train steps of a net with three batch norms (two of one
+    momentum, one of another; channels 3, 6, 6), updated together or one by one."""
+    _fresh_session(together, monkeypatch, seed=1)
 
     @flow.global_function(type="train")
     def job(x: tp.Numpy.Placeholder((4, 3, 5, 5))) -> tp.Numpy:
@@ -72,10 +78,7 @@ def _wide_statistics(together, monkeypatch):
     channels (one momentum), updated together or one by one, and the compiled graph."""
     from onnxjob.graph.compiler import compile_job
     from onnxjob.runtime.session import default_session
-    if not together:
-        monkeypatch.setattr(moving_averages, "flush", lambda builder: None)
-    flow.clear_default_session()
-    flow.config.seed(2)
+    _fresh_session(together, monkeypatch, seed=2)
 
     @flow.global_function(type="train")
     def job(x: tp.Numpy.Placeholder((4, 3, 5, 5))) -> tp.Numpy:
