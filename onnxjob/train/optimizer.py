@@ -682,7 +682,8 @@ class LAMB(Optimizer):
         keep = ctx.finite
         items, states = [], {}
         for name in names:
-            g, factor = _as_updated(*grads[name], keep, ctx.fold_factors)
+            # (lamb_group makes a skipped step's gradients 0, a stack's at once)
+            g, factor = _as_updated(*grads[name], None, ctx.fold_factors)
             w = builder.variables[name]
             states[name] = self._states(name, w)
             items.append((w, g, *(state for _, state in states[name]),
