@@ -360,6 +360,10 @@ def test_train_step_matches_a_pytorch_twin(symmetric):
     rng = np.random.default_rng(3)
     x = rng.normal(size=(4, 2, 5, 5)).astype(f32)
     t = rng.normal(size=(4, 2)).astype(f32)
+    # (seeded: with initial weights drawn from whatever state earlier tests left, a value
+    # can land within an ulp of a rounding tie of a fake quantization, where onnxruntime's
+    # and PyTorch's convolutions, a last bit apart, round to neighbouring levels)
+    flow.config.seed(11)
     train = small_train_job(qat_config(symmetric), lr=0.05)
     before = {k: t_.numpy().copy() for k, t_ in flow.get_all_variables().items()}
     loss = train(x, t)
