@@ -854,3 +854,55 @@ def test_old_api_malformed_confs_raise_trace_errors(conf, match):
     job = old_api_job(conf)
     with pytest.raises(TraceError, match=match):
         job(A)
+
+
+def _regularized_steps(defer, monkeypatch, make_opt):
+    """Variables after 4 steps of small variables with L2 regularizers (two rates in one
+    flat group, one without, one alone in its size class), the third step's gradients not
+    finite, with the regularization deferred to the update or applied first."""
+    from onnxjob.train.optimizer import Optimizer
+    if not defer:
+        monkeypatch.setattr(Optimizer, "_deferred_regularizers", lambda self, b, g: {})
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        def var(name, shape, l2):
+            return flow.get_variable(name, shape, initializer=flow.constant_initializer(0.5),
+                                     regularizer=flow.regularizers.l2(l2) if l2 else None)
+        p, q = var("p", (4,), 0.01), var("q", (4,), 0.03)
+        r, s = var("r", (4,), 0), var("s", (2, 3), 0.01)
+        loss = flow.math.reduce_sum(p * p * a + q * a + r * a) + flow.math.reduce_sum(s * s)
+        make_opt().minimize(loss)
+        return loss
+
+    for step in range(4):
+        job(A if step != 2 else np.array([1.0, np.nan, 2.0, np.inf], np.float32))
+    return {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+
+
+@pytest.mark.parametrize("name", ["momentum", "adamw_bias_correction", "sgd_clipped"])
+def test_l2_regularization_in_the_update_gives_what_it_gave_first(name, monkeypatch):
+    """Small variables' L2 regularization waits for their (flat group's) update where
+    nothing reads the regularized gradient before (Optimizer._deferred_regularizers):
+    the same values, bit for bit, as regularizing first; a clipping optimizer, whose norm
+    reads it, regularizes first."""
+    from onnxjob.train.optimizer import Optimizer
+    make = {"momentum": FLAT_OPTIMIZERS["momentum"],
+            "adamw_bias_correction": FLAT_OPTIMIZERS["adamw_bias_correction"],
+            "sgd_clipped": lambda: optim.SGD(
+                0.1, momentum=0.9, grad_clipping=optim.grad_clipping.by_global_norm(1.0),
+                loss_scale_policy=_SCALE())}[name]
+    deferred = {}
+    real = Optimizer._deferred_regularizers
+
+    def recording(self, builder, grads):
+        deferred.update(real(self, builder, grads))
+        return deferred
+    monkeypatch.setattr(Optimizer, "_deferred_regularizers", recording)
+    later = _regularized_steps(True, monkeypatch, make)
+    assert sorted(deferred) == ([] if name == "sgd_clipped" else ["p", "q", "s"])
+    first = _regularized_steps(False, monkeypatch, make)
+    for variable, value in first.items():
+        np.testing.assert_array_equal(later[variable], value, err_msg=variable)
+    assert np.isfinite(later["p"]).all() and not np.allclose(later["p"], 0.5)

@@ -66,6 +66,6 @@ def small_groups(optimizer, ctx, grads):
                 not np.issubdtype(w.np_dtype, np.floating):
             continue
         key = (np.dtype(w.np_dtype).str, width_class(w), optimizer._weight_decay_rate(name),
-               id(factor))
+               id(factor), name in ctx.deferred)
         groups.setdefault(key, []).append(name)
     return [names for names in groups.values() if len(names) > 1]
