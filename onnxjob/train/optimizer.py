@@ -143,9 +143,7 @@ def _as_updated(g, factor, keep, folds):
     non-finite step through its coefficients) is false, as g * 0 would be NaN there."""
     if not folds:
         g, factor = R.scaled(g, factor), None
-    if keep is not None:
-        g = op("Where", keep, g, R.attr(g, 0.0))
-    return g, factor
+    return R.gated(keep, g, R.attr(g, 0.0)), factor
 
 
 def _regularized(ctx, names, w, g, factor):
@@ -156,12 +154,14 @@ def _regularized(ctx, names, w, g, factor):
     regs = [ctx.deferred.get(n) for n in names]
     if regs[0] is None:
         return g, factor
-    l2s = {float(reg.l2) for reg in regs}
-    l2 = R.attr(w, l2s.pop()) if len(l2s) == 1 else R.as_blob(np.concatenate(
+    g = R.scaled(g, factor)
+    if len({float(reg.l2) for reg in regs}) == 1:
+        return R.regularize(w, g, regs[0]), None
+    l2 = R.as_blob(np.concatenate(
         [np.full(int(np.prod(ctx.builder.variables[n].shape)), np.float32(reg.l2),
                  np.float32).astype(w.np_dtype)
          for n, reg in zip(names, regs)]).reshape(w.shape), like=w)
-    return R.scaled(g, factor) + l2 * w, None
+    return g + l2 * w, None
 
 
 def _store(ctx, new, keep):
@@ -449,11 +449,11 @@ class Optimizer:
         builder = ctx.builder
         group = flat_groups.FlatGroup(f"{names[0]}-onnxjob-flat-group",
                                       {n: builder.variables[n] for n in names}, _state)
-        g, factor = _regularized(ctx, names, group.old[group.name],
-                                 concat_flat([grads[n][0] for n in names]), grads[names[0]][1])
+        w = group.old[group.name]
+        g, factor = _regularized(ctx, names, w, concat_flat([grads[n][0] for n in names]),
+                                 grads[names[0]][1])
         g, factor = _as_updated(g, factor, keep, folds)
         extra = {"factor": factor} if self._folds_gradient_factor else {}
-        w = group.old[group.name]
         token = _GROUP.set(group)
         try:
             new = self._update(ctx, group.name, w, g, R.cast_like(lr, w),

@@ -371,12 +371,11 @@ def lamb_group(items, lr, beta1, beta2, epsilon, keep=None):
         members = items[at:at + size]
         at += size
         if size == 1:
-            groups.append((members, members[0][0], members[0][1], members[0][2],
-                           members[0][3]))
+            groups.append((members, *members[0][:4]))
         else:
             groups.append((members, *(_stacked([item[j] for item in members])
                                       for j in range(4))))
-    moments = [_moments(_zero_unless(keep, g), m, v, beta1, beta2, keep, members[0][7])
+    moments = [_moments(gated(keep, g, attr(g, 0.0)), m, v, beta1, beta2, keep, members[0][7])
                for members, _, g, m, v in groups]
     first_b1t, first_b2t = items[0][4], items[0][5]
     b1 = cast_like(moments[0][2], first_b1t)
@@ -416,11 +415,6 @@ def lamb_group(items, lr, beta1, beta2, epsilon, keep=None):
     for position, index in enumerate(order):
         back[index] = updated[position]
     return back
-
-
-def _zero_unless(keep, g):
-    """`g`, or 0 where `keep` (a skipped step's "every gradient is finite") is false."""
-    return g if keep is None else op("Where", keep, g, attr(g, 0.0))
 
 
 def _lamb_stacks(items):
