@@ -35,13 +35,18 @@ def test_training_is_the_same_with_and_without_the_shared_arena(monkeypatch):
     assert np.isfinite(shared).all() and shared == own
 
 
-def test_a_refused_registration_leaves_sessions_their_own_arenas(monkeypatch):
+def test_a_refused_registration_leaves_sessions_their_own_arenas(monkeypatch, capsys):
     def refuse(*args):
         raise ort.capi.onnxruntime_pybind11_state.InvalidArgument("already registered")
     monkeypatch.setattr(ort, "create_and_register_allocator", refuse)
-    monkeypatch.setattr(backend, "_cpu_arena", [])
+    monkeypatch.setattr(backend, "_shared_arenas", {})
+    backend._say_arena_bound.cache_clear()
     assert backend._exact_cpu_arena() is False
-    assert backend._cpu_arena == [(None, False)]
+    assert backend._shared_arenas == {"cpu": (None, False)}
+    assert not _shares(backend.session_options(True))
+    # a later bound names no arena that was never made, and nothing is registered again
+    assert backend._exact_cpu_arena(256 << 20) is False
+    assert capsys.readouterr().err == ""
 
 
 def test_cuda_sessions_grow_their_arena_by_the_size_requested(monkeypatch):
@@ -108,7 +113,7 @@ def test_the_shared_cuda_arena_is_registered_once_with_the_first_bound(monkeypat
     def register(provider, memory, options, config):
         made.append((provider, config.max_mem, config.arena_extend_strategy))
     monkeypatch.setattr(ort, "create_and_register_allocator_v2", register)
-    monkeypatch.setattr(backend, "_cuda_arena", [])
+    monkeypatch.setattr(backend, "_shared_arenas", {})
     backend._say_arena_bound.cache_clear()
     monkeypatch.setattr(backend, "_memory_limit", [None])
     backend.set_memory_limit(512)

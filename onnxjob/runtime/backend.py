@@ -378,13 +378,35 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
     return opts
 
 
-_cpu_arena = []     # the CPU arena's registration: [(limit it was made with, registered)]
+# the shared arenas' registrations: {device: (limit it was made with, registered)}
+_shared_arenas = {}
+
+
+def _shared_arena(device, register, limit):
+    """Register, once per process, the arena `device`'s sessions share with
+    `register(arena_config)`, bounded by `limit` bytes (None: unbounded); whether it is
+    registered. The first registration's bound stays: a later, other bound is said once
+    (only where the arena exists, so the line never names an arena that was refused)."""
+    if device in _shared_arenas:
+        made_with, registered = _shared_arenas[device]
+        if registered and limit != made_with:
+            _say_arena_bound(device.upper(), made_with)
+        return registered
+    try:
+        register(_exact_arena_config(limit))
+        registered = True
+    except Exception as e:     # onnxruntime's own error types
+        registered = False
+        if device == "cuda":    # (a refused CPU arena: another CPU allocator is registered)
+            print(f"onnxjob: onnxruntime did not make the shared CUDA arena "
+                  f"({str(e).strip()[:200]}); each CUDA session keeps its own", file=sys.stderr)
+    _shared_arenas[device] = (limit, registered)
+    return registered
 
 
 def _exact_cpu_arena(limit=None):
     """Register, once per process, the CPU arena that onnxjob's CPU sessions share, bounded
-    by `limit` bytes (None: unbounded; the bound of the first registration stays, said once
-    when another is asked for later); False where onnxruntime refuses (another CPU
+    by `limit` bytes (`_shared_arena`); False where onnxruntime refuses (another CPU
     allocator is registered already).
 
     It grows by exactly the size requested (onnxruntime's default doubles each new region),
@@ -395,20 +417,10 @@ def _exact_cpu_arena(limit=None):
     Shared, a predict job run between train steps reuses the train step's memory: ResNet50
     at batch 32, train + predict, peaked at 4.6 GB instead of 5.1 GB.
     """
-    if _cpu_arena:
-        made_with, registered = _cpu_arena[0]
-        if limit != made_with:
-            _say_arena_bound("CPU", made_with)
-        return registered
     memory = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
                                ort.OrtMemType.DEFAULT)
-    try:
-        ort.create_and_register_allocator(memory, _exact_arena_config(limit))
-        registered = True
-    except Exception:    # onnxruntime's own error types
-        registered = False
-    _cpu_arena.append((limit, registered))
-    return registered
+    return _shared_arena(
+        "cpu", functools.partial(ort.create_and_register_allocator, memory), limit)
 
 
 def _exact_arena_config(limit):
@@ -420,36 +432,20 @@ def _exact_arena_config(limit):
     return ort.OrtArenaCfg(config)
 
 
-_cuda_arena = []    # the shared CUDA arena's registration: [(limit it was made with, registered)]
-
-
 def _shared_cuda_arena(limit=None):
     """Register, once per process, one CUDA arena (this process's GPU) that CUDA sessions
     share, growing by exactly the size requested and bounded by `limit` bytes as
     cuda_provider_options bounds each session's (ONNXJOB_CUDA_SHARED_ARENA, on by default;
-    the first registration's bound stays, said once when another is asked for later);
-    False, said once, where onnxruntime refuses. With the region made ahead (runtime/
-    arena_reserve.py) an H200 held 3.55 GiB for ResNet50's batch-64 AMP step instead of
-    4.44 (PyTorch: 4.02), BERT-base AMP 5.48 instead of 5.60, at the same step time; shared
-    alone, without the region, it held the same as each session's own arena."""
-    if _cuda_arena:
-        made_with, registered = _cuda_arena[0]
-        if registered and limit != made_with:
-            _say_arena_bound("CUDA", made_with)
-        return registered
+    `_shared_arena`); False, said once, where onnxruntime refuses. With the region made
+    ahead (runtime/arena_reserve.py) an H200 held 3.55 GiB for ResNet50's batch-64 AMP step
+    instead of 4.44 (PyTorch: 4.02), BERT-base AMP 5.48 instead of 5.60, at the same step
+    time; shared alone, without the region, it held the same as each session's own arena."""
     device_id = cuda_device_id() or 0
     memory = ort.OrtMemoryInfo("Cuda", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, device_id,
                                ort.OrtMemType.DEFAULT)
-    try:
-        ort.create_and_register_allocator_v2(CUDA, memory, {"device_id": str(device_id)},
-                                             _exact_arena_config(limit))
-        registered = True
-    except Exception as e:     # onnxruntime's own error types
-        print(f"onnxjob: onnxruntime did not make the shared CUDA arena ({str(e).strip()[:200]}"
-              "); each CUDA session keeps its own", file=sys.stderr)
-        registered = False
-    _cuda_arena.append((limit, registered))
-    return registered
+    return _shared_arena("cuda", functools.partial(
+        ort.create_and_register_allocator_v2, CUDA, memory, {"device_id": str(device_id)}),
+        limit)
 
 
 @functools.lru_cache(maxsize=None)
