@@ -1,6 +1,8 @@
 """The CUDA path: device-resident variables, CUDA graph replays, and the notice when a GPU
 is present but onnxruntime cannot use it. The GPU tests skip without a usable CUDA EP;
 the notice tests run everywhere (they fake the machine)."""
+import os
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -156,7 +158,8 @@ def test_gpu_with_missing_cuda_library_names_it(monkeypatch):
 
     def missing_cudnn(path, mode=0):
         if path.endswith("libonnxruntime_providers_cuda.so"):
-            raise OSError("libcudnn.so.9: cannot open shared object file: No such file or directory")
+            raise OSError("libcudnn.so.9: cannot open shared object file: "
+                          "No such file or directory")
 
     monkeypatch.setattr(cuda_libraries.ctypes, "CDLL", missing_cudnn)
     reason = cuda_libraries.provider_load_error()
@@ -201,3 +204,39 @@ def test_tensor_float_32_switch_rounds_matmuls_only_when_on(tf32):
     error = np.abs(product(a, b) - a.astype(np.float64) @ b.astype(np.float64)).max()
     # float32 accumulation of 512 products: ~1e-5; TF32's 10-bit mantissa: ~1e-2
     assert (error > 1e-3) if tf32 else (error < 1e-4), error
+
+
+PLACED = """
+import sys
+import numpy as np
+import torch
+from onnxjob.runtime import backend
+backend.to_device(np.ones(1 << 10, np.float32), "cuda")         # sessions, handles: warm
+free = torch.cuda.mem_get_info()[0]
+values = [backend.to_device(np.full(1 << 20, i, np.float32), "cuda") for i in range(130)]
+used = free - torch.cuda.mem_get_info()[0]
+assert all(float(v.numpy()[-1]) == i for i, v in enumerate(values))
+print(used >> 20)
+"""
+
+
+@needs_cuda
+def test_variables_on_the_gpu_take_what_they_hold():
+    """130 values of 4 MiB (a train job's variables, runtime/device_values.py): in the
+    arena the sessions share, which grows by the size asked, the device's memory grows by
+    about their 520 MiB, where onnxruntime's Python constructor's own arena (doubling
+    regions) may reserve up to twice that. In a fresh process, so that no arena has room
+    left by earlier tests."""
+    import subprocess
+    import sys
+    pytest.importorskip("torch")
+    ran = {}
+    for shared in ("1", "0"):
+        env = {**os.environ, "ONNXJOB_CUDA_SHARED_ARENA": shared}
+        done = subprocess.run([sys.executable, "-c", PLACED], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        ran[shared] = int(done.stdout.split()[-1])
+    print(f"device memory for 520 MiB of values: {ran['1']} MiB in the shared arena, "
+          f"{ran['0']} MiB through onnxruntime's constructor")
+    assert ran["1"] <= 520 * 1.1 + 32

@@ -3,6 +3,7 @@ import functools
 import os
 import re
 import sys
+import threading
 import warnings
 
 import numpy as np
@@ -38,7 +39,7 @@ import onnxruntime as ort  # noqa: E402  (after the check above)
 from onnxjob import settings  # noqa: E402
 from onnxjob.errors import DeviceUnavailableError, TraceError  # noqa: E402
 from onnxjob.runtime import (  # noqa: E402
-    arena_reserve, cuda_libraries, graph_order, session_cache)
+    arena_reserve, cuda_libraries, device_values, graph_order, session_cache)
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -380,6 +381,8 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
 
 # the shared arenas' registrations: {device: (limit it was made with, registered)}
 _shared_arenas = {}
+# (initial values are placed from a worker thread while sessions are made: one registration)
+_shared_arenas_lock = threading.Lock()
 
 
 def _shared_arena(device, register, limit):
@@ -387,6 +390,11 @@ def _shared_arena(device, register, limit):
     `register(arena_config)`, bounded by `limit` bytes (None: unbounded); whether it is
     registered. The first registration's bound stays: a later, other bound is said once
     (only where the arena exists, so the line never names an arena that was refused)."""
+    with _shared_arenas_lock:
+        return _register_shared_arena(device, register, limit)
+
+
+def _register_shared_arena(device, register, limit):
     if device in _shared_arenas:
         made_with, registered = _shared_arenas[device]
         if registered and limit != made_with:
@@ -680,11 +688,15 @@ def session_error(error, model):
 def to_device(array, device, fresh=False):
     """The stored form of a variable value on `device`: a CUDA OrtValue, or on the CPU an
     owned C-contiguous array (a copy, so later changes to `array` do not leak in).
-    `fresh`: `array` was just made and nothing else holds it, so on the CPU it is kept
-    as it is when C-contiguous (initial values: no second pass over their memory)."""
+    For values that outlive a step (initial, assigned and loaded values); a run's results
+    are `from_host`'s. `fresh`: `array` was just made and nothing else holds it, so on the
+    CPU it is kept as it is when C-contiguous (initial values: no second pass over it)."""
     if device == "cuda":
-        return ort.OrtValue.ortvalue_from_numpy(np.asarray(array, order="C"), "cuda",
-                                                cuda_device_id())
+        # in the arena the sessions share where there is one (runtime/device_values.py)
+        array = np.asarray(array, order="C")
+        placed = device_values.place(array, "cuda", cuda_device_id())
+        return placed if placed is not None else \
+            ort.OrtValue.ortvalue_from_numpy(array, "cuda", cuda_device_id())
     if fresh and isinstance(array, np.ndarray) and array.flags.c_contiguous:
         return array    # NOTE: not np.ascontiguousarray, which makes a 0-d array 1-d
     return np.array(array, order="C", copy=True)

@@ -31,7 +31,7 @@ import numpy as np
 import onnxruntime as ort
 
 from onnxjob import settings
-from onnxjob.runtime import backend
+from onnxjob.runtime import backend, device_values
 from onnxjob.runtime.executor import interrupt_deferred
 
 # ops whose results differ per run: a replay would repeat the numbers drawn at capture
@@ -227,9 +227,12 @@ def _on_device(value):
 
 
 def _device_value(array):
-    return ort.OrtValue.ortvalue_from_numpy(array, "cuda", backend.cuda_device_id())
+    return backend.to_device(array, "cuda")
 
 
 def _device_buffer(shape, dtype):
-    return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, "cuda",
-                                                     backend.cuda_device_id())
+    """A buffer for the whole run: in the arena the sessions share where there is one
+    (runtime/device_values.py)."""
+    made = device_values.zeros(shape, dtype, "cuda", backend.cuda_device_id())
+    return made if made is not None else ort.OrtValue.ortvalue_from_shape_and_type(
+        list(shape), dtype, "cuda", backend.cuda_device_id())

@@ -79,9 +79,9 @@ class MirroredStep:
                  zip(self._grads, sums, per_device[0][n_user:n_user + n_grads])}
         results_b = self._b.run(None, self._feeds(self._inputs_b, mine[0], grads))
         for (variable, _), value in zip(self._state_a, first_state):
-            self._store[variable] = backend.to_device(value, self._device)
+            self._store[variable] = backend.from_host(value, self._device)
         for (variable, _), value in zip(self._state_b, results_b):
-            self._store[variable] = backend.to_device(value, self._device)
+            self._store[variable] = backend.from_host(value, self._device)
         outputs = [results[:n_user] for results in per_device]
         if ranks > 1 and len(device_feeds) == ranks:
             outputs = [out for gathered in distributed.all_gather_objects(outputs)
