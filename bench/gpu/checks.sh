@@ -27,8 +27,8 @@
 #              float32, BERT-base), the GPU's busy time beside the step's
 #   shared-arena  the CUDA tests and memory rows with one shared CUDA arena, the speed rows
 #              as shipped and shared, BERT's AMP row, the first ResNet50 call
-#   next       the open questions of the last notes in one call, most wanted first: where a
-#              replayed ResNet50 AMP step's time goes (kernels by family), BERT's memory row
+#   next       the open questions of the last notes in one call, most wanted first: the CUDA
+#              tests (variables in the shared arena), where a replayed ResNet50 AMP step's time goes (kernels by family), BERT's memory row
 #              as shipped and without CUDA graphs, the ResNet50 speed rows, a first call
 #   first-look the checks a short loan affords, most wanted first: the GPU-only tests, the
 #              peak-memory rows (ResNet50 AMP and fp32, BERT AMP), then the ResNet50 speed rows
@@ -150,14 +150,16 @@ case "$1" in
     timeout "$(left 570)" python3 bench/bench_startup.py resnet50 --batch 64 --runs 1 2>&1 \
       | tee "$out/first_call.log" ;;
   next)
-    timeout "$(left 170)" python3 bench/gpu_kernels.py resnet50 --amp --by-family --top 25 2>&1 \
+    timeout "$(left 100)" python3 -m pytest -q -s -p no:cacheprovider -rs tests/test_cuda.py \
+      2>&1 | tail -25 | tee "$out/gpu_tests.log"
+    timeout "$(left 230)" python3 bench/gpu_kernels.py resnet50 --amp --by-family --top 25 2>&1 \
       | tee "$out/kernels.log"
     for variant in "" "ONNXJOB_CUDA_GRAPH=0"; do
       echo "== BERT memory row $variant" | tee -a "$out/memory.log"
-      env $variant timeout "$(left 330)" python3 bench/bench_gpu.py --memory-steps 3 \
+      env $variant timeout "$(left 380)" python3 bench/bench_gpu.py --memory-steps 3 \
         --memory-timeout 120 --rows bert-amp-memory 2>&1 | tee -a "$out/memory.log"
     done
-    timeout "$(left 480)" python3 bench/bench_gpu.py --rows resnet50,resnet50-amp --cuda-graph on \
+    timeout "$(left 500)" python3 bench/bench_gpu.py --rows resnet50,resnet50-amp --cuda-graph on \
       --json "$out/speed.json" 2>&1 | tee "$out/speed.log"
     timeout "$(left 570)" python3 bench/bench_startup.py resnet50 --batch 64 --runs 1 2>&1 \
       | tee "$out/first_call.log" ;;
