@@ -151,7 +151,7 @@ case "$1" in
       | tee "$out/first_call.log" ;;
   next)
     timeout "$(left 100)" python3 -m pytest -q -s -p no:cacheprovider -rs tests/test_cuda.py \
-      2>&1 | tail -25 | tee "$out/gpu_tests.log"
+      2>&1 | tee "$out/gpu_tests.log" | grep -E "device memory|passed|failed|FAILED|Error" | tail -20
     timeout "$(left 230)" python3 bench/gpu_kernels.py resnet50 --amp --by-family --top 25 2>&1 \
       | tee "$out/kernels.log"
     for variant in "" "ONNXJOB_CUDA_GRAPH=0"; do
