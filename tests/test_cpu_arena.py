@@ -128,3 +128,22 @@ def test_the_shared_cuda_arena_is_registered_once_with_the_first_bound(monkeypat
     assert "512 MiB" in said
     monkeypatch.setenv("ONNXJOB_CUDA_SHARED_ARENA", "0")
     assert not _shares(backend.session_options(True, device="cuda"))
+
+
+def test_a_session_that_captures_cuda_graphs_keeps_its_own_arena():
+    """A replay writes its intermediates where the capture put them, memory an arena counts
+    as free between runs: a graph-capturing session must not share its arena with sessions
+    whose results outlive a run (runtime/backend.py create_session). The choice is the
+    session options', checked here on the CPU EP (a CUDA session gets the same options)."""
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8).SerializeToString()
+    assert backend._exact_cpu_arena()
+    assert _shares(backend.create_session(model, "cpu", True).get_session_options())
+    captures = backend.create_session(model, "cpu", True, cuda_graph=True)
+    assert not _shares(captures.get_session_options())
+    assert not _shares(backend.session_options(True, device="cuda", shared_arena=False))
+    np.testing.assert_array_equal(captures.run(None, {"x": np.float32([-1, 2])})[0], [0, 2])

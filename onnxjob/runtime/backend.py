@@ -337,7 +337,11 @@ def disabled_transformers(is_train, device):
     return disabled
 
 
-def session_options(is_train, threads=None, device="cpu", deterministic=False):
+def session_options(is_train, threads=None, device="cpu", deterministic=False,
+                    shared_arena=True):
+    """onnxjob's session options for a `device` session. `shared_arena=False`: the session
+    keeps an arena of its own even where the sessions of its device share one (a session
+    that captures CUDA graphs: `create_session`)."""
     opts = ort.SessionOptions()
     # deterministic kernels (cuDNN algorithms, no atomics where onnxruntime has a choice)
     opts.use_deterministic_compute = bool(
@@ -372,6 +376,8 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False):
         # (bench/bench_memory.py). Off on every device, so that a step holds what
         # graph/memory_plan.py plans on the CPU and on CUDA alike.
         opts.enable_mem_pattern = False
+    if not shared_arena:
+        return opts
     if device == "cpu" and _exact_cpu_arena(memory_limit_bytes()) or \
             device == "cuda" and settings.get("CUDA_SHARED_ARENA") and \
             _shared_cuda_arena(memory_limit_bytes()):
@@ -471,8 +477,17 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
     (CPU sessions, and CUDA train sessions) reuses or stores onnxruntime's optimized model
     (runtime/session_cache.py). `arena_region()`, for a train session, gives the bytes of
     a region the shared arena makes before its first step, once per process (runtime/
-    arena_reserve.py; 0: none)."""
-    opts = session_options(is_train, device=device, deterministic=deterministic)
+    arena_reserve.py; 0: none).
+
+    A session that captures CUDA graphs keeps an arena of its own: a replay writes its
+    intermediates where the capture put them, memory the arena counts as free between
+    runs (onnxruntime frees a run's intermediates as usual and does not keep the captured
+    graph's apart). In an arena other sessions share, a value that outlives a run (a
+    variable loaded or placed later, another job's new state) could be given that memory
+    and be overwritten by the next replay; in the session's own arena nothing else
+    allocates (its inputs and outputs are onnxjob's buffers, runtime/cuda_graph.py)."""
+    opts = session_options(is_train, device=device, deterministic=deterministic,
+                           shared_arena=not cuda_graph)
     if arena_region is not None and is_train:
         _reserve_arena(opts, device, arena_region, cuda_options)
     cuda_options = dict(cuda_options or {})
@@ -494,6 +509,7 @@ def create_session(model_bytes, device, is_train, cuda_options=None, cuda_graph=
             model_bytes, *_optimizer_choices(opts, is_train, providers, disabled))
     if cache_path is not None and os.path.isfile(cache_path):
         sess = _cached_session(cache_path, model_bytes, is_train, device, deterministic,
+                               _uses_shared_arena(opts),
                                providers)
         if sess is not None:
             _check_on_cuda(sess, device)
@@ -618,10 +634,12 @@ def _optimizer_choices(opts, is_train, providers, disabled):
             opts.intra_op_num_threads, tuple(disabled), repr(providers))
 
 
-def _cached_session(cache_path, model_bytes, is_train, device, deterministic, providers):
+def _cached_session(cache_path, model_bytes, is_train, device, deterministic, shared_arena,
+                    providers):
     """A session on the cached optimized model at `cache_path`, or None when the file is
     not a valid entry for `model_bytes` (said in one line; the caller rebuilds it)."""
-    cached_opts = session_options(is_train, device=device, deterministic=deterministic)
+    cached_opts = session_options(is_train, device=device, deterministic=deterministic,
+                                  shared_arena=shared_arena)
     cached_opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     # onnxruntime writes the optimized model in the order its session ran the nodes;
     # the priority-based order (Kahn's, ties by node index) runs them in that same order

@@ -10,6 +10,7 @@ BERT-base's 1.26 GiB of weights and LAMB slots leave up to twice that reserved t
 beside the sessions' arena.
 
 `place(array)` makes such a value with a one-node session (Identity) on the shared arena
+(which no session that captures CUDA graphs uses: runtime/backend.py create_session)
 instead: the session's output, bound to the device, is allocated by the session's
 allocator, the shared one, which grows by exactly the size asked. The host-to-device copy
 passes through one transient tensor of the value's size, which the arena reuses for the
