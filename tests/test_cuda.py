@@ -240,3 +240,51 @@ def test_variables_on_the_gpu_take_what_they_hold():
     print(f"device memory for 520 MiB of values: {ran['1']} MiB in the shared arena, "
           f"{ran['0']} MiB through onnxruntime's constructor")
     assert ran["1"] <= 520 * 1.1 + 32
+
+
+def _graph_job_and_plain_job(with_graph, with_plain, steps=6):
+    """A LeNet train job replayed as CUDA graphs and an MLP train job of its own variables
+    that runs without graphs, either or both, stepped in turn: the graph job's losses and
+    the final variables."""
+    flow.clear_default_session()
+    flow.config.seed(11)
+    config = flow.function_config()
+    config.execution_provider("cuda")
+    config.enable_cuda_graph(False)
+    if with_graph:
+        graph_train, _ = define_lenet_jobs(True)
+
+    @flow.global_function(type="train", function_config=config)
+    def plain_train(x: tp.Numpy.Placeholder((BATCH, 64))) -> tp.Numpy:
+        h = flow.layers.dense(x, 256, activation=flow.nn.relu, name="plain-fc1",
+                              kernel_initializer=flow.random_normal_initializer(stddev=0.05))
+        loss = flow.math.reduce_mean(flow.math.square(flow.layers.dense(h, 1, name="plain-fc2")))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.01]),
+                           momentum=0.9).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(0)
+    losses = []
+    for step in range(steps):
+        if with_graph:
+            images, labels = random_batch(step)
+            losses.append(graph_train(images, labels))
+        if with_plain:
+            plain_train(rng.standard_normal((BATCH, 64)).astype(np.float32))
+    if with_graph:
+        assert default_session().runtimes["train_job"]._graph is not None
+    return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}
+
+
+@needs_cuda
+def test_a_graph_job_and_a_plain_job_keep_each_other_s_values():
+    """A plain job's new variables are kept across the graph job's replays: they must not
+    be given memory a captured graph writes its intermediates into (a capturing session
+    keeps an arena of its own, runtime/backend.py create_session). Each job, stepped in
+    turn with the other, ends as it ends alone."""
+    graph_losses, graph_alone = _graph_job_and_plain_job(True, False)
+    _, plain_alone = _graph_job_and_plain_job(False, True)
+    losses, both = _graph_job_and_plain_job(True, True)
+    np.testing.assert_allclose(losses, graph_losses, rtol=1e-5, atol=1e-6)
+    for name, value in {**graph_alone, **plain_alone}.items():
+        np.testing.assert_allclose(both[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
