@@ -540,6 +540,13 @@ def _reserve_arena(opts, device, arena_region, cuda_options):
                           providers)
 
 
+def shared_arena_options(device):
+    """Options of a session on the arena `device`'s sessions share, or None where they
+    share none (ONNXJOB_CUDA_SHARED_ARENA=0, a refused registration)."""
+    opts = session_options(False, device=device)
+    return opts if _uses_shared_arena(opts) else None
+
+
 def _uses_shared_arena(opts):
     # onnxruntime raises for a key never set (CUDA sessions without the shared arena)
     try:
@@ -712,7 +719,8 @@ def to_device(array, device, fresh=False):
     if device == "cuda":
         # in the arena the sessions share where there is one (runtime/device_values.py)
         array = np.asarray(array, order="C")
-        placed = device_values.place(array, "cuda", cuda_device_id())
+        placed = device_values.place(array, "cuda", cuda_device_id(),
+                                     functools.partial(shared_arena_options, "cuda"))
         return placed if placed is not None else \
             ort.OrtValue.ortvalue_from_numpy(array, "cuda", cuda_device_id())
     if fresh and isinstance(array, np.ndarray) and array.flags.c_contiguous:

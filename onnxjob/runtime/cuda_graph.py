@@ -31,7 +31,7 @@ import numpy as np
 import onnxruntime as ort
 
 from onnxjob import settings
-from onnxjob.runtime import backend, device_values
+from onnxjob.runtime import backend
 from onnxjob.runtime.executor import interrupt_deferred
 
 # ops whose results differ per run: a replay would repeat the numbers drawn at capture
@@ -231,8 +231,6 @@ def _device_value(array):
 
 
 def _device_buffer(shape, dtype):
-    """A buffer for the whole run: in the arena the sessions share where there is one
-    (runtime/device_values.py)."""
-    made = device_values.zeros(shape, dtype, "cuda", backend.cuda_device_id())
-    return made if made is not None else ort.OrtValue.ortvalue_from_shape_and_type(
-        list(shape), dtype, "cuda", backend.cuda_device_id())
+    """A buffer for the whole run, made as a variable's value is (in the arena the
+    sessions share where there is one: runtime/device_values.py)."""
+    return backend.to_device(np.zeros(shape, dtype), "cuda")

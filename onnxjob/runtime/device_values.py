@@ -27,13 +27,16 @@ from onnx import helper
 
 _sessions = {}      # (device, device id, ONNX element type) -> session, or None (no shared arena)
 _lock = threading.Lock()
+_CUDA, _CPU = "CUDAExecutionProvider", "CPUExecutionProvider"
 
 
-def place(array, device="cuda", device_id=0):
+def place(array, device, device_id, shared_options):
     """An OrtValue on `device` holding a copy of `array`, allocated from the arena the
-    sessions share; None where they share none (the caller then makes it as before)."""
+    sessions share; None where they share none (the caller then makes it as before).
+    `shared_options()` gives the session options of a session on that arena, or None
+    where there is none (runtime/backend.py `shared_arena_options`)."""
     array = np.asarray(array, order="C")    # (np.ascontiguousarray would make 0-d 1-d)
-    session = _identity_session(device, device_id, array.dtype)
+    session = _identity_session(device, device_id, array.dtype, shared_options)
     if session is None:
         return None
     binding = session.io_binding()
@@ -43,24 +46,17 @@ def place(array, device="cuda", device_id=0):
     return binding.get_outputs()[0]
 
 
-def zeros(shape, dtype, device="cuda", device_id=0):
-    """An OrtValue of zeros on `device` in the shared arena (`place`), or None."""
-    return place(np.zeros(shape, dtype), device, device_id)
-
-
-def _identity_session(device, device_id, dtype):
+def _identity_session(device, device_id, dtype, shared_options):
     elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     key = (device, device_id, elem_type)
     with _lock:
         if key not in _sessions:
-            _sessions[key] = _make_session(device, device_id, elem_type)
+            _sessions[key] = _make_session(device, device_id, elem_type, shared_options())
         return _sessions[key]
 
 
-def _make_session(device, device_id, elem_type):
-    from onnxjob.runtime import backend
-    options = backend.session_options(False, device=device)
-    if not backend._uses_shared_arena(options):
+def _make_session(device, device_id, elem_type, options):
+    if options is None:
         return None
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     graph = helper.make_graph(
@@ -68,13 +64,12 @@ def _make_session(device, device_id, elem_type):
         [helper.make_tensor_value_info("x", elem_type, None)],
         [helper.make_tensor_value_info("y", elem_type, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    providers = [(backend.CUDA, {"device_id": str(device_id)})] if device == "cuda" else \
-        [backend.CPU]
+    providers = [(_CUDA, {"device_id": str(device_id)})] if device == "cuda" else [_CPU]
     try:
         session = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
     except Exception:   # onnxruntime's own error types (a dtype its Identity does not take)
         return None
-    if device == "cuda" and backend.CUDA not in session.get_providers():
+    if device == "cuda" and _CUDA not in session.get_providers():
         return None
     return session
 
