@@ -349,3 +349,16 @@ def test_concat_and_split_of_unequal_pieces_copy_an_index_table_from_the_host():
     assert traffic.host_table_bytes(_pieces("Split", [64, 800], [[64, 400]] * 2, 1)) == 0
     assert traffic.host_table_bytes(_pieces("Concat", [33], [[1]] * 33, 0)) == 264
     assert traffic.host_table_bytes(_node("Add", [], [4])) == 0
+
+
+def test_a_half_batch_norm_counts_the_casts_of_its_parameters():
+    """onnxruntime's CUDA BatchNormalization on half data casts its four parameters to
+    float32 in kernels of their own before cuDNN's: five launches, four of them small."""
+    def bn(dtype):
+        x = ir.Value(name="x", type=ir.TensorType(dtype), shape=ir.Shape([64, 256, 56, 56]))
+        params = [ir.Value(name=f"p{i}", type=ir.TensorType(dtype), shape=ir.Shape([256]))
+                  for i in range(4)]
+        node = _node("BatchNormalization", [x] + params, [64, 256, 56, 56], dtype)
+        return traffic.traffic(ir.Graph([x] + params, [node.outputs[0]], nodes=[node]))
+    assert bn(ir.DataType.FLOAT16).kernels() == (5, 4)
+    assert bn(F32).kernels() == (1, 0)

@@ -18,6 +18,8 @@ bench/traffic_model.py prints the table beside an estimate of PyTorch's passes.
 import collections
 import dataclasses
 
+import onnx_ir as ir
+
 from onnxjob.graph.memory_plan import ALIAS_OPS, value_bytes
 from onnxjob.graph.tracer import ORIGIN
 
@@ -85,6 +87,19 @@ def node_traffic(node):
     return read, written
 
 
+def hidden_kernels(node):
+    """Small kernels the CUDA EP launches for `node` besides its own: a half
+    BatchNormalization casts its scale, B, mean and var to float32 one kernel each before
+    cuDNN's (cuDNN takes float32 parameters for half data, and the kernel is registered
+    for parameters of X's type only: core/providers/cuda/nn/batch_norm.cc), so a
+    per-channel affine made of one costs five launches."""
+    if node.op_type == "BatchNormalization" and not node.domain and node.inputs and \
+            node.inputs[0] is not None and node.inputs[0].type is not None and \
+            node.inputs[0].type.dtype == ir.DataType.FLOAT16:
+        return 4
+    return 0
+
+
 # a kernel moving at most this many bytes takes about its launch's time on a GPU
 SMALL_KERNEL_BYTES = 256 << 10
 # pieces a CUDA Concat or Split passes to its kernel as arguments when they are equal
@@ -132,11 +147,14 @@ class Traffic:
     def kernels(self, small=SMALL_KERNEL_BYTES):
         """(kernels a step launches, those that move at most `small` bytes): every node
         but views, the nodes fused into another's kernel and those constant folding
-        computes at session creation. A small kernel's time is its
-        launch and drain, a few microseconds on a GPU however few bytes it moves."""
+        computes at session creation, plus the small kernels a node launches inside its
+        own (`hidden_kernels`). A small kernel's time is its launch and drain, a few
+        microseconds on a GPU however few bytes it moves."""
         launched = [t for t in self.nodes
                     if t.node.op_type not in ALIAS_OPS and not t.fused_away]
-        return len(launched), sum(1 for t in launched if t.moved <= small)
+        hidden = sum(hidden_kernels(t.node) for t in launched)
+        return (len(launched) + hidden,
+                sum(1 for t in launched if t.moved <= small) + hidden)
 
     def host_table_bytes(self):
         """Bytes of the index tables the step's Concat and Split nodes copy from the host
