@@ -9,7 +9,7 @@ R(v) any chain of Reshapes of v):
     v = ReduceMean(Mul(Sub(x, m'), Sub(x, m')), axes, keepdims=1)     (m' = m or R(m))
 ->  _, mr, rr = LayerNormalization(x, ones(S), zeros(S), axis=2, epsilon=0)
     m = ReduceMean(mr, (0,), keepdims=1)
-    v = ReduceMean(Reciprocal(rr * rr), (0,)) + ReduceMean((mr - m)^2, (0,))
+    v = ReduceMean(Pow(rr, -2) + (mr - m)^2, (0,))
   (mr, rr: each of the N * C rows' mean and 1 / std, float32; a mean of equal-sized rows'
   means is the mean, and their variances combine with the spread of their means without
   cancellation), and, for the backward of the forward's F = BatchNormalization(x, gamma,
@@ -124,8 +124,9 @@ class BatchNormRowStatistics(InPlacePass):
         f32 = ir.DataType.FLOAT
         out = static_shape(m_node.outputs[0])
         batch_mean = self._reduce(e, "ReduceMean", row_mean, [0], out, keepdims=1)
-        row_var = e.node("Reciprocal", [e.node("Mul", [row_inv_std, row_inv_std],
-                                               row_inv_std.shape, f32)], row_inv_std.shape, f32)
+        # (1 / inv_std^2 in one kernel; inv_std = inf for a constant row gives 0)
+        row_var = e.node("Pow", [row_inv_std, e.const(np.array(-2.0, np.float32))],
+                         row_inv_std.shape, f32)
         # (in a data-parallel step the batch's mean is this rank's own where the parts
         # read it so: the rows' spread around it is too, before the split)
         local = [u.node for u in m_node.outputs[0].uses()
@@ -133,10 +134,11 @@ class BatchNormRowStatistics(InPlacePass):
         center = e.node("RankLocal", [batch_mean], out, f32, domain=COLLECTIVES) if local \
             else batch_mean
         spread = e.node("Sub", [row_mean, center], row_mean.shape, f32)
-        batch_var = e.node("Add", [
-            self._reduce(e, "ReduceMean", row_var, [0], out, keepdims=1),
-            self._reduce(e, "ReduceMean", e.node("Mul", [spread, spread], row_mean.shape, f32),
-                         [0], out, keepdims=1)], out, f32)
+        # each row's variance and squared offset summed before the one mean over the rows
+        # (both non-negative: no cancellation; one reduction instead of two and their Add)
+        batch_var = self._reduce(e, "ReduceMean", e.node("Add", [
+            row_var, e.node("Mul", [spread, spread], row_mean.shape, f32)], row_mean.shape, f32),
+            [0], out, keepdims=1)
         if not replace_value(m_node.outputs[0], batch_mean):
             return False    # (what was emitted is left to RemoveUnusedNodesPass)
         replace_value(v_node.outputs[0], batch_var)
