@@ -421,10 +421,11 @@ def _cuda_form_step(amp, x, labels, values):
         feeds[name] = values[variable]
     half_norms = [n for n in compiled.model.graph if n.op_type == "BatchNormalization"
                   and n.outputs[0].type.dtype == ir.DataType.FLOAT16]
-    # 2 forward, 3 x 2 backward (x-hat for the gradient sums, passes/
-    # batch_norm_row_statistics.py, a * dy + c and b * (x - mean)): bn1's dy comes from
-    # the max-pool gradient, a scatter-add in float32 whose result is cast to half
-    assert len(half_norms) == (8 if amp else 0)
+    # 2 forward, 2 x 2 backward (x-hat for the gradient sums, passes/
+    # batch_norm_row_statistics.py, and b * (x - mean) + c beside a half Mul a * dy,
+    # passes/half_affine_pairs.py): bn1's dy comes from the max-pool gradient, a
+    # scatter-add in float32 whose result is cast to half
+    assert len(half_norms) == (6 if amp else 0)
     sess = ort.InferenceSession(compiled.serialized(), providers=["CPUExecutionProvider"])
     names = [compiled.output_names[0]] + [compiled.state_outputs[v] for v in
                                           ("c1-weight", "c2-weight", "out-weight")]

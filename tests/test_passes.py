@@ -893,3 +893,82 @@ def test_pad_before_transpose(perm, begin, end, lead, trail):
 def test_pad_before_transpose_leaves_other_pads_alone(perm, begin, end, lead, trail):
     model = build(_padded_transpose(perm, begin, end, lead, trail), (2, 3, 5, 4)[:len(perm)])
     assert not PadBeforeTranspose()(model).modified
+
+
+def _affine_pair_model(shape, dtype=ir.DataType.FLOAT16, read_twice=False, centred_bias=0.0):
+    """x, w (float32) -> half a * x + c + b * (w - m) -> float32: batch norm's input gradient
+    after mixed precision, its per-channel affines as channel_affine makes them (inference
+    BatchNormalizations whose variance + epsilon is 1), built node by node."""
+    channels, eps = shape[1], 1e-5
+    np_type = np.float16 if dtype == ir.DataType.FLOAT16 else np.float32
+    rng = np.random.default_rng(1)
+
+    def vector(name, array):
+        return ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape([channels]),
+                        const_value=ir.tensor(array.astype(np_type), name=name))
+    a, b, c, m = (vector(n, rng.uniform(0.5, 2, channels)) for n in "abcm")
+    zeros, shift = vector("zeros", np.zeros(channels)), vector("shift", np.full(channels,
+                                                                              centred_bias))
+    unit = vector("unit", np.ones(channels, np_type) - np_type(eps))
+    x, w = (ir.Value(name=f"x{i}", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(shape))
+            for i in range(2))
+    xh = ir.node("Cast", [x], attributes={"to": dtype.value})
+    wh = ir.node("Cast", [w], attributes={"to": dtype.value})
+    plain = ir.node("BatchNormalization", [xh.outputs[0], a, c, zeros, unit],
+                    attributes={"epsilon": eps})
+    centred = ir.node("BatchNormalization", [wh.outputs[0], b, shift, m, unit],
+                      attributes={"epsilon": eps})
+    total = ir.node("Add", [plain.outputs[0], centred.outputs[0]])
+    nodes = [xh, wh, plain, centred, total]
+    last = total
+    if read_twice:
+        last = ir.node("Add", [total.outputs[0], plain.outputs[0]])
+        nodes.append(last)
+    out = ir.node("Cast", [last.outputs[0]], attributes={"to": ir.DataType.FLOAT.value})
+    nodes.append(out)
+    for node in nodes[:-1]:
+        node.outputs[0].type, node.outputs[0].shape = ir.TensorType(dtype), ir.Shape(shape)
+    out.outputs[0].name = "y"
+    graph = ir.Graph([x, w], [out.outputs[0]], nodes=nodes, opset_imports={"": 17})
+    for value in (a, b, c, m, zeros, shift, unit):
+        graph.register_initializer(value)
+    return ir.Model(graph, ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize("shape", [(4, 8, 5, 5), (3, 16, 7)])
+def test_half_affine_pairs(shape):
+    """Two half per-channel affines added: the one with no centre becomes a Mul by its
+    scale, its shift goes to the other's bias; the same sums to half precision."""
+    from onnxjob.passes import HalfAffinePairs
+    model = _affine_pair_model(shape)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(shape).astype(np.float32) * 3 + 1 for _ in range(2)]
+    expected = run(model, inputs)
+    assert op_counts(model)["BatchNormalization"] == 2
+    assert HalfAffinePairs()(model).modified
+    common.RemoveUnusedNodesPass()(model)
+    counts = op_counts(model)
+    assert counts["BatchNormalization"] == 1 and counts["Mul"] == 1
+    (mul,) = [n for n in model.graph if n.op_type == "Mul"]
+    assert mul.outputs[0].type.dtype == ir.DataType.FLOAT16
+    np.testing.assert_allclose(run(model, inputs), expected, rtol=2e-3, atol=2e-3)
+    assert not HalfAffinePairs()(model).modified
+
+
+def test_half_affine_pairs_leaves_other_sums_alone():
+    """float32 affines (one launch each on CUDA), an affine read twice, and two centred
+    affines with a shift of their own: nothing changes."""
+    from onnxjob.passes import HalfAffinePairs
+    for model in (_affine_pair_model((2, 4, 3), ir.DataType.FLOAT),
+                  _affine_pair_model((2, 4, 3), read_twice=True),
+                  _affine_pair_model((2, 4, 3), centred_bias=0.5)):
+        assert not HalfAffinePairs()(model).modified
+
+
+def test_half_affine_pairs_runs_for_cuda_mixed_precision_jobs_only():
+    from onnxjob.passes import HalfAffinePairs
+    from onnxjob.passes.default_pipeline import final_passes
+
+    def has(device, amp):
+        return any(isinstance(p, HalfAffinePairs) for p in final_passes(device, amp))
+    assert has("cuda", True) and not has("cuda", False) and not has("cpu", True)

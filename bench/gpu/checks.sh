@@ -20,7 +20,7 @@
 #              session's own arena, with cuDNN workspaces bounded, without search, and with
 #              onnxruntime's own arena growth; the CUDA tests with each session's own arena
 #   amp-variants  the ResNet50 AMP row with and without BatchNormRowStatistics / HalfColumnSums
-#              / PadBeforeTranspose
+#              / PadBeforeTranspose / HalfAffinePairs
 #   first-call the first ResNet50 train call in fresh processes, empty then filled caches
 #              (passes, CUDA train sessions), then the speed rows with cuDNN's heuristic pick
 #   kernels    each kernel's time in CUDA graph replays (bench/gpu_kernels.py: ResNet50 AMP,
@@ -87,8 +87,9 @@ case "$1" in
     # the AMP step with and without the CUDA-only AMP passes whose GPU speed is not measured
     # yet: BatchNormRowStatistics (LayerNormalization statistics of 7x7 rows at layer4),
     # HalfColumnSums (bias gradients as half matrix-vector products), PadBeforeTranspose
-    # (the weight gradients' windows padded on NCHW, onnxruntime's own Pad kernel for it)
-    for skip in "" BatchNormRowStatistics HalfColumnSums PadBeforeTranspose; do
+    # (the weight gradients' windows padded on NCHW, onnxruntime's own Pad kernel for it),
+    # HalfAffinePairs (a half Mul for one of batch norm's backward affines)
+    for skip in "" BatchNormRowStatistics HalfColumnSums PadBeforeTranspose HalfAffinePairs; do
       echo "== ONNXJOB_SKIP_PASSES=$skip" | tee -a "$out/amp_variants.log"
       ONNXJOB_SKIP_PASSES=$skip timeout "$(left 570)" python3 bench/bench_gpu.py \
         --rows resnet50-amp --cuda-graph on 2>&1 | tee -a "$out/amp_variants.log"

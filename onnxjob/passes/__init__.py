@@ -29,6 +29,7 @@ from .batch_norm_statistics import BatchNormStatistics
 from .default_pipeline import default_pass_names, default_pipeline, final_passes
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
+from .half_affine_pairs import HalfAffinePairs
 from .half_column_sums import HalfColumnSums
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
@@ -174,11 +175,12 @@ def op_counts(model):
 
 __all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormRowStatistics",
            "BatchNormStatistics", "FoldReshapes",
-           "FoldTransposeIntoGemm", "HalfColumnSums", "KeepOnCuda", "MaskBeforeMaxUnpool",
+           "FoldTransposeIntoGemm", "HalfAffinePairs", "HalfColumnSums", "KeepOnCuda",
+           "MaskBeforeMaxUnpool",
            "PadBeforeTranspose", "RecomputeCheapValues", "ReluMaskAsMul",
            "SeparableAveragePools",
            "ShareBatchNormCentering", "ShareCastsThroughViews",
            "SplitChannelReductions", "SumSquareReductions",
            "build_pipeline", "default_pass_names", "default_passes", "dump_folder",
-           "format_op_count_diff", "has_user_passes", "mixed_precision_type", "op_counts", "register_pass",
-           "run_default_pipeline"]
+           "format_op_count_diff", "has_user_passes", "mixed_precision_type", "op_counts",
+           "register_pass", "run_default_pipeline"]

@@ -8,6 +8,7 @@ from .batch_norm_row_statistics import BatchNormRowStatistics
 from .batch_norm_statistics import BatchNormStatistics
 from .fold_reshapes import FoldReshapes
 from .fold_transpose_into_gemm import FoldTransposeIntoGemm
+from .half_affine_pairs import HalfAffinePairs
 from .half_column_sums import HalfColumnSums
 from .keep_on_cuda import KeepOnCuda
 from .mask_before_unpool import MaskBeforeMaxUnpool
@@ -52,9 +53,10 @@ def default_pipeline(device, mixed_precision=False):
 
 def final_passes(device=None, mixed_precision=False):
     """Passes that run once after everything else (mixed precision included): they read
-    AutoMixedPrecision's result (HalfColumnSums, CUDA jobs) or plan the step's memory,
-    which CSE would undo (passes/recompute_cheap_values.py)."""
-    return [*([HalfColumnSums()] if device == "cuda" and mixed_precision else []),
+    AutoMixedPrecision's result (HalfColumnSums, HalfAffinePairs: CUDA jobs) or plan the
+    step's memory, which CSE would undo (passes/recompute_cheap_values.py)."""
+    return [*([HalfColumnSums(), HalfAffinePairs()]
+              if device == "cuda" and mixed_precision else []),
             RecomputeCheapValues()]
 
 
