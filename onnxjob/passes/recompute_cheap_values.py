@@ -1,8 +1,9 @@
 """RecomputeCheapValues: a cheap value live at the step's memory peak is made again after it.
 
-Rewrite case (`memory_plan.plan` of the graph in its own order; v is made by a short chain
-of at most MAX_CHAIN elementwise nodes (CHEAP) from values that stay live across the peak
-anyway, from constants, or from graph inputs the chain does not only cast):
+Rewrite case (`memory_plan.plan` of the graph in its own order; v, of MIN_BYTES or more,
+is made by a short chain of at most MAX_CHAIN elementwise nodes (CHEAP) from values that
+stay live across the peak anyway, from constants, or from graph inputs the chain does not
+only cast):
     v = f(g(u))   ... readers of v up to the peak ... readers of v after the peak
 ->  v = f(g(u))   ... readers of v up to the peak ...
     v' = f(g(u))  (copies, just before the first reader after the peak) ... those read v'
@@ -36,6 +37,10 @@ CHEAP = frozenset({"Cast", "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Erf", "Rel
                    "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Exp"})
 MAX_CHAIN = 6     # (an exact GELU is 5)
 ROUNDS = 8
+# values smaller than this stay as they are: the bytes saved at the peak are nothing, and
+# each copy is a kernel launch of its own (ResNet50's AMP step recomputed 62 per-channel
+# vectors of 0.25-8 KiB, gamma / std of each batch norm, after the peak)
+MIN_BYTES = 64 << 10
 
 
 class _Chain:
@@ -103,6 +108,8 @@ class RecomputeCheapValues(InPlacePass):
             position = {id(n): i for i, n in enumerate(plan.order)}
             moves = []
             for live in plan.at_peak:
+                if live.nbytes < MIN_BYTES:
+                    continue
                 value = live.value
                 late = _late_readers(plan, value, position) if not value.is_graph_output() \
                     else []
