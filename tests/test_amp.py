@@ -426,6 +426,11 @@ def _cuda_form_step(amp, x, labels, values):
     # passes/half_affine_pairs.py): bn1's dy comes from the max-pool gradient, a
     # scatter-add in float32 whose result is cast to half
     assert len(half_norms) == (6 if amp else 0)
+    # x-hat's folded statistics (scale ones): its scale is 1 / std, no Mul by ones
+    ones_products = [n for n in compiled.model.graph if n.op_type == "Mul" and any(
+        v is not None and v.const_value is not None and v.const_value.numpy().size > 1 and
+        np.all(v.const_value.numpy() == 1) for v in n.inputs)]
+    assert not ones_products, [n.name for n in ones_products]
     sess = ort.InferenceSession(compiled.serialized(), providers=["CPUExecutionProvider"])
     names = [compiled.output_names[0]] + [compiled.state_outputs[v] for v in
                                           ("c1-weight", "c2-weight", "out-weight")]

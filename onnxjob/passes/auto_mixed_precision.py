@@ -381,7 +381,10 @@ class AutoMixedPrecision(InPlacePass):
         inv_std = e.node("Reciprocal", [e.node("Sqrt", [e.node(
             "Add", [var, e.const(np.array(epsilon, np.float32))], shape, f32)], shape, f32)],
             shape, f32)
-        a = e.node("Mul", [scale, inv_std], shape, f32)
+        # (a scale of ones, batch norm's x-hat for its backward's sums: a is 1 / std itself)
+        ones_scale = const_array(scale)
+        a = inv_std if ones_scale is not None and np.all(ones_scale == 1) else \
+            e.node("Mul", [scale, inv_std], shape, f32)
         b = e.node("Sub", [bias, e.node("Mul", [mean, a], shape, f32)], shape, f32)
         half = self.half.numpy()
         ones = np.ones(scale.shape[0], half)
