@@ -173,5 +173,7 @@ def _divide_by_elem_cnt(grad, loss):
     if loss.is_dynamic:
         count = _cast(op("Size", loss), grad.np_dtype)
         return op("Div", grad, count)
+    if int(np.prod(loss.shape)) == 1:
+        return grad     # (a multiply by 1 copies the gradient unchanged: a pass for nothing)
     return op("Mul", grad, grad.builder.constant(
         np.asarray(1.0 / int(np.prod(loss.shape)), grad.np_dtype)))
