@@ -397,25 +397,22 @@ def _shared_arena(device, register, limit):
     registered. The first registration's bound stays: a later, other bound is said once
     (only where the arena exists, so the line never names an arena that was refused)."""
     with _shared_arenas_lock:
-        return _register_shared_arena(device, register, limit)
-
-
-def _register_shared_arena(device, register, limit):
-    if device in _shared_arenas:
-        made_with, registered = _shared_arenas[device]
-        if registered and limit != made_with:
-            _say_arena_bound(device.upper(), made_with)
+        if device in _shared_arenas:
+            made_with, registered = _shared_arenas[device]
+            if registered and limit != made_with:
+                _say_arena_bound(device.upper(), made_with)
+            return registered
+        try:
+            register(_exact_arena_config(limit))
+            registered = True
+        except Exception as e:     # onnxruntime's own error types
+            registered = False
+            if device == "cuda":    # (a refused CPU arena: another CPU allocator is registered)
+                print(f"onnxjob: onnxruntime did not make the shared CUDA arena "
+                      f"({str(e).strip()[:200]}); each CUDA session keeps its own",
+                      file=sys.stderr)
+        _shared_arenas[device] = (limit, registered)
         return registered
-    try:
-        register(_exact_arena_config(limit))
-        registered = True
-    except Exception as e:     # onnxruntime's own error types
-        registered = False
-        if device == "cuda":    # (a refused CPU arena: another CPU allocator is registered)
-            print(f"onnxjob: onnxruntime did not make the shared CUDA arena "
-                  f"({str(e).strip()[:200]}); each CUDA session keeps its own", file=sys.stderr)
-    _shared_arenas[device] = (limit, registered)
-    return registered
 
 
 def _exact_cpu_arena(limit=None):
