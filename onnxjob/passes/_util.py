@@ -15,6 +15,18 @@ def const_array(value):
     return value.const_value.numpy()
 
 
+def const_array_through_cast(value):
+    """const_array of `value`, or of the constant a Cast made it from (mixed precision's
+    cast of a constant, before onnxruntime folds it); None for neither."""
+    array = const_array(value)
+    if array is not None or value is None:
+        return array
+    cast = value.producer()
+    if cast is not None and cast.op_type == "Cast" and not cast.domain:
+        return const_array(cast.inputs[0])
+    return None
+
+
 def is_zero_constant(value, rank0=False):
     """Whether `value` is a constant holding one 0 (and, with `rank0`, of rank 0)."""
     array = const_array(value)

@@ -71,7 +71,7 @@ import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
 from onnxjob.graph.traffic import origin
-from ._util import NodeEmitter, const_array
+from ._util import NodeEmitter, const_array, const_array_through_cast
 
 ALLOW = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Einsum"})
 FOLLOW = frozenset({
@@ -198,9 +198,7 @@ def _reaches_allow_only(node):
 def _constant_sign(value):
     """-1, 0 or 1 when `value` is a constant (or this pass's cast of one) whose elements
     all have that sign (0: all zero or of mixed signs), else None."""
-    node = value.producer() if value is not None else None
-    array = const_array(node.inputs[0] if node is not None and node.op_type == "Cast"
-                        else value)
+    array = const_array_through_cast(value)
     if array is None:
         return None
     return -1 if np.all(array < 0) else 1 if np.all(array > 0) else 0

@@ -22,26 +22,14 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
-from ._util import NodeEmitter, attr, const_array, replace_value, static_shape
+from ._util import NodeEmitter, attr, const_array_through_cast, replace_value, static_shape
 
 # |variance + epsilon - 1| under which an affine's scale is taken as exactly its `scale`
 UNIT_TOLERANCE = 1e-4
 
 
-def _constant(value):
-    """The array a constant input holds (or a Cast of one, as mixed precision leaves a
-    constant before onnxruntime folds it), else None."""
-    array = const_array(value)
-    if array is not None or value is None:
-        return array
-    cast = value.producer()
-    if cast is not None and cast.op_type == "Cast" and not cast.domain:
-        return const_array(cast.inputs[0])
-    return None
-
-
 def _is_zero(value):
-    array = _constant(value)
+    array = const_array_through_cast(value)
     return array is not None and not np.any(array)
 
 
@@ -58,7 +46,7 @@ def _half_affine(value, add):
     x = node.inputs[0]
     if x is None or x.type is None or x.type.dtype != ir.DataType.FLOAT16:
         return None
-    var = _constant(node.inputs[4])
+    var = const_array_through_cast(node.inputs[4])
     epsilon = float(attr(node, "epsilon", 1e-5))
     if var is None or np.abs(var.astype(np.float64) + epsilon - 1).max() > UNIT_TOLERANCE:
         return None
