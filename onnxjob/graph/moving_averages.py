@@ -11,7 +11,8 @@ layers. The per-layer nodes it replaces are left unread (the passes remove them)
 """
 import numpy as np
 
-from onnxjob.graph.primitives.shape_ops import concat_flat, split_flat, width_class
+from onnxjob.graph.primitives.shape_ops import (
+    concat_flat, concat_flat_constant, split_flat, width_class)
 from onnxjob.graph.tracer import as_blob
 
 
@@ -45,9 +46,7 @@ def _update_together(builder, momentum, members):
     shapes = [tuple(running.shape) for running, _, _ in members]
     old = concat_flat([running for running, _, _ in members])
     stats = concat_flat([statistic for _, statistic, _ in members])
-    coefficients = np.concatenate([np.full(int(np.prod(shape)), c, dtype=stats.np_dtype)
-                                   for shape, (_, _, c) in zip(shapes, members)])
-    new = old * as_blob(momentum, like=stats) + \
-        stats * as_blob(coefficients.reshape(stats.shape), like=stats)
+    coefficients = concat_flat_constant([c for _, _, c in members], shapes, stats)
+    new = old * as_blob(momentum, like=stats) + stats * coefficients
     for (running, _, _), part in zip(members, split_flat(new, shapes)):
         builder.state_updates[running.name] = part

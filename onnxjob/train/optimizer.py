@@ -21,7 +21,7 @@ from onnxjob.compat.generations import positional_is, two_generations, written_f
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers
 from onnxjob.frontend.variables import VariableSpec, variable_blob
-from onnxjob.graph.primitives.shape_ops import concat_flat
+from onnxjob.graph.primitives.shape_ops import concat_flat, concat_flat_constant
 from onnxjob.graph.tracer import current_builder, int64_constant, op
 from onnxjob.train import flat_groups, update_rules as R
 from onnxjob.train.lr_schedules import (  # noqa: F401  (re-exported as flow.optimizer.*)
@@ -157,10 +157,8 @@ def _regularized(ctx, names, w, g, factor):
     g = R.scaled(g, factor)
     if len({float(reg.l2) for reg in regs}) == 1:
         return R.regularize(w, g, regs[0]), None
-    l2 = R.as_blob(np.concatenate(
-        [np.full(int(np.prod(ctx.builder.variables[n].shape)), np.float32(reg.l2),
-                 np.float32).astype(w.np_dtype)
-         for n, reg in zip(names, regs)]).reshape(w.shape), like=w)
+    l2 = concat_flat_constant([np.float32(reg.l2) for reg in regs],
+                              [ctx.builder.variables[n].shape for n in names], w)
     return g + l2 * w, None
 
 

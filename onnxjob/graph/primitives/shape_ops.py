@@ -6,7 +6,7 @@ shape is known while tracing.
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.graph.tracer import Blob, int64_constant, op
+from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.graph.registry import (broadcast_shape, const_value, normalize_axis, register,
                                     register_composite, static_value)
 
@@ -96,6 +96,14 @@ def concat_flat(blobs):
         return op("Concat", *[flat(b) for b in blobs], axis=0)
     return op("Concat", *[reshape_to(b, [int(np.prod(b.shape)) // width, width])
                           for b in blobs], axis=0)
+
+
+def concat_flat_constant(values, shapes, like):
+    """A constant laid out as `like` (concat_flat of values of `shapes`): each value's
+    elements hold the matching one of `values`, in `like`'s dtype."""
+    array = np.concatenate([np.full(int(np.prod(shape)), v, dtype=like.np_dtype)
+                            for v, shape in zip(values, shapes)])
+    return as_blob(array.reshape(like.shape), like=like)
 
 
 def split_flat(value, shapes):
