@@ -200,3 +200,33 @@ def test_saved_model_pb2_imports_and_refuses_its_messages_by_line(tmp_path):
     assert "script.py:6" in done.stderr
     assert "saved_model_pb2.SavedModel is not provided" in done.stderr
     assert "load_saved_model" in done.stderr
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_worker_processes_of_a_run_script_import_oneflow_too(tmp_path, start_method):
+    # spawn and forkserver workers (process pools, data loaders; Python 3.14's default on
+    # Linux is forkserver) start a fresh interpreter that imports the script again
+    script = write(tmp_path / "pool.py", f"""
+        import multiprocessing
+        import numpy as np
+        import oneflow as flow
+        import oneflow.typing as tp
+
+        def batch(i):
+            import oneflow.core.operator.op_conf_pb2 as op_conf
+            assert flow.nn is __import__("onnxjob").nn and tp is __import__("onnxjob").typing
+            return np.full((2,), i + op_conf.kNone, np.float32)
+
+        @flow.global_function()
+        def double(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+            return x * 2
+
+        if __name__ == "__main__":
+            multiprocessing.set_start_method("{start_method}")
+            with multiprocessing.Pool(1) as pool:
+                batches = pool.map(batch, range(3))
+            print("doubled", [float(double(b)[0]) for b in batches])
+    """)
+    done = run_onnxjob("run", script, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "doubled [0.0, 2.0, 4.0]" in done.stdout

@@ -183,6 +183,28 @@ def install_oneflow_alias():
     return finder
 
 
+# A folder of two stand-in packages, `oneflow` and `oneflow_api`, that install the hook
+# when imported: what worker processes started by multiprocessing find on sys.path
+IMPORT_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "import_root")
+
+
+def alias_in_worker_processes():
+    """Make `import oneflow` resolve to onnxjob in the processes multiprocessing starts
+    from this one by spawn or forkserver (which take sys.path but not the hook): puts
+    IMPORT_ROOT on sys.path, after its first entry (the script's folder)."""
+    if IMPORT_ROOT not in sys.path:
+        sys.path.insert(min(1, len(sys.path)), IMPORT_ROOT)
+
+
+def replace_with_alias(name):
+    """Called by IMPORT_ROOT's stand-in module `name` while it is being imported: installs
+    the hook and puts the alias's module in sys.modules in its place (the import
+    statement then returns the alias)."""
+    del sys.modules[name]
+    install_oneflow_alias()
+    sys.modules[name] = importlib.import_module(name)
+
+
 def uninstall_oneflow_alias():
     """Remove the hook and forget every `oneflow*` module it handed out."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, OneFlowAliasFinder)]
