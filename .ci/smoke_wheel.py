@@ -31,7 +31,7 @@ no_heavy_imports("import onnxjob")
 
 done = subprocess.run([sys.executable, "-m", "onnxjob", "--help"], capture_output=True, text=True)
 assert done.returncode == 0 and "export" in done.stdout, done.stderr
-# the stand-in packages `python -m onnxjob run`'s multiprocessing workers import
+# the stand-in packages the child processes of `python -m onnxjob run` import
 from onnxjob.compat.oneflow_alias import IMPORT_ROOT  # noqa: E402
 for package in ("oneflow", "oneflow_api"):
     assert os.path.isfile(os.path.join(IMPORT_ROOT, package, "__init__.py")), package

@@ -10,12 +10,12 @@
     python -m onnxjob settings [--markdown]             the ONNXJOB_* variables and their values
 
 `run` executes the script as `__main__` with `import oneflow` (and
-`oneflow.compatible.single_client`) resolving to onnxjob in this process and the worker
-processes the script starts with multiprocessing (spawn, forkserver or fork), not for
-other programs; the script's directory first on `sys.path` and `sys.argv` = [script,
-ARGS...]. With `-m`, the module (programs started as `python3 -m package.train`, whose
-relative imports need their package) runs as `python -m` runs it: the current directory
-first on `sys.path`, `sys.argv[0]` the module's file.
+`oneflow.compatible.single_client`) resolving to onnxjob in this process, the worker
+processes the script starts with multiprocessing (spawn, forkserver or fork) and the
+Python programs it runs as subprocesses, not elsewhere; the script's directory first on
+`sys.path` and `sys.argv` = [script, ARGS...]. With `-m`, the module (programs started as
+`python3 -m package.train`, whose relative imports need their package) runs as `python -m`
+runs it: the current directory first on `sys.path`, `sys.argv[0]` the module's file.
 
 `export` imports the script (not as __main__, so its training loop does not start),
 compiles the named job and writes it with the variables' initial values, or with the
@@ -41,21 +41,21 @@ def _script_path(parser, script):
 
 def run_script(script, args):
     """Run `script` as __main__ with the oneflow alias installed (see the module doc)."""
-    from onnxjob.compat import alias_in_worker_processes, install_oneflow_alias
+    from onnxjob.compat import alias_in_child_processes, install_oneflow_alias
     install_oneflow_alias()
     sys.argv = [script] + list(args)
     sys.path.insert(0, os.path.dirname(script))
-    alias_in_worker_processes()
+    alias_in_child_processes()
     runpy.run_path(script, run_name="__main__")
 
 
 def run_module(module, args):
     """Run `module` as `python -m module args` does, with the oneflow alias installed."""
-    from onnxjob.compat import alias_in_worker_processes, install_oneflow_alias
+    from onnxjob.compat import alias_in_child_processes, install_oneflow_alias
     install_oneflow_alias()
     sys.argv = [module] + list(args)
     sys.path.insert(0, os.getcwd())
-    alias_in_worker_processes()
+    alias_in_child_processes()
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 

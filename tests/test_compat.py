@@ -230,3 +230,29 @@ def test_worker_processes_of_a_run_script_import_oneflow_too(tmp_path, start_met
     done = run_onnxjob("run", script, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "doubled [0.0, 2.0, 4.0]" in done.stdout
+
+
+def test_python_programs_a_run_script_starts_import_oneflow_too(tmp_path):
+    # a launcher that runs `python train.py` for each setting, as with OneFlow installed
+    write(tmp_path / "train.py", """
+        import sys
+        import numpy as np
+        import oneflow as flow
+        import oneflow.typing as tp
+        import oneflow_api
+
+        @flow.global_function()
+        def scale(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+            return x * float(sys.argv[1])
+
+        print("scaled", scale(np.ones(2, np.float32)).tolist())
+    """)
+    launcher = write(tmp_path / "sweep.py", """
+        import subprocess
+        import sys
+        for factor in ("2", "3"):
+            subprocess.run([sys.executable, "train.py", factor], check=True)
+    """)
+    done = run_onnxjob("run", launcher, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "scaled [2.0, 2.0]\nscaled [3.0, 3.0]" in done.stdout

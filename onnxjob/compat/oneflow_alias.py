@@ -184,16 +184,21 @@ def install_oneflow_alias():
 
 
 # A folder of two stand-in packages, `oneflow` and `oneflow_api`, that install the hook
-# when imported: what worker processes started by multiprocessing find on sys.path
+# when imported: what the child processes of a script run by `python -m onnxjob run` find
 IMPORT_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "import_root")
 
 
-def alias_in_worker_processes():
-    """Make `import oneflow` resolve to onnxjob in the processes multiprocessing starts
-    from this one by spawn or forkserver (which take sys.path but not the hook): puts
-    IMPORT_ROOT on sys.path, after its first entry (the script's folder)."""
+def alias_in_child_processes():
+    """Make `import oneflow` resolve to onnxjob in the Python processes started from this
+    one: multiprocessing's spawn and forkserver workers, which take sys.path but not the
+    hook (IMPORT_ROOT goes after sys.path's first entry, the script's folder), and Python
+    programs run as subprocesses (IMPORT_ROOT first on PYTHONPATH), as a program that
+    starts `python train.py` with a real OneFlow installed would see it."""
     if IMPORT_ROOT not in sys.path:
         sys.path.insert(min(1, len(sys.path)), IMPORT_ROOT)
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if IMPORT_ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([IMPORT_ROOT] + [p for p in paths if p])
 
 
 def replace_with_alias(name):
