@@ -33,7 +33,7 @@ done = subprocess.run([sys.executable, "-m", "onnxjob", "--help"], capture_outpu
 assert done.returncode == 0 and "export" in done.stdout, done.stderr
 # the stand-in packages the child processes of `python -m onnxjob run` import
 from onnxjob.compat.oneflow_alias import IMPORT_ROOT  # noqa: E402
-for package in ("oneflow", "oneflow_api"):
+for package in ("oneflow", "oneflow_api", "oneflow_onnx"):
     assert os.path.isfile(os.path.join(IMPORT_ROOT, package, "__init__.py")), package
 
 sys.argv = ["quickstart.py", "--data", "subset", "--steps", "20", "--output", "mlp_mnist.onnx"]

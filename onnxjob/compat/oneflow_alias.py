@@ -29,7 +29,12 @@ What resolves:
     oneflow.compatible.single_client.framework.<m>  copy code from: session_context, id_util,
                                                    remote_blob, distribute, c_api_util
 
-Any other `oneflow.*` module raises ModuleNotFoundError naming it and the importing line.
+    oneflow_onnx.oneflow2onnx.util, .flow2onnx     OneFlow's standalone ONNX converter, in its
+                                                   job-function form, on onnxjob's export
+                                                   (compat/oneflow_onnx_converter.py)
+
+Any other `oneflow.*` or `oneflow_onnx.*` module raises ModuleNotFoundError naming it and
+the importing line.
 """
 import importlib
 import importlib.abc
@@ -46,6 +51,14 @@ from onnxjob.source_info import user_location
 
 _SINGLE_CLIENT = "oneflow.compatible.single_client"
 _EXTENSION_04 = "oneflow_api"  # OneFlow <= 0.4's top-level name of its C++ extension
+_CONVERTER = "oneflow_onnx"    # OneFlow's standalone ONNX converter (oneflow_convert)
+_CONVERTER_MODULES = (_CONVERTER + ".oneflow2onnx.util", _CONVERTER + ".oneflow2onnx.flow2onnx")
+
+
+def _handled(fullname):
+    """Whether the alias hands out `fullname` (or refuses it, naming it)."""
+    return (fullname in ("oneflow", _EXTENSION_04, _CONVERTER) or
+            fullname.startswith(("oneflow.", _CONVERTER + ".")))
 _FRAMEWORK_PACKAGES = ("oneflow.python.framework", _SINGLE_CLIENT + ".framework")
 
 
@@ -102,7 +115,7 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self._created = {}
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in ("oneflow", _EXTENSION_04) and not fullname.startswith("oneflow."):
+        if not _handled(fullname):
             return None
         module = self._resolve(fullname)
         spec = importlib.util.spec_from_loader(fullname, self,
@@ -129,6 +142,12 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return package
         if fullname == _SINGLE_CLIENT:
             return onnxjob
+        if fullname in (_CONVERTER, _CONVERTER + ".oneflow2onnx"):
+            package = types.ModuleType(fullname)
+            package.__path__ = []
+            return package
+        if fullname in _CONVERTER_MODULES:
+            return importlib.import_module("onnxjob.compat.oneflow_onnx_converter")
         if fullname in ("oneflow._oneflow_internal", _EXTENSION_04):
             return framework_modules.extension_module(fullname)
         if fullname in _FRAMEWORK_PACKAGES or fullname == "oneflow.python":
@@ -164,7 +183,8 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             f"{user_location()}: `import {fullname}`: onnxjob provides no module of that name "
             "(it implements OneFlow's single-device job-function API: oneflow, "
             f"{_SINGLE_CLIENT}, their typing, math, nn, layers, data, random, ... and "
-            "oneflow.core.operator.op_conf_pb2)", name=fullname)
+            "oneflow.core.operator.op_conf_pb2; of OneFlow's converter, "
+            f"{' and '.join(_CONVERTER_MODULES)})", name=fullname)
 
 
 def install_oneflow_alias():
@@ -183,8 +203,9 @@ def install_oneflow_alias():
     return finder
 
 
-# A folder of two stand-in packages, `oneflow` and `oneflow_api`, that install the hook
-# when imported: what the child processes of a script run by `python -m onnxjob run` find
+# A folder of stand-in packages (`oneflow`, `oneflow_api`, `oneflow_onnx`) that install the
+# hook when imported: what the child processes of a script run by `python -m onnxjob run`
+# find
 IMPORT_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "import_root")
 
 
@@ -214,7 +235,7 @@ def uninstall_oneflow_alias():
     """Remove the hook and forget every `oneflow*` module it handed out."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, OneFlowAliasFinder)]
     for name in [n for n in sys.modules
-                 if n in ("oneflow", _EXTENSION_04) or n.startswith("oneflow.")]:
+                 if _handled(n)]:
         del sys.modules[name]
 
 

@@ -66,7 +66,9 @@ def job_model_proto(job_fn, with_variables=True, values=None):
 TRAIN_STEP_FORMAT = "onnxjob.train_step"
 
 
-def _set_dynamic_batch(job_fn, proto, dynamic):
+def set_dynamic_batch(job_fn, proto, dynamic):
+    """Write the batch axis of predict job `job_fn`'s placeholders and row outputs in
+    `proto` as the symbolic dimension "batch" (`dynamic`), or as the placeholders' batch."""
     job = job_fn.job
     session = started_session()
     compiled = session.runtimes[job.name].compiled
@@ -137,7 +139,7 @@ def export(job_fn, path, check=True, dynamic_batch=None, half_weights=False):
     in `<path>.data` (ONNX external data; io/model_file.py), with a warning."""
     proto = job_model_proto(job_fn)
     if dynamic_batch is not None:
-        _set_dynamic_batch(job_fn, proto, bool(dynamic_batch))
+        set_dynamic_batch(job_fn, proto, bool(dynamic_batch))
     if half_weights:
         _store_half_weights(proto, job_fn)
     save_checked(proto, path, check=check)
