@@ -23,6 +23,14 @@ def _d(t, value):
     return as_blob(np.float64(value), like=t)
 
 
+def _cos(angle):
+    """cos(angle) of a float64 scalar as Sin(pi/2 - angle): onnxruntime's CPU EP has a
+    float64 Sin kernel in every release onnxjob takes (>= 1.20), a float64 Cos only in
+    later ones (1.23 and 1.24 refuse it; 1.32 has it). pi/2 - angle is rounded once, within
+    an ulp of pi/2 for the schedules' angles: far below the float32 result's rounding."""
+    return op("Sin", _d(angle, math.pi / 2) - angle)
+
+
 def _f32(value):
     """A float32 proto field read back as a double (OneFlow's `float learning_rate`)."""
     return float(np.float32(value))
@@ -141,7 +149,7 @@ class CosineScheduler(LrScheduler):
 
     def decayed(self, t):
         cur = op("Min", t, _d(t, self.steps))
-        cos = _d(t, 0.5) * (_d(t, 1.0) + op("Cos", _d(t, math.pi) * cur / _d(t, self.steps)))
+        cos = _d(t, 0.5) * (_d(t, 1.0) + _cos(_d(t, math.pi) * cur / _d(t, self.steps)))
         return _d(t, _f32(self.base_lr)) * (_d(t, 1.0 - self.alpha) * cos + _d(t, self.alpha))
 
     def numpy_decayed(self, t):
@@ -164,7 +172,7 @@ class LinearCosineScheduler(LrScheduler):
         cur = op("Min", t, _d(t, self.steps))
         steps = _d(t, self.steps)
         linear = (steps - cur) / steps
-        cos = op("Cos", _d(t, math.pi * 2.0 * self.num_periods) * cur / steps)
+        cos = _cos(_d(t, math.pi * 2.0 * self.num_periods) * cur / steps)
         cosine = _d(t, 0.5) * (_d(t, 1.0) + cos)
         factor = (_d(t, self.alpha) + linear) * cosine + _d(t, self.beta)
         return _d(t, _f32(self.base_lr)) * factor
