@@ -309,3 +309,19 @@ def test_two_layers_under_one_default_name_raise_oneflow_s_error_naming_the_line
         job(np.ones((2, 3), np.float32))
     assert f"{THIS_FILE}:" in str(e.value) and "name=" in str(e.value)
     flow.clear_default_session()
+
+
+@pytest.mark.parametrize("export", [
+    lambda target, tmp: flow.export(target, str(tmp / "m.onnx")),
+    lambda target, tmp: flow.onnx.export(target, str(tmp), str(tmp / "m.onnx")),
+])
+def test_exporting_something_that_is_not_a_job_names_it_and_the_jobs(tmp_path, export):
+    foo = job_numpy()
+    foo(np.zeros((2, 3), np.float32))
+    flow.checkpoint.save(str(tmp_path / "weights"))
+    for target in (lambda x: x, "no_such_job"):
+        with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: expected a job function .* "
+                                             r"this session's jobs: \['foo'\]"):
+            export(target, tmp_path / "weights")
+    export(foo, tmp_path / "weights")
+    export("foo", tmp_path / "weights")          # a job's name is taken as the job

@@ -33,6 +33,10 @@ from onnxjob.io.model_file import save_checked
 from onnxjob.frontend.config import started_session
 
 
+def _job_name(job_fn):
+    return job_fn.job.name if hasattr(job_fn, "job") else str(job_fn)
+
+
 def job_model_proto(job_fn, with_variables=True, values=None):
     """The ModelProto of `job_fn` (a decorated job); starts the session if needed.
     `values`: {variable name: array} written instead of those variables' current values."""
@@ -42,8 +46,11 @@ def job_model_proto(job_fn, with_variables=True, values=None):
     def value_of(variable):
         return np.asarray(values[variable] if values and variable in values else
                           current(variable))
-    name = job_fn.job.name if hasattr(job_fn, "job") else str(job_fn)
-    runtime = session.runtimes[name]
+    runtime = session.runtimes.get(_job_name(job_fn))
+    if runtime is None:
+        raise TraceError(f"expected a job function (decorated with @flow.global_function) "
+                         f"or its name, got {job_fn!r}; this session's jobs: "
+                         f"{sorted(session.runtimes) or 'none'}")
     proto = onnx.ModelProto()
     proto.CopyFrom(runtime.compiled.to_proto())
     if with_variables and runtime.compiled.is_train:
@@ -151,7 +158,6 @@ def _store_half_weights(proto, job_fn):
     to half (a job without enable_auto_mixed_precision(True))."""
     from onnxjob.io.half_weights import store_half_weights
     if store_half_weights(proto)[0] == 0:
-        name = job_fn.job.name if hasattr(job_fn, "job") else str(job_fn)
-        raise ValueError(f"export(half_weights=True): job {name!r} casts no float32 weight "
-                         "to half; the option applies to predict jobs under "
+        raise ValueError(f"export(half_weights=True): job {_job_name(job_fn)!r} casts no "
+                         "float32 weight to half; the option applies to predict jobs under "
                          "function_config.enable_auto_mixed_precision(True)")
