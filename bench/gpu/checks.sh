@@ -30,6 +30,8 @@
 #   next       the open questions of the last notes in one call, most wanted first: the CUDA
 #              tests (variables in the shared arena), where a replayed ResNet50 AMP step's time goes (kernels by family), BERT's memory row
 #              as shipped and without CUDA graphs, the ResNet50 speed rows, a first call
+#   forms      standard-ONNX formulations of the optimizer's axpby and the batch norm
+#              backward's per-row sums, timed side by side on the CUDA EP (kernel_forms.py)
 #   first-look the checks a short loan affords, most wanted first: the GPU-only tests, the
 #              peak-memory rows (ResNet50 AMP and fp32, BERT AMP), then the ResNet50 speed rows
 #   "CMD"      anything else is run as a command with the same setup
@@ -164,6 +166,9 @@ case "$1" in
       --json "$out/speed.json" 2>&1 | tee "$out/speed.log"
     timeout "$(left 570)" python3 bench/bench_startup.py resnet50 --batch 64 --runs 1 2>&1 \
       | tee "$out/first_call.log" ;;
+  forms)
+    timeout "$(left 570)" python3 bench/kernel_forms.py --device cuda 2>&1 \
+      | tee "$out/kernel_forms.log" ;;
   first-look)
     timeout "$(left 100)" python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py 2>&1 \
       | tail -25 | tee "$out/gpu_tests.log"
