@@ -37,7 +37,7 @@ import numpy as np
 
 from onnxjob.io.oneflow_onnx import export_saved, refuse_graph_options
 
-_API = "oneflow_onnx"
+_EXPORT = "oneflow_onnx.oneflow2onnx.flow2onnx.Export"
 
 
 def Export(job_func, model_save_dir, onnx_filename, continue_on_error=False, opset=None,
@@ -45,10 +45,9 @@ def Export(job_func, model_save_dir, onnx_filename, continue_on_error=False, ops
            dynamic_batch_size=False):
     """Write `job_func` with the weights saved in `model_save_dir` to `onnx_filename`."""
     # continue_on_error: every node of an onnxjob job is ONNX already
-    refuse_graph_options(f"{_API}.oneflow2onnx.flow2onnx.Export", extra_opset=extra_opset,
-                         shape_override=shape_override)
+    refuse_graph_options(_EXPORT, extra_opset=extra_opset, shape_override=shape_override)
     export_saved(job_func, model_save_dir, onnx_filename, opset, external_data,
-                 dynamic_batch=dynamic_batch_size, api=f"{_API} Export")
+                 dynamic_batch=dynamic_batch_size, api=_EXPORT)
 
 
 def export_onnx_model(job_func, external_data=False, opset=None, flow_weight_dir=None,
@@ -87,7 +86,7 @@ def run_onnx(onnx_model_path, providers, ipt_dict=None, ort_optimize=True):
     chosen = [p for p in providers if p in available] or ["CPUExecutionProvider"]
     session = ort.InferenceSession(onnx_model_path, sess_options=options, providers=chosen)
     if len(session.get_outputs()) != 1 or len(session.get_inputs()) > 1:
-        raise ValueError(f"{_API} run_onnx: {onnx_model_path} has "
+        raise ValueError(f"oneflow_onnx run_onnx: {onnx_model_path} has "
                          f"{len(session.get_inputs())} inputs and "
                          f"{len(session.get_outputs())} outputs; it runs models of at most "
                          "one input and one output")
