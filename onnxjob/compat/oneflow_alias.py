@@ -53,13 +53,13 @@ _SINGLE_CLIENT = "oneflow.compatible.single_client"
 _EXTENSION_04 = "oneflow_api"  # OneFlow <= 0.4's top-level name of its C++ extension
 _CONVERTER = "oneflow_onnx"    # OneFlow's standalone ONNX converter (oneflow_convert)
 _CONVERTER_MODULES = (_CONVERTER + ".oneflow2onnx.util", _CONVERTER + ".oneflow2onnx.flow2onnx")
+_FRAMEWORK_PACKAGES = ("oneflow.python.framework", _SINGLE_CLIENT + ".framework")
 
 
 def _handled(fullname):
     """Whether the alias hands out `fullname` (or refuses it, naming it)."""
     return (fullname in ("oneflow", _EXTENSION_04, _CONVERTER) or
             fullname.startswith(("oneflow.", _CONVERTER + ".")))
-_FRAMEWORK_PACKAGES = ("oneflow.python.framework", _SINGLE_CLIENT + ".framework")
 
 
 def _enum_module(name, doc, **values):
@@ -234,8 +234,7 @@ def replace_with_alias(name):
 def uninstall_oneflow_alias():
     """Remove the hook and forget every `oneflow*` module it handed out."""
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, OneFlowAliasFinder)]
-    for name in [n for n in sys.modules
-                 if _handled(n)]:
+    for name in [n for n in sys.modules if _handled(n)]:
         del sys.modules[name]
 
 
