@@ -31,6 +31,10 @@ no_heavy_imports("import onnxjob")
 
 done = subprocess.run([sys.executable, "-m", "onnxjob", "--help"], capture_output=True, text=True)
 assert done.returncode == 0 and "export" in done.stdout, done.stderr
+# the console script the wheel installs beside the interpreter
+command = os.path.join(os.path.dirname(sys.executable), "onnxjob")
+done = subprocess.run([command, "settings"], capture_output=True, text=True)
+assert done.returncode == 0 and "ONNXJOB_" in done.stdout, done.stderr
 # the stand-in packages the child processes of `python -m onnxjob run` import
 from onnxjob.compat.oneflow_alias import IMPORT_ROOT  # noqa: E402
 for package in ("oneflow", "oneflow_api", "oneflow_onnx"):

@@ -1,6 +1,7 @@
 """Command line.
 
     python -m onnxjob run script.py [ARGS...]           run a script written for OneFlow
+                                                        (or a folder or zip with __main__.py)
     python -m onnxjob run -m package.module [ARGS...]   ... a module, as `python -m` runs it
     python -m onnxjob run --nproc N script.py [ARGS...] N data-parallel ranks (onnxjob/launch.py)
                                                         (or flow.config.cpu_device_num(N) in
@@ -31,12 +32,23 @@ import argparse
 import os
 import runpy
 import sys
+import zipfile
 
 
 def _script_path(parser, script):
-    if not os.path.isfile(script):
+    """`script` as an absolute path: a file, or as Python takes them, a folder or a zip
+    archive with a __main__.py."""
+    if not os.path.isfile(script) and not os.path.isfile(os.path.join(script, "__main__.py")):
         parser.error(f"no such script: {script}")
     return os.path.abspath(script)
+
+
+def _script_folder(script):
+    """What `python script` puts first on sys.path: the script's folder, or a folder or
+    zip archive itself."""
+    if os.path.isdir(script) or zipfile.is_zipfile(script):
+        return script
+    return os.path.dirname(script)
 
 
 def run_script(script, args):
@@ -44,7 +56,7 @@ def run_script(script, args):
     from onnxjob.compat import alias_in_child_processes, install_oneflow_alias
     install_oneflow_alias()
     sys.argv = [script] + list(args)
-    sys.path.insert(0, os.path.dirname(script))
+    sys.path.insert(0, _script_folder(script))
     alias_in_child_processes()
     runpy.run_path(script, run_name="__main__")
 
@@ -68,7 +80,7 @@ def export_job(parser, target, output, checkpoint, dynamic_batch=False):
     from onnxjob.frontend import ranks
     install_oneflow_alias()
     ranks.exporting(script)
-    sys.path.insert(0, os.path.dirname(script))
+    sys.path.insert(0, _script_folder(script))
     namespace = runpy.run_path(script, run_name="__onnxjob_export__")
     job = namespace.get(job_name)
     if job is None or not hasattr(job, "job"):

@@ -256,3 +256,33 @@ def test_python_programs_a_run_script_starts_import_oneflow_too(tmp_path):
     done = run_onnxjob("run", launcher, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "scaled [2.0, 2.0]\nscaled [3.0, 3.0]" in done.stdout
+
+
+def test_run_takes_a_folder_or_zip_with_a_main_as_python_does(tmp_path):
+    import zipfile
+    app = tmp_path / "app"
+    app.mkdir()
+    write(app / "helpers.py", "SCALE = 3.0\n")
+    write(app / "__main__.py", """
+        import sys
+        import numpy as np
+        import oneflow as flow
+        import oneflow.typing as tp
+        from helpers import SCALE
+
+        @flow.global_function()
+        def scale(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+            return x * SCALE
+
+        print("argv", sys.argv[1:], "scaled", scale(np.ones(2, np.float32)).tolist())
+    """)
+    archive = tmp_path / "app.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for name in ("__main__.py", "helpers.py"):
+            z.write(app / name, name)
+    for target in (app, archive):
+        done = run_onnxjob("run", str(target), "--flag", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "argv ['--flag'] scaled [3.0, 3.0]" in done.stdout
+    done = run_onnxjob("run", str(tmp_path), cwd=tmp_path)      # no __main__.py there
+    assert done.returncode != 0 and "no such script" in done.stderr
