@@ -64,9 +64,11 @@ def test_without_a_weight_folder_the_current_weights_are_exported(tmp_path, conv
     images = np.ones((2, 1, 8, 8), np.float32)
     expected = job(images)
     path, _ = converter.export_onnx_model(job, onnx_model_path=str(tmp_path))
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    assert np.allclose(session.run(None, {session.get_inputs()[0].name: images})[0], expected,
-                       atol=1e-6)
+    flow.onnx.export(job, None, str(tmp_path / "current.onnx"))    # as flow.onnx.export
+    for exported in (path, str(tmp_path / "current.onnx")):
+        session = ort.InferenceSession(exported, providers=["CPUExecutionProvider"])
+        assert np.allclose(session.run(None, {session.get_inputs()[0].name: images})[0],
+                           expected, atol=1e-6)
 
 
 def test_convert_to_onnx_and_check_compares_and_clears_the_session(tmp_path, converter):

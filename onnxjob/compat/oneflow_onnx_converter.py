@@ -31,7 +31,6 @@ the converter, for OneFlow's eager `nn.Graph`, and its other packages (x2oneflow
 provided.
 """
 import os
-import tempfile
 
 import numpy as np
 
@@ -43,7 +42,8 @@ _EXPORT = "oneflow_onnx.oneflow2onnx.flow2onnx.Export"
 def Export(job_func, model_save_dir, onnx_filename, continue_on_error=False, opset=None,
            extra_opset=None, shape_override=None, external_data=False,
            dynamic_batch_size=False):
-    """Write `job_func` with the weights saved in `model_save_dir` to `onnx_filename`."""
+    """Write `job_func` with the weights saved in `model_save_dir` (the current ones when
+    it is None) to `onnx_filename`."""
     # continue_on_error: every node of an onnxjob job is ONNX already
     refuse_graph_options(_EXPORT, extra_opset=extra_opset, shape_override=shape_override)
     export_saved(job_func, model_save_dir, onnx_filename, opset, external_data,
@@ -55,17 +55,10 @@ def export_onnx_model(job_func, external_data=False, opset=None, flow_weight_dir
     """Write `job_func` to `<onnx_model_path>/model.onnx` (`onnx_model_path` is a folder)
     with the weights saved in `flow_weight_dir`, or the current ones when it is None;
     returns the file's path and a function that removes the file."""
-    from onnxjob.io import checkpoint
     path = os.path.join(onnx_model_path, "model.onnx")
-    if flow_weight_dir is None:
-        with tempfile.TemporaryDirectory() as saved:
-            weights = os.path.join(saved, "weights")
-            checkpoint.save(weights)
-            Export(job_func, weights, path, opset=opset, external_data=external_data,
-                   dynamic_batch_size=dynamic_batch_size)
-    else:
-        Export(job_func, flow_weight_dir, path, opset=opset, external_data=external_data,
-               dynamic_batch_size=dynamic_batch_size)
+    # (no weight folder: the current values, which the converter saved and read back)
+    Export(job_func, flow_weight_dir, path, opset=opset, external_data=external_data,
+           dynamic_batch_size=dynamic_batch_size)
 
     def cleanup():
         if os.path.exists(path):

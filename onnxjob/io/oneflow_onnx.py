@@ -16,8 +16,9 @@ external data; also without it when they are past protobuf's 2 GiB limit:
 io/model_file.py). (Where an op has no form in `opset`, the file keeps the job's opset,
 with a warning.) Every op converts, so `continue_on_error` changes nothing;
 `extra_opset`, `shape_override`, `target` and `inputs_as_nchw` (tf2onnx's options) are
-refused when given. OneFlow's standalone converter, `oneflow_onnx`, is served by the same
-code (compat/oneflow_onnx_converter.py).
+refused when given. `model_save_dir=None` exports the variables' current values.
+OneFlow's standalone converter, `oneflow_onnx`, is served by the same code
+(compat/oneflow_onnx_converter.py).
 """
 import warnings
 
@@ -60,10 +61,12 @@ def refuse_graph_options(api, **options):
 
 def export_saved(job_func, model_save_dir, onnx_filename, opset=None, external_data=False,
                  dynamic_batch=False, api="flow.onnx.export"):
-    """The export itself (module docstring); `dynamic_batch` writes a predict job's batch
-    axis as a symbolic dimension (the standalone converter's dynamic_batch_size:
+    """The export itself (module docstring); `model_save_dir` None takes the variables'
+    current values; `dynamic_batch` writes a predict job's batch axis as a symbolic
+    dimension (the standalone converter's dynamic_batch_size:
     compat/oneflow_onnx_converter.py); `api` names the caller in messages."""
-    proto = job_model_proto(job_func, values=_saved_values(model_save_dir))
+    saved = None if model_save_dir is None else _saved_values(model_save_dir)
+    proto = job_model_proto(job_func, values=saved)
     if dynamic_batch:
         set_dynamic_batch(job_func, proto, True)
     if opset is not None:
