@@ -25,7 +25,7 @@ def _d(t, value):
 
 def _cos(angle):
     """cos(angle) of a float64 scalar as Sin(pi/2 - angle): onnxruntime's CPU EP has a
-    float64 Sin kernel in every release onnxjob takes (>= 1.20), a float64 Cos only in
+    float64 Sin kernel in every release onnxjob takes (>= 1.21), a float64 Cos only in
     later ones (1.23 and 1.24 refuse it; 1.32 has it). pi/2 - angle is rounded once, within
     an ulp of pi/2 for the schedules' angles: far below the float32 result's rounding."""
     return op("Sin", _d(angle, math.pi / 2) - angle)
