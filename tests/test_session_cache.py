@@ -67,8 +67,9 @@ def test_a_trim_skips_files_another_process_removed_meanwhile(tmp_path, monkeypa
         os.utime(path, (1000 + age, 1000 + age))
     listed = list(os.scandir(tmp_path))
     os.remove(tmp_path / "gone.onnx")                    # the other process's trim
-    monkeypatch.setattr(session_cache.os, "scandir", lambda folder: iter(listed))
-    session_cache._trim(str(tmp_path), 1000)
+    with monkeypatch.context() as patched:      # (os.scandir is the process's: undone here,
+        patched.setattr(session_cache.os, "scandir", lambda folder: iter(listed))
+        session_cache._trim(str(tmp_path), 1000)   # before pytest removes tmp_path with it)
     assert os.listdir(tmp_path) == ["new.onnx"]
 
 
