@@ -1,10 +1,11 @@
 """Legal OneFlow calls that real legacy programs make, one class per section, pinned to
 OneFlow's documented behaviour: blob truthiness and protocols, distribution hints and
-properties, None meaning a default, 0-d results fed where OneFlow 0.4 had (1,), host values feeding graph
-ops (checkpoint folders without markers: test_checkpoint.py; the image reader's labels:
-test_data_legacy.py), session calls before any job (a reader's (N, 1) labels for the
-face-recognition ops: test_ops_legacy.py; every kind of the old API's learning_rate_decay:
-test_optimizers.py), and a job body's scope being its own, not its caller's."""
+properties, None meaning a default, 0-d results fed where OneFlow 0.4 had (1,), host values
+feeding graph ops (checkpoint folders without markers: test_checkpoint.py; the image
+reader's labels: test_data_legacy.py), session calls before any job (a reader's (N, 1)
+labels for the face-recognition ops: test_ops_legacy.py; every kind of the old API's
+learning_rate_decay: test_optimizers.py), a job body's scope being its own, not its
+caller's, and eager mode's switch (job functions run lazily)."""
 import os
 import warnings
 from typing import Tuple
@@ -510,7 +511,8 @@ def test_a_0d_result_feeds_a_one_element_placeholder_as_oneflow_04s_vector_did()
     np.testing.assert_allclose(scale(x, np.array(2, np.float32)), x * 2)
     out, = scale_list([t])
     np.testing.assert_allclose(out, [30])
-    with pytest.raises(JobArgumentError, match=r"argument 's' has shape \(\), expected exactly \(2,\)"):
+    with pytest.raises(JobArgumentError,
+                       match=r"argument 's' has shape \(\), expected exactly \(2,\)"):
         pair(t)
 
 
@@ -768,10 +770,7 @@ def test_session_calls_before_any_job_start_an_empty_session_as_oneflow(tmp_path
 # -- refusals name the user's line ------------------------------------------------------------
 
 def test_calls_onnxjob_cannot_run_raise_unsupported_api_error_naming_the_line():
-    # eager mode, OneFlow's op-list serving: UnsupportedAPIError with this file's line
-    with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:\\d+: flow.enable_eager"):
-        flow.enable_eager_execution(True)
-    flow.enable_eager_execution(False)      # lazy mode, as onnxjob runs: accepted
+    # OneFlow's op-list serving: UnsupportedAPIError with this file's line
     with pytest.raises(UnsupportedAPIError, match=f"{THIS_FILE}:\\d+: .*InferenceSession"):
         flow.serving.InferenceSession().open("job")
 
@@ -878,7 +877,8 @@ def test_a_full_reduction_of_argwhere_rows_is_static_and_trains():
         step[k] += eps
         up = _hard_mining_numpy(x.astype(np.float64), step, labels, 0.3)[0]
         step[k] -= 2 * eps
-        numeric[k] = (up - _hard_mining_numpy(x.astype(np.float64), step, labels, 0.3)[0]) / (2 * eps)
+        down = _hard_mining_numpy(x.astype(np.float64), step, labels, 0.3)[0]
+        numeric[k] = (up - down) / (2 * eps)
     np.testing.assert_allclose(grads["w"], numeric, rtol=1e-4, atol=1e-6)
 
 
@@ -1073,3 +1073,68 @@ def test_flow_variable_scope_points_at_the_names_released_oneflow_exports():
                                                   r"flow.deprecated.variable_scope"):
         flow.variable_scope("scope")
     assert flow.deprecated.variable_scope is flow.scope.namespace
+
+
+# -- eager mode: job functions run lazily -------------------------------------------------
+
+@pytest.fixture
+def eager_requested(monkeypatch):
+    """flow.enable_eager_execution(True) called in this test only (its warning and the
+    place it was called are the process's)."""
+    from onnxjob.frontend import helpers
+    monkeypatch.setattr(helpers, "eager_requested_at", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flow.enable_eager_execution(True)
+        flow.enable_eager_execution()               # (once per process)
+    return caught
+
+
+def _train_twice(seed):
+    """Two SGD steps of a dense layer on a fixed batch: the losses and the weight."""
+    flow.clear_default_session()
+    flow.config.seed(seed)
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        y = flow.layers.dense(x, 2, name="fc",
+                              kernel_initializer=flow.random_normal_initializer())
+        loss = flow.math.reduce_mean(y * y)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    @flow.global_function()
+    def weight() -> tp.Numpy:
+        return flow.get_variable("fc-weight", shape=(2, 3))
+    batch = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    return [train(batch) for _ in range(2)] + [weight()]
+
+
+def test_eager_job_functions_run_lazily_with_the_same_results_and_a_warning(eager_requested):
+    """OneFlow 0.2-0.4's flow.enable_eager_execution(True) before job functions (MinGPT's
+    attention test): accepted, one warning naming its line and what differs, the jobs
+    compute what lazy ones do; eager_execution_enabled() stays False (the lazy branch of
+    code that tests it)."""
+    assert len(eager_requested) == 1 and "lazily" in str(eager_requested[0].message)
+    assert os.path.basename(eager_requested[0].filename) == THIS_FILE
+    assert flow.eager_execution_enabled() is False
+    eager = _train_twice(seed=5)
+    from onnxjob.frontend import helpers
+    helpers.eager_requested_at = None                    # the same jobs, no eager call
+    lazy = _train_twice(seed=5)
+    assert eager[0] > eager[1]                           # it trains
+    for a, b in zip(eager, lazy):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_blobs_value_inside_an_eager_job_names_the_line_and_the_eager_call(eager_requested):
+    def body(x):
+        y = flow.math.relu(x)
+        print(y.numpy())                                 # eager debugging: not available
+        return y
+    with pytest.raises(UnsupportedAPIError) as raised:
+        _run(body)
+    message = str(raised.value)
+    assert f"{THIS_FILE}:" in message and "blob.numpy" in message
+    assert "flow.enable_eager_execution(True)" in message and "lazily" in message

@@ -4,12 +4,13 @@ import os
 import shutil
 import sys
 import types
+import warnings
 
 from onnxjob import dtypes
 from onnxjob.compat.generations import renamed_keywords
-from onnxjob.errors import unsupported_form
 from onnxjob.frontend.config import process_config
 from onnxjob.runtime.session import default_session
+from onnxjob.source_info import user_frame, user_location
 
 
 class Size(tuple):
@@ -33,16 +34,34 @@ def convert_oneflow_dtype_to_numpy_dtype(oneflow_dtype):
 
 
 def eager_execution_enabled():
-    """False: onnxjob runs lazy job functions only."""
+    """False: onnxjob runs every job function lazily (see enable_eager_execution)."""
     return False
+
+
+# where the program asked for eager mode ("file:line"), for the errors of blob.numpy() & co.
+eager_requested_at = None
 
 
 @renamed_keywords(val="value")
 def enable_eager_execution(value=True):
-    """OneFlow's eager mode; onnxjob runs lazy job functions only."""
-    if value:
-        raise unsupported_form("flow.enable_eager_execution(True)",
-                               "onnxjob runs lazy job functions (@flow.global_function) only")
+    """OneFlow's eager mode (0.2-0.4). A job function's ops compute what they compute
+    lazily, so onnxjob runs the program's job functions lazily and warns once: each body is
+    traced once, at the session's first call (Python values it reads are taken then, as in
+    lazy mode; OneFlow's eager mode ran the body at every call), and a blob's value inside
+    a body (blob.numpy()) is not available: such a line raises UnsupportedAPIError naming
+    it. eager_execution_enabled() stays False, so code that branches on it takes the lazy
+    path. OneFlow 0.4's eager modules (flow.nn.Module, flow.Tensor) stay refused by name."""
+    global eager_requested_at
+    if not value:
+        return
+    first = eager_requested_at is None
+    eager_requested_at = user_location()
+    if first:
+        warnings.warn_explicit(
+            "flow.enable_eager_execution(True): onnxjob runs job functions lazily, with the "
+            "same ops: each job's body runs once, when the session starts (Python values it "
+            "reads are taken then), and blob.numpy() inside a job is not available (return "
+            "the blob or use flow.watch)", UserWarning, *(user_frame() or ("<unknown>", 0)))
 
 
 def enable_typing_check(value=True):

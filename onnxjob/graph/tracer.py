@@ -123,6 +123,11 @@ class Blob:
         why = _BLOB_ATTRIBUTE_REASONS.get(
             name, "it is not an attribute of OneFlow's lazy (job-body) blobs that onnxjob "
                   "provides")
+        if why == _EAGER_ONLY:
+            from onnxjob.frontend import helpers     # (helpers imports the session, and it this)
+            if helpers.eager_requested_at is not None:
+                why += (f"; flow.enable_eager_execution(True) ({helpers.eager_requested_at}) "
+                        "does not make it available: onnxjob runs job functions lazily")
         raise UnsupportedAPIError(f"{user_location()}: blob.{name} is not available on traced "
                                   f"Blob {self.name}: {why}")
 
