@@ -1081,8 +1081,8 @@ def test_flow_variable_scope_points_at_the_names_released_oneflow_exports():
 def eager_requested(monkeypatch):
     """flow.enable_eager_execution(True) called in this test only (its warning and the
     place it was called are the process's)."""
-    from onnxjob.frontend import helpers
-    monkeypatch.setattr(helpers, "eager_requested_at", None)
+    from onnxjob.graph import tracer
+    monkeypatch.setattr(tracer, "eager_requested_at", None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         flow.enable_eager_execution(True)
@@ -1120,8 +1120,8 @@ def test_eager_job_functions_run_lazily_with_the_same_results_and_a_warning(eage
     assert os.path.basename(eager_requested[0].filename) == THIS_FILE
     assert flow.eager_execution_enabled() is False
     eager = _train_twice(seed=5)
-    from onnxjob.frontend import helpers
-    helpers.eager_requested_at = None                    # the same jobs, no eager call
+    from onnxjob.graph import tracer
+    tracer.eager_requested_at = None                     # the same jobs, no eager call
     lazy = _train_twice(seed=5)
     assert eager[0] > eager[1]                           # it trains
     for a, b in zip(eager, lazy):

@@ -9,6 +9,7 @@ import warnings
 from onnxjob import dtypes
 from onnxjob.compat.generations import renamed_keywords
 from onnxjob.frontend.config import process_config
+from onnxjob.graph import tracer
 from onnxjob.runtime.session import default_session
 from onnxjob.source_info import user_frame, user_location
 
@@ -38,10 +39,6 @@ def eager_execution_enabled():
     return False
 
 
-# where the program asked for eager mode ("file:line"), for the errors of blob.numpy() & co.
-eager_requested_at = None
-
-
 @renamed_keywords(val="value")
 def enable_eager_execution(value=True):
     """OneFlow's eager mode (0.2-0.4). A job function's ops compute what they compute
@@ -51,11 +48,10 @@ def enable_eager_execution(value=True):
     a body (blob.numpy()) is not available: such a line raises UnsupportedAPIError naming
     it. eager_execution_enabled() stays False, so code that branches on it takes the lazy
     path. OneFlow 0.4's eager modules (flow.nn.Module, flow.Tensor) stay refused by name."""
-    global eager_requested_at
     if not value:
         return
-    first = eager_requested_at is None
-    eager_requested_at = user_location()
+    first = tracer.eager_requested_at is None
+    tracer.eager_requested_at = user_location()
     if first:
         warnings.warn_explicit(
             "flow.enable_eager_execution(True): onnxjob runs job functions lazily, with the "

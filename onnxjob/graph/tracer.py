@@ -123,11 +123,9 @@ class Blob:
         why = _BLOB_ATTRIBUTE_REASONS.get(
             name, "it is not an attribute of OneFlow's lazy (job-body) blobs that onnxjob "
                   "provides")
-        if why == _EAGER_ONLY:
-            from onnxjob.frontend import helpers     # (helpers imports the session, and it this)
-            if helpers.eager_requested_at is not None:
-                why += (f"; flow.enable_eager_execution(True) ({helpers.eager_requested_at}) "
-                        "does not make it available: onnxjob runs job functions lazily")
+        if why == _EAGER_ONLY and eager_requested_at is not None:
+            why += (f"; flow.enable_eager_execution(True) ({eager_requested_at}) does not "
+                    "make it available: onnxjob runs job functions lazily")
         raise UnsupportedAPIError(f"{user_location()}: blob.{name} is not available on traced "
                                   f"Blob {self.name}: {why}")
 
@@ -209,6 +207,9 @@ class Blob:
         return op("Cast", op("Not", self._binary("Equal", o)), to=ir.DataType.INT8.value)
 
 
+# where the program called flow.enable_eager_execution(True), "file:line" (set by
+# frontend/helpers.py; job functions still run lazily, so blob.numpy() names it)
+eager_requested_at = None
 _EAGER_ONLY = ("an eager blob's value; in a job body the value is not known until the job "
                "runs (return the blob from the job, e.g. as tp.Numpy)")
 # OneFlow blob attributes a job body cannot have, and why
