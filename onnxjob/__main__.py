@@ -14,7 +14,9 @@
 `oneflow.compatible.single_client`) resolving to onnxjob in this process, the worker
 processes the script starts with multiprocessing (spawn, forkserver or fork) and the
 Python programs it runs as subprocesses, not elsewhere; the script's directory first on
-`sys.path` and `sys.argv` = [script, ARGS...]. With `-m`, the module (programs started as
+`sys.path` and `sys.argv` = [script, ARGS...], and the names NumPy and Python removed since
+OneFlow's releases (np.float, collections.Mapping, ...) answering as they did then, with a
+warning each (compat/removed_names.py). With `-m`, the module (programs started as
 `python3 -m package.train`, whose relative imports need their package) runs as `python -m`
 runs it: the current directory first on `sys.path`, `sys.argv[0]` the module's file.
 
@@ -51,10 +53,19 @@ def _script_folder(script):
     return os.path.dirname(script)
 
 
+def _as_oneflow_scripts_expect():
+    """The `oneflow` alias, and the names NumPy and Python removed since OneFlow's releases
+    (compat/removed_names.py), for the script about to run in this process."""
+    from onnxjob.compat import install_oneflow_alias
+    from onnxjob.compat.removed_names import restore_removed_names
+    install_oneflow_alias()
+    restore_removed_names()
+
+
 def run_script(script, args):
     """Run `script` as __main__ with the oneflow alias installed (see the module doc)."""
-    from onnxjob.compat import alias_in_child_processes, install_oneflow_alias
-    install_oneflow_alias()
+    from onnxjob.compat import alias_in_child_processes
+    _as_oneflow_scripts_expect()
     sys.argv = [script] + list(args)
     sys.path.insert(0, _script_folder(script))
     alias_in_child_processes()
@@ -63,8 +74,8 @@ def run_script(script, args):
 
 def run_module(module, args):
     """Run `module` as `python -m module args` does, with the oneflow alias installed."""
-    from onnxjob.compat import alias_in_child_processes, install_oneflow_alias
-    install_oneflow_alias()
+    from onnxjob.compat import alias_in_child_processes
+    _as_oneflow_scripts_expect()
     sys.argv = [module] + list(args)
     sys.path.insert(0, os.getcwd())
     alias_in_child_processes()
@@ -76,9 +87,8 @@ def export_job(parser, target, output, checkpoint, dynamic_batch=False):
     if not sep or not script:
         parser.error("target must look like script.py:job_name")
     script = _script_path(parser, script)
-    from onnxjob.compat import install_oneflow_alias
     from onnxjob.frontend import ranks
-    install_oneflow_alias()
+    _as_oneflow_scripts_expect()
     ranks.exporting(script)
     sys.path.insert(0, _script_folder(script))
     namespace = runpy.run_path(script, run_name="__onnxjob_export__")

@@ -215,7 +215,7 @@ def test_worker_processes_of_a_run_script_import_oneflow_too(tmp_path, start_met
         def batch(i):
             import oneflow.core.operator.op_conf_pb2 as op_conf
             assert flow.nn is __import__("onnxjob").nn and tp is __import__("onnxjob").typing
-            return np.full((2,), i + op_conf.kNone, np.float32)
+            return np.full((2,), i + op_conf.kNone, np.float).astype(np.float32)  # NumPy 1.x
 
         @flow.global_function()
         def double(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
@@ -286,3 +286,67 @@ def test_run_takes_a_folder_or_zip_with_a_main_as_python_does(tmp_path):
         assert "argv ['--flag'] scaled [3.0, 3.0]" in done.stdout
     done = run_onnxjob("run", str(tmp_path), cwd=tmp_path)      # no __main__.py there
     assert done.returncode != 0 and "no such script" in done.stderr
+
+
+def test_run_gives_scripts_the_names_numpy_and_python_removed_since_oneflow(tmp_path):
+    """Programs written for OneFlow (NumPy 1.x, Python <= 3.9) use np.float / np.int /
+    np.object dtypes, np.string_, np.NaN, np.asfarray, collections.Mapping and
+    inspect.getargspec: under the runner they mean what they meant, with one warning per
+    name at the line that first uses it; a library's feature test still sees the
+    installed NumPy."""
+    script = write(tmp_path / "old.py", """
+        import collections
+        import inspect
+        from collections import Iterable
+        import numpy as np
+        import oneflow as flow
+        import oneflow.typing as tp
+
+        labels = np.array([1, 0], dtype=np.int)
+        x = np.arange(6).reshape(2, 3).astype(np.float)
+
+        @flow.global_function()
+        def job(a: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+            return a * 2
+
+        def f(a, b=2, *c, **d):
+            pass
+        print("dtypes", x.dtype, labels.dtype, np.dtype(np.object), np.dtype(np.string_))
+        print("values", np.NaN != np.NaN, np.Inf, np.float_ is np.float64,
+              np.asfarray([1, 2]).dtype, np.product([2, 3]), np.float is float)
+        print("python", isinstance({}, collections.Mapping), isinstance([], Iterable),
+              tuple(inspect.getargspec(f)))
+        print("job", job(x.astype(np.float32)).tolist())
+        np.float
+    """)
+    done = run_onnxjob("run", script, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "dtypes float64 int64 object |S0" in out
+    assert "values True inf True float64 6 True" in out
+    assert "python True True (['a', 'b'], 'c', 'd', (2,))" in out
+    assert "job [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]" in out
+    warned = [line for line in done.stderr.splitlines() if "UserWarning" in line]
+    assert "old.py:9: UserWarning: numpy.int was removed in NumPy 1.24" in warned[1]
+    assert sum("numpy.float was removed" in line for line in warned) == 1  # once, line 10
+    assert any(line.startswith(f"{script}:10:") and "numpy.float " in line
+               for line in warned), warned
+    assert any("inspect.getargspec was removed in Python 3.11" in line for line in warned)
+    # an installed library's feature test is answered by the installed NumPy
+    library = write(tmp_path / "lib_probe.py", """
+        import numpy as np, sysconfig
+        code = compile("result = hasattr(np, 'float_')",
+                       sysconfig.get_paths()["purelib"] + "/somelib/probe.py", "exec")
+        scope = {"np": np}
+        exec(code, scope)
+        print("library sees float_:", scope["result"], "program sees:", hasattr(np, "float_"))
+    """)
+    done = run_onnxjob("run", library, cwd=tmp_path, timeout=300)
+    assert "library sees float_: False program sees: True" in done.stdout, done.stderr
+
+
+def test_importing_onnxjob_leaves_numpy_as_installed():
+    done = subprocess.run([sys.executable, "-c", "import onnxjob, numpy, collections; "
+                           "print(hasattr(numpy, 'float'), hasattr(collections, 'Mapping'))"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", "False"], done.stderr

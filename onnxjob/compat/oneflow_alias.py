@@ -224,10 +224,13 @@ def alias_in_child_processes():
 
 def replace_with_alias(name):
     """Called by IMPORT_ROOT's stand-in module `name` while it is being imported: installs
-    the hook and puts the alias's module in sys.modules in its place (the import
-    statement then returns the alias)."""
+    the hook and the names NumPy and Python removed (compat/removed_names.py) and puts the
+    alias's module in sys.modules in its place (the import statement then returns the
+    alias)."""
+    from onnxjob.compat.removed_names import restore_removed_names
     del sys.modules[name]
     install_oneflow_alias()
+    restore_removed_names()         # (as the runner gave them to the parent)
     sys.modules[name] = importlib.import_module(name)
 
 
