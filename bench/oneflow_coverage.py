@@ -224,15 +224,13 @@ def count_tests(source):
     return n
 
 
-# pytest in a process where `import oneflow` is onnxjob (what `python -m onnxjob run` does).
-# Two allowances for test code written for OneFlow 0.5's environment, not for onnxjob:
-# Python 3.6-3.9's `collections.Sized`-style aliases (removed in 3.10) are restored, and
-# module-level functions taking OneFlow's `test_case` argument are not collected: they are
-# helpers the TestCase methods call (OneFlow ran its tests with unittest, which collects
-# only TestCase methods), not tests.
-_LAUNCH = ("import collections, collections.abc, sys, pytest\n"
-           "for _n in ('Sized', 'Iterable', 'Sequence', 'Mapping', 'Callable'):\n"
-           "    setattr(collections, _n, getattr(collections.abc, _n))\n"
+# pytest in a process where `import oneflow` is onnxjob and the names NumPy and Python
+# removed since OneFlow's releases answer as then (what `python -m onnxjob run` does:
+# compat/removed_names.py; the test code uses np.float and collections.Sized). Module-level
+# functions taking OneFlow's `test_case` argument are not collected: they are helpers the
+# TestCase methods call (OneFlow ran its tests with unittest, which collects only TestCase
+# methods), not tests.
+_LAUNCH = ("import sys, pytest\n"
            "class _UnittestCollection:\n"
            "    def pytest_collection_modifyitems(self, config, items):\n"
            "        helpers = [i for i in items if getattr(i, 'cls', 0) is None\n"
@@ -241,7 +239,9 @@ _LAUNCH = ("import collections, collections.abc, sys, pytest\n"
            "            config.hook.pytest_deselected(items=helpers)\n"
            "            items[:] = [i for i in items if i not in helpers]\n"
            "from onnxjob.compat import install_oneflow_alias\n"
+           "from onnxjob.compat.removed_names import restore_removed_names\n"
            "install_oneflow_alias()\n"
+           "restore_removed_names()\n"
            "sys.exit(pytest.main(sys.argv[1:], plugins=[_UnittestCollection()]))\n")
 
 

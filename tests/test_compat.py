@@ -313,7 +313,8 @@ def test_run_gives_scripts_the_names_numpy_and_python_removed_since_oneflow(tmp_
             pass
         print("dtypes", x.dtype, labels.dtype, np.dtype(np.object), np.dtype(np.string_))
         print("values", np.NaN != np.NaN, np.Inf, np.float_ is np.float64,
-              np.asfarray([1, 2]).dtype, np.product([2, 3]), np.float is float)
+              np.asfarray([1, 2]).dtype, np.product([2, 3]), np.float is float,
+              np.in1d([[1, 5]], [5]).tolist())
         print("python", isinstance({}, collections.Mapping), isinstance([], Iterable),
               tuple(inspect.getargspec(f)))
         print("job", job(x.astype(np.float32)).tolist())
@@ -323,7 +324,7 @@ def test_run_gives_scripts_the_names_numpy_and_python_removed_since_oneflow(tmp_
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "dtypes float64 int64 object |S0" in out
-    assert "values True inf True float64 6 True" in out
+    assert "values True inf True float64 6 True [False, True]" in out
     assert "python True True (['a', 'b'], 'c', 'd', (2,))" in out
     assert "job [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]" in out
     warned = [line for line in done.stderr.splitlines() if "UserWarning" in line]

@@ -43,6 +43,11 @@ def _msort(a):
     return np.sort(a, axis=0)
 
 
+def _in1d(ar1, ar2, assume_unique=False, invert=False):
+    """NumPy 1.x's in1d: whether each element of `ar1`, flattened, is in `ar2`."""
+    return np.isin(np.ravel(ar1), ar2, assume_unique=assume_unique, invert=invert)
+
+
 def _asscalar(a):
     """NumPy 1.x's asscalar: the array's one element as a Python scalar."""
     return a.item()
@@ -72,6 +77,8 @@ NUMPY_NAMES = {
     "round_": (np.round, _NUMPY_2_0), "asfarray": (_asfarray, _NUMPY_2_0),
     "mat": (np.asmatrix, _NUMPY_2_0), "msort": (_msort, _NUMPY_2_0),
     "issubclass_": (issubclass, _NUMPY_2_0),
+    # deprecated in NumPy 2.0, removed in 2.4
+    "in1d": (_in1d, "NumPy 2.4"), "trapz": (getattr(np, "trapezoid", None), "NumPy 2.4"),
 }
 
 _ArgSpec = collections.namedtuple("ArgSpec", "args varargs keywords defaults")
