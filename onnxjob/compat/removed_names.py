@@ -23,6 +23,7 @@ import collections
 import collections.abc
 import inspect
 import os
+import site
 import sys
 import sysconfig
 import warnings
@@ -97,8 +98,9 @@ def _getargspec(func):
 _warned = set()
 # installed libraries and the standard library: a lookup there is a feature test (e.g.
 # `hasattr(np, "float_")` to tell NumPy 1 from 2), answered as the installed release does
-_INSTALLED = tuple(os.path.join(os.path.realpath(sysconfig.get_paths()[key]), "")
-                   for key in ("purelib", "platlib", "stdlib", "platstdlib"))
+_INSTALLED = tuple({os.path.join(os.path.realpath(folder), "") for folder in [
+    *(sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib", "platstdlib")),
+    *site.getsitepackages(), site.getusersitepackages()]})
 
 
 def _from_program(filename):
