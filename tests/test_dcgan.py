@@ -1,10 +1,15 @@
 """OneFlow-Benchmark's DCGAN (Generative/dcgan.py, layers.py), unchanged.
 
-dcgan.py's own `load_mnist` downloads MNIST and uses NumPy aliases that NumPy 1.24
-removed, so a subclass reads the shared mnist.npz instead; everything else is upstream.
+dcgan.py's own `load_mnist` reads all 70000 MNIST images from IDX files (downloading them
+when absent) with NumPy aliases that NumPy 1.24 removed (`np.float`, `np.int`): under
+`python -m onnxjob run`, which gives them back, it runs as written
+(test_upstream_load_mnist_runs_unchanged_under_the_runner); the training tests take a
+few images from the shared mnist.npz through a subclass instead, for time.
 """
 import argparse
 import os
+import subprocess
+import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -31,6 +36,33 @@ def mnist_images(count):
     with np.load(MNIST) as f:
         images = f["x_train"][:count].astype(np.float32).reshape(-1, 1, 28, 28)
     return (images - 127.5) / 127.5
+
+
+def test_upstream_load_mnist_runs_unchanged_under_the_runner(tmp_path):
+    dcgan_module()
+    folder = tmp_path / "data" / "mnist"
+    folder.mkdir(parents=True)
+    with np.load(MNIST) as f:
+        parts = {"train": (f["x_train"], f["y_train"]), "t10k": (f["x_test"], f["y_test"])}
+    for part, (images, labels) in parts.items():     # the IDX files dcgan.py reads
+        (folder / f"{part}-images-idx3-ubyte").write_bytes(
+            bytes(16) + images.astype(np.uint8).tobytes())
+        (folder / f"{part}-labels-idx1-ubyte").write_bytes(
+            bytes(8) + labels.astype(np.uint8).tobytes())
+    driver = tmp_path / "load.py"
+    driver.write_text(
+        "import argparse, sys\n"
+        f"sys.path.insert(0, {os.path.join(ROOT, 'Generative')!r})\n"
+        "import dcgan\n"
+        "gan = dcgan.DCGAN(argparse.Namespace(gpu_num_per_node=1, learning_rate=1e-4,\n"
+        "                                     batch_size=16))\n"
+        "x, y = gan.load_mnist()\n"
+        "print('loaded', x.shape, x.dtype, y.shape, x.min(), x.max(), y.sum())\n")
+    done = subprocess.run([sys.executable, "-m", "onnxjob", "run", str(driver)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "loaded (70000, 1, 28, 28) float64 (70000, 10) -1.0 1.0 70000.0" in done.stdout
+    assert "numpy.float was removed in NumPy 1.24" in done.stderr
 
 
 def make_gan(dcgan, batch=BATCH, lr=1e-4, eval_interval=100, limit=BATCH * 4):
