@@ -57,26 +57,29 @@ def test_load_mnist_never_unpickles(tmp_path):
 
 def test_export_command_line(tmp_path):
     script = tmp_path / "job_script.py"
-    script.write_text(
-        "import onnxjob as flow\nimport onnxjob.typing as tp\n\n"
+    script.write_text(   # (np.float: the names NumPy removed are given back, as on `run`)
+        "import numpy as np\nimport onnxjob as flow\nimport onnxjob.typing as tp\n\n"
+        "ONE = np.float(1)\n\n"
         "@flow.global_function()\n"
         "def predict(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:\n"
-        "    w = flow.get_variable('w', (3, 4), initializer=flow.ones_initializer())\n"
+        "    w = flow.get_variable('w', (3, 4), initializer=flow.constant_initializer(ONE))\n"
         "    return flow.matmul(x, w)\n\n"
-        "if __name__ == '__main__':\n    raise SystemExit('the main block must not run on export')\n")
+        "if __name__ == '__main__':\n"
+        "    raise SystemExit('the main block must not run on export')\n")
     out = tmp_path / "m.onnx"
-    subprocess.run([sys.executable, "-m", "onnxjob", "export", f"{script}:predict", "-o", str(out)],
-                   check=True, cwd=ROOT, capture_output=True)
+    subprocess.run([sys.executable, "-m", "onnxjob", "export", f"{script}:predict", "-o",
+                    str(out)], check=True, cwd=ROOT, capture_output=True)
     onnx.checker.check_model(onnx.load(str(out)), full_check=True)
     sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     x = np.ones((2, 3), np.float32)
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], np.full((2, 4), 3.0, np.float32))
-    bad = subprocess.run([sys.executable, "-m", "onnxjob", "export", f"{script}:nope", "-o", str(out)],
-                         cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "onnxjob", "export", f"{script}:nope", "-o",
+                          str(out)], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and "no job function named 'nope'" in bad.stderr
 
 
-@pytest.mark.skipif(runtime.cuda_usable(), reason="checks the error on machines without a usable GPU")
+@pytest.mark.skipif(runtime.cuda_usable(),
+                    reason="checks the error on machines without a usable GPU")
 def test_asking_for_a_gpu_that_is_not_there_fails_clearly():
     config = flow.function_config()
     config.execution_provider("cuda")
@@ -117,7 +120,8 @@ def test_load_mnist_subset_ships_with_the_package():
     (xtr, ytr), (xte, yte) = flow.data.load_mnist_subset(100, 100)
     assert xtr.shape == (60, 100, 1, 28, 28) and ytr.shape == (60, 100)
     assert xte.shape == (10, 100, 1, 28, 28) and yte.shape == (10, 100)
-    assert xtr.dtype == np.float32 and ytr.dtype == np.int32 and 0.0 <= xtr.min() <= xtr.max() <= 1.0
+    assert xtr.dtype == np.float32 and ytr.dtype == np.int32
+    assert 0.0 <= xtr.min() <= xtr.max() <= 1.0
     assert set(np.unique(ytr)) == set(range(10))
     (nhwc, _), _ = flow.data.load_mnist_subset(50, 50, data_format="NHWC")
     assert nhwc.shape == (120, 50, 28, 28, 1)
