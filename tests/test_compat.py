@@ -332,7 +332,8 @@ def test_run_gives_scripts_the_names_numpy_and_python_removed_since_oneflow(tmp_
     assert sum("numpy.float was removed" in line for line in warned) == 1  # once, line 10
     assert any(line.startswith(f"{script}:10:") and "numpy.float " in line
                for line in warned), warned
-    assert any("inspect.getargspec was removed in Python 3.11" in line for line in warned)
+    if sys.version_info >= (3, 11):       # (3.10 still has it)
+        assert any("inspect.getargspec was removed in Python 3.11" in line for line in warned)
     # an installed library's feature test is answered by the installed NumPy
     library = write(tmp_path / "lib_probe.py", """
         import numpy as np, sysconfig
