@@ -41,7 +41,7 @@ from onnxjob.frontend.initializers import (constant_initializer, glorot_normal_i
                                            xavier_normal_initializer, xavier_uniform_initializer,
                                            zeros_initializer)
 from onnxjob.frontend.job_function import (FixedTensorDef, MirroredTensorDef,  # noqa: F401
-                                           MirroredTensorListDef, global_function)
+                                           MirroredTensorListDef, function, global_function)
 from onnxjob.frontend import blob_arguments as _blob_arguments
 from onnxjob.frontend.namespaces import ApiNamespace as _Namespace
 from onnxjob.frontend.variables import assign, get_variable, regularizers  # noqa: F401

@@ -23,7 +23,8 @@ THIS_FILE = os.path.basename(__file__)
 # value each takes
 RELEASE_FLAGS = {
     "all_reduce_group_min_mbyte": 16, "all_reduce_group_num": 8,
-    "all_reduce_group_size_warmup": 2.0, "all_reduce_lazy_ratio": 0.5, "allow_cpu_return_op": True, "concurrency_width": 128,
+    "all_reduce_group_size_warmup": 2.0, "all_reduce_lazy_ratio": 0.5,
+    "allow_cpu_return_op": True, "concurrency_width": 128,
     "cudnn_buf_limit_mbyte": 1024, "cudnn_conv_enable_pseudo_half": True,
     "cudnn_conv_enable_true_half": False, "cudnn_conv_force_bwd_data_algo": 0,
     "cudnn_conv_force_bwd_filter_algo": 0, "cudnn_conv_force_fwd_algo": 0,
@@ -226,9 +227,35 @@ def test_keras_relu_options_that_0_1_0_asserted_on_are_unsupported():
         flow.keras.activations.tanh_grad
 
 
-def test_flow_function_of_before_0_1_points_to_global_function():
-    with pytest.raises(UnsupportedAPIError, match=rf"{THIS_FILE}:\d+: .*global_function"):
-        flow.function(flow.FunctionConfig())
+def test_flow_function_of_before_0_1_defines_jobs_as_global_function_did():
+    """@flow.function(func_config), OneFlow's job decorator until June 2020: a train job
+    where the config sets the old train conf (the era's optimizer, flow.losses.add_loss),
+    a predict job otherwise; results through .get() as then."""
+    flow.clear_default_session()
+    config = flow.FunctionConfig()
+    config.default_data_type(flow.float)
+    config.train.primary_lr(0.5)
+    config.train.model_update_conf({"naive_conf": {}})
+
+    @flow.function(config)
+    def train(x=flow.FixedTensorDef((4, 3))):
+        w = flow.get_variable("w", (3, 1), initializer=flow.constant_initializer(1.0))
+        y = flow.matmul(x, w)
+        loss = flow.math.reduce_mean(y * y)
+        flow.losses.add_loss(loss)
+        return loss
+
+    @flow.function(flow.FunctionConfig())
+    def weight():
+        return flow.get_variable("w", (3, 1), initializer=flow.constant_initializer(1.0))
+
+    x = np.full((4, 3), 0.1, np.float32)
+    losses = [float(train(x).get().numpy()) for _ in range(3)]
+    # loss = mean((x @ w)^2) with every w_i equal: w' = w - 0.5 * 2 * 0.3 w * 0.1 = 0.97 w
+    np.testing.assert_allclose(losses, [0.09, 0.09 * 0.97 ** 2, 0.09 * 0.97 ** 4], rtol=1e-5)
+    np.testing.assert_allclose(weight().get().numpy(), np.full((3, 1), 0.97 ** 3), rtol=1e-5)
+    with pytest.raises(TypeError, match=rf"{THIS_FILE}:\d+: flow.function takes a "):
+        flow.function("train")
 
 
 # -- attributes of lazy blobs ------------------------------------------------------------------

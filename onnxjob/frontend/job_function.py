@@ -381,6 +381,23 @@ def global_function(type="predict", function_config=None):
             f"global_function type must be 'train' or 'predict', got {type!r} "
             "(use @flow.global_function(), with parentheses)")
         job_type = type
+    return _job_decorator(job_type, function_config)
+
+
+def function(function_config=None):
+    """`@flow.function(func_config)`: OneFlow's job decorator before its 0.1 release (June
+    2020), which global_function replaced. As global_function(func_config), the job is a
+    train job when func_config sets a train conf (config.train.primary_lr /
+    model_update_conf), the optimizer of that era."""
+    if function_config is not None and not isinstance(function_config, FunctionConfig):
+        raise TypeError(f"{user_location()}: flow.function takes a FunctionConfig, got "
+                        f"{function_config!r}")
+    return _job_decorator(None, function_config)
+
+
+def _job_decorator(job_type, function_config):
+    """The decorator registering a job of `job_type` ("train", "predict", or None: from
+    the config's train conf) with `function_config` (copied)."""
     session = default_session()
     if session.is_running:
         raise NotImplementedError('no avaliable function found.\n"Session initialized"[True]\n'

@@ -50,9 +50,6 @@ REASONS = {
                                  "/ flow.env"),
         "JobConfigProto": _internal("the JobConfigProto message, built from "
                                     "flow.FunctionConfig"),
-        "function": ("flow.function(func_config) is the job decorator of OneFlow before "
-                     "0.1 (released OneFlow has flow.global_function(type, func_config), "
-                     "which onnxjob provides)"),
         "variable_scope": ("flow.variable_scope is not a name of released OneFlow: 0.1-0.5 "
                            "export that context as flow.deprecated.variable_scope "
                            "and flow.name_scope (use flow.scope.namespace), which onnxjob "
