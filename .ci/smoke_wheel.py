@@ -39,6 +39,15 @@ assert done.returncode == 0 and "ONNXJOB_" in done.stdout, done.stderr
 from onnxjob.compat.oneflow_alias import IMPORT_ROOT  # noqa: E402
 for package in ("oneflow", "oneflow_api", "oneflow_onnx"):
     assert os.path.isfile(os.path.join(IMPORT_ROOT, package, "__init__.py")), package
+# a script written for OneFlow (and NumPy 1.x) through the installed runner
+with open("old_script.py", "w") as f:
+    f.write("import numpy as np\nimport oneflow as flow\nimport oneflow.typing as tp\n"
+            "@flow.global_function()\n"
+            "def double(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:\n    return x * 2\n"
+            "print('doubled', double(np.ones(2, dtype=np.float).astype(np.float32)).tolist())\n")
+done = subprocess.run([sys.executable, "-m", "onnxjob", "run", "old_script.py"],
+                      capture_output=True, text=True)
+assert done.returncode == 0 and "doubled [2.0, 2.0]" in done.stdout, done.stderr
 
 sys.argv = ["quickstart.py", "--data", "subset", "--steps", "20", "--output", "mlp_mnist.onnx"]
 sys.path.insert(0, EXAMPLES)
