@@ -238,10 +238,8 @@ _LAUNCH = ("import sys, pytest\n"
            "        if helpers:\n"
            "            config.hook.pytest_deselected(items=helpers)\n"
            "            items[:] = [i for i in items if i not in helpers]\n"
-           "from onnxjob.compat import install_oneflow_alias\n"
-           "from onnxjob.compat.removed_names import restore_removed_names\n"
-           "install_oneflow_alias()\n"
-           "restore_removed_names()\n"
+           "from onnxjob.compat import install_for_oneflow_scripts\n"
+           "install_for_oneflow_scripts()\n"
            "sys.exit(pytest.main(sys.argv[1:], plugins=[_UnittestCollection()]))\n")
 
 

@@ -53,19 +53,10 @@ def _script_folder(script):
     return os.path.dirname(script)
 
 
-def _as_oneflow_scripts_expect():
-    """The `oneflow` alias, and the names NumPy and Python removed since OneFlow's releases
-    (compat/removed_names.py), for the script about to run in this process."""
-    from onnxjob.compat import install_oneflow_alias
-    from onnxjob.compat.removed_names import restore_removed_names
-    install_oneflow_alias()
-    restore_removed_names()
-
-
 def run_script(script, args):
     """Run `script` as __main__ with the oneflow alias installed (see the module doc)."""
-    from onnxjob.compat import alias_in_child_processes
-    _as_oneflow_scripts_expect()
+    from onnxjob.compat import alias_in_child_processes, install_for_oneflow_scripts
+    install_for_oneflow_scripts()
     sys.argv = [script] + list(args)
     sys.path.insert(0, _script_folder(script))
     alias_in_child_processes()
@@ -74,8 +65,8 @@ def run_script(script, args):
 
 def run_module(module, args):
     """Run `module` as `python -m module args` does, with the oneflow alias installed."""
-    from onnxjob.compat import alias_in_child_processes
-    _as_oneflow_scripts_expect()
+    from onnxjob.compat import alias_in_child_processes, install_for_oneflow_scripts
+    install_for_oneflow_scripts()
     sys.argv = [module] + list(args)
     sys.path.insert(0, os.getcwd())
     alias_in_child_processes()
@@ -87,8 +78,9 @@ def export_job(parser, target, output, checkpoint, dynamic_batch=False):
     if not sep or not script:
         parser.error("target must look like script.py:job_name")
     script = _script_path(parser, script)
+    from onnxjob.compat import install_for_oneflow_scripts
     from onnxjob.frontend import ranks
-    _as_oneflow_scripts_expect()
+    install_for_oneflow_scripts()
     ranks.exporting(script)
     sys.path.insert(0, _script_folder(script))
     namespace = runpy.run_path(script, run_name="__onnxjob_export__")

@@ -11,5 +11,5 @@ or, from a library:
     resnet_model = import_oneflow_module("path/to/cnns", "resnet_model")   # alias + sys.path
 """
 from onnxjob.compat.oneflow_alias import (  # noqa: F401
-    OneFlowAliasFinder, alias_in_child_processes, import_oneflow_module, install_oneflow_alias,
-    uninstall_oneflow_alias)
+    OneFlowAliasFinder, alias_in_child_processes, import_oneflow_module,
+    install_for_oneflow_scripts, install_oneflow_alias, uninstall_oneflow_alias)

@@ -227,11 +227,18 @@ def replace_with_alias(name):
     the hook and the names NumPy and Python removed (compat/removed_names.py) and puts the
     alias's module in sys.modules in its place (the import statement then returns the
     alias)."""
-    from onnxjob.compat.removed_names import restore_removed_names
     del sys.modules[name]
-    install_oneflow_alias()
-    restore_removed_names()         # (as the runner gave them to the parent)
+    install_for_oneflow_scripts()   # (as the runner gave them to the parent)
     sys.modules[name] = importlib.import_module(name)
+
+
+def install_for_oneflow_scripts():
+    """What a script written for OneFlow expects of this process: the `oneflow` alias and
+    the names NumPy and Python removed since OneFlow's releases (compat/removed_names.py).
+    The runner, its child processes and OneFlow's op-test harness call it."""
+    from onnxjob.compat.removed_names import restore_removed_names
+    install_oneflow_alias()
+    restore_removed_names()
 
 
 def uninstall_oneflow_alias():
