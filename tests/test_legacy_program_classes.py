@@ -1138,3 +1138,65 @@ def test_a_blobs_value_inside_an_eager_job_names_the_line_and_the_eager_call(eag
     message = str(raised.value)
     assert f"{THIS_FILE}:" in message and "blob.numpy" in message
     assert "flow.enable_eager_execution(True)" in message and "lazily" in message
+
+
+def _eager_step(batch, traced, scale=1.0):
+    """OneFlow's eager MNIST sample's shape: the train job is defined inside the function
+    each step calls, so it is defined again at every step while the session runs."""
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        traced.append(scale)
+        y = flow.layers.dense(x, 2, name="fc",
+                              kernel_initializer=flow.random_normal_initializer())
+        loss = flow.math.reduce_mean(y * y) * scale
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return loss
+    return train(batch)
+
+
+def test_an_eager_job_defined_at_every_step_is_compiled_once_and_trains(eager_requested):
+    """In eager mode a job may be defined while the session runs (OneFlow's
+    eager_mlp_mnist.py defines its train job inside main(), after CheckPoint().init()):
+    an equal definition is the running job (traced once), and it trains as a job
+    defined once does."""
+    flow.clear_default_session()
+    flow.config.seed(5)
+    flow.train.CheckPoint().init()                  # the session runs before any job
+    batch = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    traced = []
+    eager = [_eager_step(batch, traced) for _ in range(3)]
+    assert traced == [1.0]                          # one trace for three definitions
+    assert eager[0] > eager[1] > eager[2]
+    lazy = _train_twice(seed=5)                     # the same job defined once
+    np.testing.assert_array_equal(eager[:2], lazy[:2])
+
+
+def test_an_eager_redefinition_with_other_values_is_traced_again_and_keeps_the_variables(
+        eager_requested):
+    """A definition whose closure reads another value is another graph: it is traced
+    into the running session and replaces the job of its name; the variables it shares
+    keep their trained values (as the eager variables of OneFlow's session)."""
+    flow.clear_default_session()
+    flow.config.seed(5)
+    batch = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    traced = []
+    first = _eager_step(batch, traced, scale=1.0)
+    second = _eager_step(batch, traced, scale=1.0)
+    doubled = _eager_step(batch, traced, scale=2.0)
+    assert traced == [1.0, 2.0]
+    assert first > second
+    # the doubled loss at the weights the two steps left, not at the initial ones
+    after_two = _eager_step(batch, [], scale=1.0)   # traced again: scale 1 replaces 2
+    assert 0 < doubled < 2 * second
+    assert after_two < doubled / 2
+
+
+def test_a_job_defined_after_the_session_started_is_refused_without_eager_mode():
+    """OneFlow's lazy session refuses a job defined after it started."""
+    flow.clear_default_session()
+    flow.train.CheckPoint().init()
+    with pytest.raises(NotImplementedError, match="clear_default_session"):
+        @flow.global_function()
+        def late(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+            return x

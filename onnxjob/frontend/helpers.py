@@ -44,7 +44,8 @@ def enable_eager_execution(value=True):
     """OneFlow's eager mode (0.2-0.4). A job function's ops compute what they compute
     lazily, so onnxjob runs the program's job functions lazily and warns once: each body is
     traced once, at the session's first call (Python values it reads are taken then, as in
-    lazy mode; OneFlow's eager mode ran the body at every call), and a blob's value inside
+    lazy mode; OneFlow's eager mode ran the body at every call; a job may be defined while
+    the session runs, frontend/eager_jobs.py), and a blob's value inside
     a body (blob.numpy()) is not available: such a line raises UnsupportedAPIError naming
     it. eager_execution_enabled() stays False, so code that branches on it takes the lazy
     path. OneFlow 0.4's eager modules (flow.nn.Module, flow.Tensor) stay refused by name."""

@@ -7,7 +7,7 @@ import weakref
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.frontend import results, scope, ssp
+from onnxjob.frontend import eager_jobs, results, scope, ssp
 from onnxjob.frontend.fast_call import NOT_INLINE, make_fast_call
 from onnxjob import typing as tp
 from onnxjob.frontend.config import FunctionConfig, process_config, started_session
@@ -399,7 +399,7 @@ def _job_decorator(job_type, function_config):
     """The decorator registering a job of `job_type` ("train", "predict", or None: from
     the config's train conf) with `function_config` (copied)."""
     session = default_session()
-    if session.is_running:
+    if session.is_running and not eager_jobs.allowed():
         raise NotImplementedError('no avaliable function found.\n"Session initialized"[True]\n'
                                   "call flow.clear_default_session() before defining new jobs")
     config = (function_config or FunctionConfig()).clone()
@@ -409,8 +409,12 @@ def _job_decorator(job_type, function_config):
     def decorator(func):
         job = JobFunction(func, job_type, config)
         session = default_session()
+        if session.is_running and eager_jobs.allowed():
+            # eager mode: a job (re)defined while the session runs
+            job = eager_jobs.running_job_for(session, job)
+        else:
+            session.register_job(job)
         job.session_ref = weakref.ref(session)   # weak: a cleared session's memory goes
-        session.register_job(job)
 
         wrapper = functools.wraps(func)(job.caller)
         wrapper.job = job

@@ -288,6 +288,7 @@ class Session(VariableRegistry):
         self.variable_values = VariableStore()  # name -> owned ndarray (CPU) or CUDA OrtValue
         self.runtimes = {}
         self.is_running = False
+        self.seed = None                # flow.config.seed as the session started
         self.device = None
         self.tf32 = None
         self.data_parallel = False      # a rank of a data-parallel run (runtime/distributed.py)
@@ -338,6 +339,7 @@ class Session(VariableRegistry):
             for job in self.jobs.values():
                 requested = requested or job.config.get("execution_provider")
             self.device = backend.choose_device(requested)
+            self.seed = seed
             self.tf32 = tf32
             backend.set_memory_limit(memory_limit_mbyte)
             self.data_parallel = distributed.enabled()
@@ -363,6 +365,30 @@ class Session(VariableRegistry):
                     self._create_runtimes(compiled, drawn.result)
                     drawn.result()
             self.is_running = True
+
+    def add_job_while_running(self, job):
+        """Compile `job` into the running session (eager mode, frontend/eager_jobs.py): its
+        new variables are drawn (on data-parallel ranks, rank 0's values), the variables it
+        shares with the other jobs keep their values, and a job of the same name is
+        replaced, as OneFlow's eager mode replaces it."""
+        with self._start_lock, _cyclic_gc_paused():
+            self.sync()
+            job_seed = None if self.seed is None else (self.seed ^ zlib.crc32(job.name.encode()))
+            known = set(self.variable_values)
+            graph = compile_job(job, self, job_seed)
+            self._init_variables(self.seed)
+            if self.data_parallel:
+                new = {n: self.variable_numpy(n) for n in self.variable_values if n not in known}
+                for name, value in distributed.broadcast_from_rank0(new).items():
+                    self.variable_values[name] = backend.to_device(value, self.device)
+            earlier = self.jobs.get(job.name)
+            if earlier is not None:
+                self.fast_calls.pop(earlier, None)
+                runtime = self.runtimes.pop(job.name, None)
+                if runtime is not None:
+                    runtime.close()
+            self.jobs[job.name] = job
+            self.runtimes[job.name] = JobRuntime(job, graph, self)
 
     def _create_runtimes(self, compiled, values_ready=lambda: None):
         """A JobRuntime per compiled job; `values_ready()` waits for the initial values,
