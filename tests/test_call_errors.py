@@ -296,18 +296,45 @@ def test_a_layer_s_activation_that_is_no_function_names_the_line():
     assert THIS_FILE in str(e.value)
 
 
-def test_two_layers_under_one_default_name_raise_oneflow_s_error_naming_the_line():
-    """OneFlow >= 0.1.5 names every unnamed dense layer 'Dense' and refuses the second one
-    (snippets written for 0.1.0, which numbered them, hit it): the error names the line."""
+def test_layers_without_a_name_are_named_apart_as_oneflow_0_1_0_named_them():
+    """OneFlow 0.1.0-0.1.4 gave each layer called without name= a name of its own (its
+    documentation's MLP stacks two unnamed dense layers); later releases name them all
+    'Dense' and refuse the second. onnxjob accepts the program: the first keeps the default
+    name (the variable names of later releases' checkpoints), the next ones are 'Dense_1',
+    ..., with one warning naming the line; a predict job that repeats the layers shares
+    the variables, name for name. A name the program gives twice still raises."""
     flow.clear_default_session()
 
-    @flow.global_function()
-    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
-        return flow.layers.dense(flow.layers.dense(x, 4), 2)
+    def mlp(x):
+        hidden = flow.layers.dense(x, 4, activation=flow.nn.relu, name=None,
+                                   kernel_initializer=flow.random_normal_initializer())
+        return flow.layers.dense(hidden, 2, kernel_initializer=flow.ones_initializer())
 
-    with pytest.raises(AssertionError, match="'Dense-weight' already exists") as e:
-        job(np.ones((2, 3), np.float32))
-    assert f"{THIS_FILE}:" in str(e.value) and "name=" in str(e.value)
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        loss = flow.math.reduce_mean(mlp(x))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    @flow.global_function()
+    def predict(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return mlp(x)
+
+    x = np.ones((2, 3), np.float32)
+    with pytest.warns(UserWarning, match="named 'Dense_1'") as caught:
+        train(x)
+    assert [os.path.basename(w.filename) for w in caught
+            if "Dense_1" in str(w.message)] == [THIS_FILE]
+    variables = flow.get_all_variables()
+    assert {"Dense-bias", "Dense-weight", "Dense_1-bias", "Dense_1-weight"} <= set(variables)
+    assert not any(name.startswith("Dense_2") for name in variables)
+    assert variables["Dense-weight"].shape == (4, 3)
+    assert variables["Dense_1-weight"].shape == (2, 4)
+    w1, b1, w2, b2 = (variables[n].numpy() for n in (
+        "Dense-weight", "Dense-bias", "Dense_1-weight", "Dense_1-bias"))
+    expected = np.maximum(x @ w1.T + b1, 0) @ w2.T + b2
+    np.testing.assert_allclose(predict(x), expected, rtol=1e-5, atol=1e-6)
     flow.clear_default_session()
 
 

@@ -3,6 +3,8 @@
 Names, shapes, default initializers and train/predict behaviour follow OneFlow 0.5's
 `ops/layers.py`; the functional forms they call live in conv.py, normalization.py, ...
 """
+import warnings
+
 import numpy as np
 
 from onnxjob import settings
@@ -17,11 +19,50 @@ from onnxjob.ops.linalg import matmul
 from onnxjob.ops.conv import upsample as upsample_2d  # noqa: F401  (OneFlow's name)
 from onnxjob.ops.normalization import layer_norm as functional_layer_norm
 from onnxjob.ops.shapes import reshape
+from onnxjob.source_info import user_frame
 
 
 def _variable(name, shape, dtype, initializer, regularizer=None, trainable=True, reuse=False):
     spec = VariableSpec(name, shape, dtype, initializer, trainable, regularizer)
     return variable_blob(spec, reuse=reuse)
+
+
+class _DefaultName(str):
+    """A layer's default name (OneFlow 0.5's signature default), told apart from the same
+    name given by the caller: only a default name is made unique (`_layer_name`)."""
+
+
+_warned_unnamed = set()
+
+
+def _layer_name(name, default, layer):
+    """The name of a `layer` call whose `name` argument is `name`. A given name is used as
+    it is. The default (or None, which OneFlow 0.1.0-0.1.4 documented as the default) is
+    used unless a layer of that name already made variables in this job: then, as OneFlow
+    0.1.0-0.1.4 named each nameless layer uniquely (later releases raise there), it is
+    `<default>_1`, `_2`, ... with one warning per line."""
+    if name is not None and not isinstance(name, _DefaultName):
+        return name
+    taken = current_builder(f"flow.layers.{layer}").variables
+
+    def used(candidate):
+        prefix = scope.full_name(candidate) + "-"
+        return any(variable.startswith(prefix) for variable in taken)
+    if not used(default):
+        return str(default)
+    n = 1
+    while used(f"{default}_{n}"):
+        n += 1
+    where = user_frame() or ("<unknown>", 0)
+    if where not in _warned_unnamed:
+        _warned_unnamed.add(where)
+        warnings.warn_explicit(
+            f"flow.layers.{layer} without name=: a layer named {default!r} already made "
+            f"variables in this job, so this one is named '{default}_{n}' (OneFlow 0.1.0-0.1.4 "
+            "named each nameless layer uniquely; later releases raise). Give each layer its "
+            "own name= to keep the variable names of checkpoints stable",
+            UserWarning, *where)
+    return f"{default}_{n}"
 
 
 def _named_variable(layer_name, own_name, part, *args, **kwargs):
@@ -45,7 +86,7 @@ def _activate(out, activation, name):
 
 def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None,
           bias_initializer=None, kernel_regularizer=None, bias_regularizer=None, trainable=True,
-          name="Dense", model_distribute=None):
+          name=_DefaultName("Dense"), model_distribute=None):
     """Fully connected layer; weight `<name>-weight` of shape (units, in_features).
 
     OneFlow's default kernel and bias initializers are zeros. Inputs of rank > 2 are
@@ -53,6 +94,7 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
     """
     if len(inputs.shape) < 2:
         raise TraceError(f"flow.layers.dense needs an input of rank >= 2, got {inputs.shape}")
+    name = _layer_name(name, "Dense", "dense")
     in_shape = inputs.shape
     x = reshape(inputs, (-1, in_shape[-1])) if len(in_shape) > 2 else inputs
     weight = _named_variable(name, None, "weight", (units, in_shape[-1]), inputs.np_dtype,
@@ -94,6 +136,7 @@ def _conv_layer(ndims, inputs, filters, kernel_size, strides, padding, data_form
         raise TraceError("grouped convolutions take channels-first (NC...) inputs, as in OneFlow")
     shape = ((filters,) + kernel + (in_channels // groups,) if channels_last
              else (filters, in_channels // groups) + kernel)
+    name = _layer_name(name, f"Conv{ndims}d", f"conv{ndims}d")
     weight = _named_variable(name, weight_name, "weight", shape, inputs.np_dtype,
                              kernel_initializer
                              or initializers.xavier_uniform_initializer(data_format),
@@ -115,7 +158,7 @@ def _conv_layer_function(ndims, default_format, default_name, doc):
               data_format=default_format, dilation_rate=None, groups=1, activation=None,
               use_bias=True, kernel_initializer=None, bias_initializer=None,
               kernel_regularizer=None, bias_regularizer=None, trainable=True,
-              name=default_name, weight_name=None, bias_name=None):
+              name=_DefaultName(default_name), weight_name=None, bias_name=None):
         return _conv_layer(ndims, inputs, filters, kernel_size, strides, padding, data_format,
                            dilation_rate, groups, activation, use_bias, kernel_initializer,
                            bias_initializer, kernel_regularizer, bias_regularizer, trainable,
@@ -162,7 +205,7 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
                         beta_initializer=None, gamma_initializer=None, beta_regularizer=None,
                         gamma_regularizer=None, moving_mean_initializer=None,
                         moving_variance_initializer=None, trainable=True, training=True,
-                        name="BatchNorm", gamma_name=None, beta_name=None,
+                        name=_DefaultName("BatchNorm"), gamma_name=None, beta_name=None,
                         moving_mean_name=None, moving_variance_name=None):
     """Batch normalization over every axis but `axis`.
 
@@ -178,6 +221,7 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
     axis = axis % rank
     c = inputs.shape[axis]
     builder = current_builder("flow.layers.batch_normalization")
+    name = _layer_name(name, "BatchNorm", "batch_normalization")
     training = bool(training and trainable and builder.is_train)
     gamma, beta, moving_mean, moving_var = _bn_parameters(
         name, c, inputs.np_dtype, center, scale, trainable, beta_initializer,
@@ -242,7 +286,7 @@ def batch_normalization_add_relu(inputs, addend=None, axis=-1, momentum=0.99, ep
                                  gamma_initializer=None, beta_regularizer=None,
                                  gamma_regularizer=None, moving_mean_initializer=None,
                                  moving_variance_initializer=None, trainable=True,
-                                 training=True, name="BatchNorm", gamma_name=None,
+                                 training=True, name=_DefaultName("BatchNorm"), gamma_name=None,
                                  beta_name=None, moving_mean_name=None,
                                  moving_variance_name=None):
     """relu(batch_normalization(inputs) + addend): OneFlow's fused form, same variables
@@ -261,7 +305,7 @@ def batch_normalization_relu(inputs, axis=-1, momentum=0.99, epsilon=0.001, cent
                              scale=True, beta_initializer=None, gamma_initializer=None,
                              beta_regularizer=None, gamma_regularizer=None,
                              moving_mean_initializer=None, moving_variance_initializer=None,
-                             trainable=True, training=True, name="BatchNorm"):
+                             trainable=True, training=True, name=_DefaultName("BatchNorm")):
     """relu(batch_normalization(inputs)): OneFlow's fused form, same variables."""
     return batch_normalization_add_relu(
         inputs, None, axis, momentum, epsilon, center, scale, beta_initializer,
@@ -272,7 +316,7 @@ def batch_normalization_relu(inputs, axis=-1, momentum=0.99, epsilon=0.001, cent
 # -- layer normalization and PReLU ---------------------------------------------------------
 
 def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=1,
-               begin_params_axis=-1, epsilon=1e-05, name="LayerNorm"):
+               begin_params_axis=-1, epsilon=1e-05, name=_DefaultName("LayerNorm")):
     """Layer normalization over the axes from `begin_norm_axis` on, with variables
     `<name>-beta` (zeros) and `<name>-gamma` (ones) of shape inputs.shape[begin_params_axis:].
     """
@@ -285,6 +329,7 @@ def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=
                          f"out of range for an input of rank {rank}")
     if not center and not scale:
         trainable = False
+    name = _layer_name(name, "LayerNorm", "layer_norm")
     param_shape = inputs.shape[begin_params_axis:]
     beta = gamma = None
     if center:
@@ -298,7 +343,7 @@ def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=
 
 
 def prelu(inputs, alpha_initializer=None, alpha_regularizer=None, shared_axes=None,
-          trainable=True, name="PRelu", model_distribute=None):
+          trainable=True, name=_DefaultName("PRelu"), model_distribute=None):
     """x where x > 0, alpha * x elsewhere; variable `<name>-alpha` of shape inputs.shape[1:]
     with the `shared_axes` set to 1 (zeros by default)."""
     if inputs.np_dtype not in (np.float32, np.float64):
@@ -310,6 +355,7 @@ def prelu(inputs, alpha_initializer=None, alpha_regularizer=None, shared_axes=No
         if not 1 <= axis < rank:
             raise TraceError(f"flow.layers.prelu: shared axis {axis} must be in [1, {rank})")
         alpha_shape[axis - 1] = 1
+    name = _layer_name(name, "PRelu", "prelu")
     alpha = _named_variable(name, None, "alpha", alpha_shape, inputs.np_dtype,
                             alpha_initializer or initializers.constant_initializer(0),
                             alpha_regularizer, trainable)
