@@ -42,6 +42,15 @@ def user_location():
     return f"{where[0]}:{where[1]}"
 
 
+def warn_at_user_line(message, category=UserWarning):
+    """Warn `message` as raised at the user's innermost line (outside onnxjob), whatever
+    number of onnxjob frames (API wrappers, setters) lie between: a `stacklevel` would
+    count them and name onnxjob's own line when one more is added."""
+    import warnings
+    filename, lineno = user_frame() or ("<unknown>", 0)
+    warnings.warn_explicit(message, category, filename, lineno)
+
+
 def short_location():
     """Like user_location() but with the file's base name only (for node metadata)."""
     where = user_frame()

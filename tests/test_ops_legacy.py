@@ -420,3 +420,4 @@ def test_summary_is_accepted_with_one_warning(monkeypatch):
     np.testing.assert_array_equal(y, 2 * x)
     assert [w.category.__name__ for w in caught] == ["SummaryIgnoredWarning"]
     assert "TensorBoard" in str(caught[0].message)
+    assert caught[0].filename == __file__          # the program's line, not onnxjob's

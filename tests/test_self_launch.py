@@ -338,8 +338,9 @@ def test_gpu_device_num_warns_once_that_it_runs_one_device():
     ranks._warned.clear()
     with pytest.warns(UserWarning, match=r"gpu_device_num\(8\): onnxjob runs this process's "
                                          r"jobs on one device.*; here .+\. "
-                                         r"flow\.config\.cpu_device_num\(8\)"):
+                                         r"flow\.config\.cpu_device_num\(8\)") as caught:
         flow.config.gpu_device_num(8)
+    assert caught[0].filename == __file__          # the program's line, not onnxjob's
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -14,7 +14,7 @@ from onnxjob.frontend import ranks, views
 from onnxjob.frontend.function_desc import FunctionDesc
 from onnxjob.frontend.namespaces import ApiNamespace
 from onnxjob.runtime.session import default_session
-from onnxjob.source_info import user_location
+from onnxjob.source_info import user_location, warn_at_user_line
 
 # OneFlow flags that only tune OneFlow's own runtime (kernels, memory planning, fusion,
 # collective grouping): accepted and ignored, since they change no number a job computes.
@@ -75,20 +75,19 @@ def _unknown_flag(name, known):
         f"({hint})")
 
 
-def _warn_once(name, message, stacklevel):
-    """Warn `message` at the user's call (`stacklevel` as warnings.warn counts it from
-    here), once per flag `name` and process."""
+def _warn_once(name, message):
+    """Warn `message` at the user's line, once per flag `name` and process."""
     if name in _warned_flags:
         return
     _warned_flags.add(name)
-    warnings.warn(message, UserWarning, stacklevel=stacklevel)
+    warn_at_user_line(message)
 
 
 def _warn_unsupported(name, value):
     if value is False or value is None:
         return
     _warn_once(name, f"function_config.{name}({value!r}) is not supported by onnxjob and has "
-                     f"no effect: {_UNSUPPORTED_FLAGS[name]}", stacklevel=4)
+                     f"no effect: {_UNSUPPORTED_FLAGS[name]}")
 
 
 _HALF_TYPE_NAMES = {"float16": "float16", "half": "float16", "kFloat16": "float16",
@@ -181,7 +180,7 @@ class _TensorrtConf:
             flags["tensorrt." + name] = bool(value)
             if name == "use_int8" and value:
                 _warn_once("tensorrt.use_int8", f"function_config.tensorrt.use_int8({value!r}): "
-                           f"{_NO_INT8}", stacklevel=3)
+                           f"{_NO_INT8}")
         return setter
 
 
@@ -195,15 +194,14 @@ def cache_int8_calibration():
     here; onnxjob's run without int8 (see _TensorrtConf), so there is nothing to calibrate.
     Said once, as OneFlow built without TensorRT prints and goes on."""
     _warn_once("flow.tensorrt.cache_int8_calibration",
-               f"flow.tensorrt.cache_int8_calibration() does nothing: {_NO_INT8}", stacklevel=3)
+               f"flow.tensorrt.cache_int8_calibration() does nothing: {_NO_INT8}")
 
 
 def write_int8_calibration(path):
     """`flow.tensorrt.write_int8_calibration(path)`: OneFlow writes its int8 calibration
     tables to `path`; onnxjob has none (see cache_int8_calibration) and writes nothing."""
     _warn_once("flow.tensorrt.write_int8_calibration",
-               f"flow.tensorrt.write_int8_calibration({path!r}) writes nothing: {_NO_INT8}",
-               stacklevel=3)
+               f"flow.tensorrt.write_int8_calibration({path!r}) writes nothing: {_NO_INT8}")
 
 
 # OneFlow's static memory allocation algorithms (MemoryAllocationAlgorithmConf) and whether
@@ -400,7 +398,7 @@ class FunctionConfig:
         flag_value = (not value) if name in _NEGATED_FLAGS else value
         if flag_value:
             _warn_once(flag, f"function_config.{name}({value!r}) is not supported by onnxjob "
-                             f"and has no effect: {_UNSUPPORTED_FLAGS[flag]}", stacklevel=4)
+                             f"and has no effect: {_UNSUPPORTED_FLAGS[flag]}")
         self.flags[flag] = flag_value
 
     @property

@@ -4,14 +4,13 @@ import os
 import shutil
 import sys
 import types
-import warnings
 
 from onnxjob import dtypes
 from onnxjob.compat.generations import renamed_keywords
 from onnxjob.frontend.config import process_config
 from onnxjob.graph import tracer
 from onnxjob.runtime.session import default_session
-from onnxjob.source_info import user_frame, user_location
+from onnxjob.source_info import user_location, warn_at_user_line
 
 
 class Size(tuple):
@@ -54,11 +53,11 @@ def enable_eager_execution(value=True):
     first = tracer.eager_requested_at is None
     tracer.eager_requested_at = user_location()
     if first:
-        warnings.warn_explicit(
+        warn_at_user_line(
             "flow.enable_eager_execution(True): onnxjob runs job functions lazily, with the "
             "same ops: each job's body runs once, when the session starts (Python values it "
             "reads are taken then), and blob.numpy() inside a job is not available (return "
-            "the blob or use flow.watch)", UserWarning, *(user_frame() or ("<unknown>", 0)))
+            "the blob or use flow.watch)")
 
 
 def enable_typing_check(value=True):

@@ -26,9 +26,9 @@ watched from this process (spawned_ranks.SpawnedRanks).
 import os
 import socket
 import sys
-import warnings
 
 from onnxjob import launch, settings, spawned_ranks
+from onnxjob.source_info import warn_at_user_line
 
 _START_DIR = os.getcwd()        # where a rank starts (the script may chdir before the call)
 _started = []                   # this process's SpawnedRanks, or the layout it joined
@@ -55,7 +55,7 @@ def under_launcher():
 def _warn_once(key, message):
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(message, UserWarning, stacklevel=4)
+        warn_at_user_line(message)
 
 
 def _test_runner():

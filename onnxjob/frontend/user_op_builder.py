@@ -20,7 +20,6 @@ reusable form (one builder, `.OpName(name)` and `.Input` per call), with
 `find_or_create_module(name, create)` caching a flow.nn.Module per job. The consistent
 variants are the plain ones: onnxjob runs a job on one device.
 """
-import warnings
 import weakref
 
 from onnxjob.errors import TraceError, UnsupportedAPIError
@@ -29,7 +28,7 @@ from onnxjob.graph.name_scope import namespace_prefix
 from onnxjob.graph.tracer import current_builder, op
 from onnxjob.ops import user_ops
 from onnxjob.ops.module import Module
-from onnxjob.source_info import user_location
+from onnxjob.source_info import user_location, warn_at_user_line
 
 _API = "flow.user_op_builder"
 
@@ -176,9 +175,9 @@ class UserOpConfBuilder:
     def Attr(self, attr_name, attr_value, attr_type_name=None):
         """Set attribute `attr_name`, converted by the type its op type gives it."""
         if attr_type_name is not None:
-            warnings.warn(f"{_API}: the attr_type_name argument of Attr is deprecated (as in "
-                          "OneFlow); the attribute's type comes from its op type",
-                          DeprecationWarning, stacklevel=2)
+            warn_at_user_line(f"{_API}: the attr_type_name argument of Attr is deprecated (as "
+                              "in OneFlow); the attribute's type comes from its op type",
+                              DeprecationWarning)
         op_type = self.user_op_.op_type
         if op_type is None:
             raise TraceError(f"{_API}({self.user_op_.op_name!r}): call .Op(type) before "

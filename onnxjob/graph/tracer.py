@@ -8,7 +8,6 @@ import contextlib
 import itertools
 import random
 import threading
-import warnings
 
 import numpy as np
 import onnx_ir as ir
@@ -17,7 +16,7 @@ from onnxjob import dtypes
 from onnxjob.errors import ConcreteBlobError, OutsideJobError, TraceError, UnsupportedAPIError
 from onnxjob.graph.name_scope import namespace_prefix
 from onnxjob.graph.registry import get_primitive
-from onnxjob.source_info import short_location, user_location
+from onnxjob.source_info import short_location, user_location, warn_at_user_line
 
 OPSET = 17
 # the metadata property of each node saying what it is part of (GraphBuilder.origin)
@@ -231,10 +230,10 @@ def _warn_truth_of_flag_once(blob):
     if where in _warned_truth_lines:
         return
     _warned_truth_lines.add(where)
-    warnings.warn(f"{where}: the truth value of traced Blob {blob.name} (int8, as a "
-                  "comparison gives) is always True in a job, as for OneFlow's lazy blobs: "
-                  "the test does not look at its values (flow.math.where selects by them)",
-                  stacklevel=3)
+    warn_at_user_line(f"{where}: the truth value of traced Blob {blob.name} (int8, as a "
+                      "comparison gives) is always True in a job, as for OneFlow's lazy "
+                      "blobs: the test does not look at its values (flow.math.where selects "
+                      "by them)")
 
 
 class VariableRegistry:

@@ -3,7 +3,6 @@
 Names, shapes, default initializers and train/predict behaviour follow OneFlow 0.5's
 `ops/layers.py`; the functional forms they call live in conv.py, normalization.py, ...
 """
-import warnings
 
 import numpy as np
 
@@ -19,7 +18,7 @@ from onnxjob.ops.linalg import matmul
 from onnxjob.ops.conv import upsample as upsample_2d  # noqa: F401  (OneFlow's name)
 from onnxjob.ops.normalization import layer_norm as functional_layer_norm
 from onnxjob.ops.shapes import reshape
-from onnxjob.source_info import user_frame
+from onnxjob.source_info import user_frame, warn_at_user_line
 
 
 def _variable(name, shape, dtype, initializer, regularizer=None, trainable=True, reuse=False):
@@ -53,15 +52,14 @@ def _layer_name(name, default, layer):
     n = 1
     while used(f"{default}_{n}"):
         n += 1
-    where = user_frame() or ("<unknown>", 0)
+    where = user_frame()
     if where not in _warned_unnamed:
         _warned_unnamed.add(where)
-        warnings.warn_explicit(
+        warn_at_user_line(
             f"flow.layers.{layer} without name=: a layer named {default!r} already made "
             f"variables in this job, so this one is named '{default}_{n}' (OneFlow 0.1.0-0.1.4 "
             "named each nameless layer uniquely; later releases raise). Give each layer its "
-            "own name= to keep the variable names of checkpoints stable",
-            UserWarning, *where)
+            "own name= to keep the variable names of checkpoints stable")
     return f"{default}_{n}"
 
 

@@ -41,7 +41,6 @@ NOTE: A conv chain is decided when its next op is traced, before later consumers
 known: an output read again after a chain op took it stays in the chain (with a
 warning), where OneFlow would end the chain at it.
 """
-import warnings
 
 import numpy as np
 
@@ -52,7 +51,7 @@ from onnxjob.frontend.config import QAT_DEFAULTS
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.tracer import current_builder, in_job, op
 from onnxjob.ops import quantization
-from onnxjob.source_info import called_from_user, user_location
+from onnxjob.source_info import called_from_user, user_location, warn_at_user_line
 
 BIT = 8
 _INT8_OPS = {"": {"add_n", "matmul", "batch_matmul", "conv2d", "avg_pool_2d", "max_pool_2d"},
@@ -135,11 +134,10 @@ class QatTracer:
         self.heads.pop(key, None)
         if key in self.interior and key not in self.warned:
             self.warned.add(key)
-            warnings.warn(
+            warn_at_user_line(
                 f"{user_location()}: {x.name} is read again after the next op of its "
                 "convolution chain (bias_add, batch normalization, relu) took it; OneFlow's "
-                "QAT would end the chain at it, onnxjob keeps the chain (docs/quantization.md)",
-                UserWarning, stacklevel=2)
+                "QAT would end the chain at it, onnxjob keeps the chain (docs/quantization.md)")
 
     # -- rule 1 and 2: white ops ------------------------------------------------------------
     def int8(self, op_type, inputs, roles=None):

@@ -4,9 +4,9 @@ OneFlow writes TensorBoard event files from these ops. onnxjob writes nothing: t
 use warns once (SummaryIgnoredWarning) and every call returns None. Summaries only
 record values; they change no result of a job, so ignoring them keeps the numbers.
 """
-import warnings
 
 from onnxjob.errors import missing_api
+from onnxjob.source_info import warn_at_user_line
 
 __all__ = [
     "Graph",
@@ -38,9 +38,9 @@ def _ignore(api):
     global _warned
     if not _warned:
         _warned = True
-        warnings.warn(f"{api}: onnxjob does not write TensorBoard summaries; flow.summary "
-                      "calls are accepted and ignored (they change no result)",
-                      SummaryIgnoredWarning, stacklevel=3)
+        warn_at_user_line(f"{api}: onnxjob does not write TensorBoard summaries; "
+                          "flow.summary calls are accepted and ignored (they change no "
+                          "result)", SummaryIgnoredWarning)
 
 
 def create_summary_writer(logdir, name=None):
