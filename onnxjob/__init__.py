@@ -26,6 +26,7 @@ from onnxjob.frontend.helpers import (Size, convert_oneflow_dtype_to_numpy_dtype
                                       eager_execution_enabled, enable_eager_execution,
                                       manual_seed, no_grad)
 from onnxjob.frontend.helpers import enable_typing_check as _enable_typing_check
+from onnxjob.frontend.custom_op_module import custom_op_module as _custom_op_module
 from onnxjob.frontend.helpers import (
     delete_worker_by_bootstrap as _delete_worker_by_bootstrap,
     delete_worker_of_multi_process as _delete_worker_of_multi_process)
@@ -133,6 +134,7 @@ experimental = _Namespace(
     ssp_variable_proxy=_experimental.ssp_variable_proxy,
     get_interface_blob_value=_experimental.get_interface_blob_value,
     set_interface_blob_value=_experimental.set_interface_blob_value,
+    custom_op_module=_custom_op_module,
     scope=_Namespace("flow.experimental.scope", config=scope.config), unittest=unittest,
     optim=_Namespace("flow.experimental.optim",
                      lr_scheduler=_Namespace("flow.experimental.optim.lr_scheduler")))

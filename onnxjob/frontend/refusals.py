@@ -60,8 +60,6 @@ REASONS = {
                "its own backward pass; a train job's minimize(loss) differentiates the job")
         for name in ("gelu_grad", "tanh_grad")},
     "flow.experimental": {
-        "custom_op_module": _custom_op("flow.experimental.custom_op_module compiles and "
-                                       "loads one"),
         "eager_assign_121": _eager("eager one-to-one assignment between placements"),
         "get_job_set": _internal("the JobSet protobuf OneFlow compiles jobs into"),
     },

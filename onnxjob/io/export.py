@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnxjob.ops import python_kernels
 from onnxjob.errors import TraceError
 from onnxjob.graph import dynamic_batch
 from onnxjob.io.model_file import save_checked
@@ -145,6 +146,7 @@ def export(job_fn, path, check=True, dynamic_batch=None, half_weights=False):
     A model whose weights are past protobuf's 2 GiB limit is written with them beside it
     in `<path>.data` (ONNX external data; io/model_file.py), with a warning."""
     proto = job_model_proto(job_fn)
+    python_kernels.warn_if_exported(proto, path)
     if dynamic_batch is not None:
         set_dynamic_batch(job_fn, proto, bool(dynamic_batch))
     if half_weights:

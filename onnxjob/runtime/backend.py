@@ -39,7 +39,8 @@ import onnxruntime as ort  # noqa: E402  (after the check above)
 from onnxjob import settings  # noqa: E402
 from onnxjob.errors import DeviceUnavailableError, TraceError  # noqa: E402
 from onnxjob.runtime import (  # noqa: E402
-    arena_reserve, cuda_libraries, device_values, graph_order, session_cache)
+    arena_reserve, cuda_libraries, custom_op_libraries, device_values, graph_order,
+    session_cache)
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -343,6 +344,7 @@ def session_options(is_train, threads=None, device="cpu", deterministic=False,
     keeps an arena of its own even where the sessions of its device share one (a session
     that captures CUDA graphs: `create_session`)."""
     opts = ort.SessionOptions()
+    custom_op_libraries.register_in(opts)   # the libraries of custom ops a program defined
     # deterministic kernels (cuDNN algorithms, no atomics where onnxruntime has a choice)
     opts.use_deterministic_compute = bool(
         deterministic or settings.get("DETERMINISTIC"))

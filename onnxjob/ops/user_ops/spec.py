@@ -296,9 +296,28 @@ def registrar(section):
     return reg
 
 
+# op types a program defines (flow.experimental.custom_op_module): a later definition of
+# a name replaces the earlier one; the table's own names are never replaced
+_CUSTOM = {}
+
+
+def register_custom(name, signature, impl):
+    """Add op type `name` that a program defines (frontend/custom_op_module.py)."""
+    if name in _TABLE:
+        raise ValueError(f"op type {name!r} is one of OneFlow's own; a custom op cannot "
+                         "replace it")
+    _CUSTOM[name] = OpType(name, signature, impl, section="custom")
+    return _CUSTOM[name]
+
+
+def lookup_custom(name):
+    """The custom OpType `name`, or None."""
+    return _CUSTOM.get(name)
+
+
 def lookup(name):
-    """The OpType registered as `name`, or None."""
-    return _TABLE.get(name)
+    """The OpType registered as `name` (the table's, then a custom one), or None."""
+    return _TABLE.get(name) or _CUSTOM.get(name)
 
 
 def op_type_names(section=None):
