@@ -242,3 +242,74 @@ def test_without_onnxruntime_extensions_the_error_says_which_extra(tmp_path, mon
         job(np.ones(2, np.float32))
     assert "user_square_missing_py_api.py:" in str(raised.value)     # the op's user line
     flow.clear_default_session()
+
+
+SIGMOID_CPP = """
+REGISTER_USER_OP("my_sigmoid_forward").Input("x").Output("y")
+    .Attr<std::string>("device_sub_tag", "py");
+REGISTER_USER_OP("my_sigmoid_backward").Input("y").Input("dy").Output("dx")
+    .Attr<std::string>("device_sub_tag", "py");
+REGISTER_USER_OP_GRAD("my_sigmoid_forward")
+    .SetBackwardOpConfGenFn([](user_op::BackwardOpConfContext* ctx) -> Maybe<void> {
+      const auto grad_op_name = ctx->FwOp().op_name() + "_grad";
+      const auto& grad_op_func = [&ctx](user_op::BackwardOpBuilder& builder) {
+        return builder.OpTypeName("my_sigmoid_backward")
+            .InputBind("y", ctx->FwOp().output("y", 0))
+            .InputBind("dy", ctx->FwOp().output_grad("y", 0))
+            .Output("dx")
+            .Build();
+      };
+      ctx->DefineOp(grad_op_name, grad_op_func);
+      const auto& dx_get_func = [&ctx, &grad_op_name]() -> const std::string& {
+        return ctx->GetOp(grad_op_name).output("dx", 0);
+      };
+      ctx->FwOp().InputGradBind(user_op::OpArg("x", 0), dx_get_func);
+      return Maybe<void>::Ok();
+    });
+"""
+
+
+def test_a_python_kernel_trains_with_the_gradient_its_cpp_definition_registers(tmp_path):
+    """OneFlow's documented gradient registration (a backward op bound to the forward's
+    output and output gradient, its output the input's gradient): a train job through the
+    op takes the same steps as through flow.math.sigmoid."""
+    folder = tmp_path / "my_sigmoid"
+    folder.mkdir()
+    (folder / "my_sigmoid_cpp_def.cpp").write_text(SIGMOID_CPP)
+    (folder / "my_sigmoid_py_api.py").write_text(textwrap.dedent("""
+        import onnxjob as flow
+        def sigmoid(x):
+            return (flow.user_op_builder("s").Op("my_sigmoid_forward").Input("x", [x])
+                    .Output("y").Build().InferAndTryRun().SoleOutputBlob())
+        """))
+    (folder / "my_sigmoid_py_kernel.py").write_text(textwrap.dedent("""
+        import numpy as np
+        def forward(args):
+            return 1 / (1 + np.exp(-args[0]))
+        def backward(args):
+            y, dy = args
+            return y * (1 - y) * dy
+        """))
+    op = flow.experimental.custom_op_module("my_sigmoid", str(tmp_path))
+    op.py_api().cpp_def().py_kernel().build_load()
+
+    def train_twice(sigmoid):
+        flow.clear_default_session()
+
+        @flow.global_function(type="train")
+        def train(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+            w = flow.get_variable("w", shape=(2, 3), initializer=flow.ones_initializer())
+            loss = flow.math.reduce_sum(sigmoid(x * w) * x)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
+                               momentum=0).minimize(loss)
+            return loss
+
+        x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+        losses = [train(x) for _ in range(2)]
+        return losses, flow.get_all_variables()["w"].numpy()
+
+    custom, reference = train_twice(op.api.sigmoid), train_twice(flow.math.sigmoid)
+    np.testing.assert_allclose(custom[0], reference[0], rtol=1e-5)
+    np.testing.assert_allclose(custom[1], reference[1], rtol=1e-5)
+    assert not np.allclose(custom[1], 1)                 # it moved
+    flow.clear_default_session()

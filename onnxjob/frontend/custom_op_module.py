@@ -14,14 +14,20 @@ onnxjob reads the C++ definition's arguments and attributes (it compiles nothing
 Python kernels inside onnxruntime (ops/python_kernels.py); a C++ or CUDA kernel cannot run
 and is refused naming the line. `build_load()` adds the op types to flow.user_op_builder's
 table for this process. What OneFlow's infer function computes (output shapes and dtypes)
-is taken from the Python kernel; its gradient registration is not read, so a train job
-cannot differentiate through such an op.
+is taken from the Python kernel. Its gradient registration is read where it has OneFlow's
+documented form (REGISTER_USER_OP_GRAD(fw).SetBackwardOpConfGenFn: one backward op of
+this module, its inputs bound to the forward op's inputs, outputs and output gradients,
+its outputs to the forward inputs' gradients); an op without one cannot be differentiated
+through (the train job raises naming the line).
 """
 import importlib.util
 import os
 import re
 
+import numpy as np
+
 from onnxjob.errors import TraceError, UnsupportedAPIError
+from onnxjob.graph.tracer import as_blob
 from onnxjob.ops import python_kernels
 from onnxjob.ops.user_ops import spec
 from onnxjob.source_info import user_location
@@ -33,6 +39,10 @@ _CPP_TYPES = {"int32_t": "int32", "int64_t": "int64", "float": "float", "double"
 _ARG = re.compile(r"\.(Input|OptionalInput|InputWithMinimum|Output|OptionalOutput|"
                   r"OutputWithMinimum)\(\s*\"(\w+)\"\s*(?:,\s*(\d+)\s*)?\)")
 _ATTR = re.compile(r"\.Attr<\s*([\w:<>\s]+?)\s*>\(\s*\"(\w+)\"")
+_BIND = re.compile(r"\.InputBind\(\s*\"(\w+)\"\s*,\s*ctx->FwOp\(\)\.(input|output|output_grad)"
+                   r"\(\s*\"(\w+)\"\s*,\s*0\s*\)\s*\)")
+_GRAD_OF = re.compile(r"InputGradBind\(\s*user_op::OpArg\(\s*\"(\w+)\"\s*,\s*0\s*\)")
+_GRAD_IS = re.compile(r"GetOp\([^)]*\)\.output\(\s*\"(\w+)\"\s*,\s*0\s*\)")
 
 
 class CustomOpModule:
@@ -47,6 +57,7 @@ class CustomOpModule:
             raise AssertionError(f"{user_location()}: flow.experimental.custom_op_module: no "
                                  f"folder {self.folder!r} (module_path/op_module_name)")
         self.definitions = {}    # op type -> signature (from the C++ definition)
+        self.gradients = {}      # forward op type -> its GradientSpec (the C++ file's)
         self.kernel = None       # the loaded <name>_py_kernel module
 
     def _source(self, suffix):
@@ -69,7 +80,9 @@ class CustomOpModule:
     def cpp_def(self):
         """Read the op types `<name>_cpp_def.cpp` registers (REGISTER_USER_OP)."""
         with open(self._source("cpp_def.cpp")) as f:
-            self.definitions.update(read_cpp_definitions(f.read()))
+            text = f.read()
+        self.definitions.update(read_cpp_definitions(text))
+        self.gradients.update(read_cpp_gradients(text))
         return self
 
     def py_kernel(self):
@@ -119,9 +132,41 @@ class CustomOpModule:
             if any(o.high != 1 for o in outputs):
                 raise TraceError(f"{user_location()}: op type {op_type_name!r}: a Python "
                                  "kernel's outputs must be one blob each")
-            made = python_kernels.emit(op_type_name, kernel, inputs, len(outputs))
+            grad_spec = self.gradients.get(op_type_name)
+            gradient = None if grad_spec is None else grad_spec.rule(
+                [name for name, blobs in args.items() for _ in blobs],
+                [o.name for o in outputs])
+            made = python_kernels.emit(op_type_name, kernel, inputs, len(outputs), gradient)
             return {o.name: b for o, b in zip(outputs, made)}
         return build
+
+
+class GradientSpec:
+    """A forward op type's gradient as its C++ definition registers it: the backward op
+    type, its inputs (`binds`: (backward input, "input" | "output" | "output_grad",
+    forward argument)) and which backward output is which forward input's gradient."""
+
+    def __init__(self, backward, binds, grads):
+        self.backward, self.binds, self.grads = backward, binds, grads
+
+    def rule(self, input_names, output_names):
+        """The gradient rule (ops/python_kernels.emit's `gradient`) of a forward op with
+        these input and output argument names (one blob each)."""
+        def gradient(ins, outs, output_grads):
+            found = {"input": dict(zip(input_names, ins)),
+                     "output": dict(zip(output_names, outs)),
+                     "output_grad": {n: g if g is not None else as_blob(
+                         np.zeros(y.shape, y.np_dtype), like=y)
+                         for n, y, g in zip(output_names, outs, output_grads)}}
+            bound = {name: [found[kind][arg]] for name, kind, arg in self.binds}
+            backward = spec.lookup(self.backward)
+            if backward is None:
+                raise UnsupportedAPIError(
+                    f"{user_location()}: the gradient of a custom op is op type "
+                    f"{self.backward!r}, which build_load() did not define")
+            made = backward(bound, backward.complete_attrs({}))
+            return [made[self.grads[n]][0] if n in self.grads else None for n in input_names]
+        return gradient
 
 
 def read_cpp_definitions(text):
@@ -140,6 +185,22 @@ def read_cpp_definitions(text):
         attrs = [f"{name}: {_CPP_TYPES[kind.strip()]}" for kind, name in _ATTR.findall(body)
                  if kind.strip() in _CPP_TYPES]
         out[m.group(1)] = f"{', '.join(ins)} -> {', '.join(outs)} | {', '.join(attrs)}"
+    return out
+
+
+def read_cpp_gradients(text):
+    """{forward op type: GradientSpec} of the REGISTER_USER_OP_GRAD registrations in C++
+    `text` that have OneFlow's documented form (one backward op, inputs bound to the
+    forward op's arguments); others are left out (no gradient)."""
+    out = {}
+    for m in re.finditer(r"REGISTER_USER_OP_GRAD\(\s*\"(\w+)\"\s*\)", text):
+        end = text.find("REGISTER_", m.end())
+        body = text[m.end():end if end >= 0 else len(text)]
+        backward = re.findall(r"OpTypeName\(\s*\"(\w+)\"\s*\)", body)
+        binds = _BIND.findall(body)
+        grad_of, grad_is = _GRAD_OF.findall(body), _GRAD_IS.findall(body)
+        if len(backward) == 1 and binds and grad_of and len(grad_of) == len(grad_is):
+            out[m.group(1)] = GradientSpec(backward[0], binds, dict(zip(grad_of, grad_is)))
     return out
 
 

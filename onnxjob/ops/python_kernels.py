@@ -40,6 +40,7 @@ _EXTRA = "pip install 'onnxjob[pyop]' (onnxruntime-extensions)"
 MAX_INPUTS, MAX_OUTPUTS = 8, 4
 # the `kernel` attribute -> (kernel, input dtypes, output dtypes, output shapes)
 _kernels = {}
+_gradients = {}   # the `kernel` attribute -> the gradient rule of the op (emit), or None
 _catalog = []     # [True] once the catalog is registered with onnxruntime-extensions
 
 
@@ -54,9 +55,11 @@ def extensions():
     return onnxruntime_extensions
 
 
-def emit(op_type_name, kernel, inputs, num_outputs):
+def emit(op_type_name, kernel, inputs, num_outputs, gradient=None):
     """The outputs of op type `op_type_name` computed by `kernel(tuple of arrays)` on the
-    Blobs `inputs`, as a node of the job being traced."""
+    Blobs `inputs`, as a node of the job being traced. `gradient(inputs, outputs,
+    output_grads) -> input grads (Blob or None each)`, over Blobs of the op's own dtypes,
+    is its gradient rule (None: a train job cannot differentiate through it)."""
     if not 1 <= len(inputs) <= MAX_INPUTS or not 1 <= num_outputs <= MAX_OUTPUTS:
         raise TraceError(f"{user_location()}: op type {op_type_name!r}: a Python kernel "
                          f"takes 1 to {MAX_INPUTS} inputs and makes 1 to {MAX_OUTPUTS} "
@@ -80,8 +83,9 @@ def emit(op_type_name, kernel, inputs, num_outputs):
                                      tuple(shape for shape, _ in out_types)))
     node_type = f"{DOMAIN}.OneFlowPyKernel_{len(inputs)}_{num_outputs}"
     if node_type not in registry.registered_ops():
-        registry.register(node_type, _carried_types, _no_gradient, domain=DOMAIN)
+        registry.register(node_type, _carried_types, _gradient, domain=DOMAIN)
     as_double = [op("Cast", x, to=dtypes.float64.ir_dtype.value) for x in inputs]
+    _gradients[key] = gradient
     made = op(node_type, *as_double, num_outputs=num_outputs, kernel=key)
     made = list(made) if num_outputs > 1 else [made]
     return [op("Cast", b, to=dtypes.from_numpy(dt).ir_dtype.value)
@@ -145,12 +149,27 @@ def warn_if_exported(proto, path):
             "onnxjob does (onnxjob/ops/python_kernels.py)")
 
 
-def _no_gradient(*_args, **_kwargs):
-    raise UnsupportedAPIError(
-        f"{user_location()}: an op with a Python kernel (flow.experimental."
-        "custom_op_module) has no gradient here: onnxjob does not read the one the op's C++ "
-        "definition registers, so a train job cannot differentiate through it (compute it "
-        "with flow ops, or stop the gradient before it)")
+def _gradient(node, gys, need):
+    """A catalog node's gradient: the op's rule (emit's `gradient`) on Blobs of the op's
+    own dtypes, the results as float64 (the node's inputs are the float64 casts)."""
+    key = node.attrs["kernel"]
+    rule = _gradients.get(key)
+    if rule is None:
+        raise UnsupportedAPIError(
+            f"{user_location()}: op type {key.split('#')[0]!r} has a Python kernel and no "
+            "gradient onnxjob can read (its C++ definition registers none in the form "
+            "REGISTER_USER_OP_GRAD(...).SetBackwardOpConfGenFn with one backward op of the "
+            "same module): a train job cannot differentiate through it (compute it with "
+            "flow ops, or stop the gradient before it)")
+    _, in_dtypes, out_dtypes, _ = _kernels[key]
+    ins = [_cast(x, dt) for x, dt in zip(node.inputs, in_dtypes)]
+    outs = [_cast(y, dt) for y, dt in zip(node.outputs, out_dtypes)]
+    grads = [None if g is None else _cast(g, dt) for g, dt in zip(gys, out_dtypes)]
+    return [None if g is None else _cast(g, np.float64) for g in rule(ins, outs, grads)]
+
+
+def _cast(blob, dtype):
+    return op("Cast", blob, to=dtypes.from_numpy(dtype).ir_dtype.value)
 
 
 def _as_tuple(result):
