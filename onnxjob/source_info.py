@@ -6,6 +6,7 @@ onnxjob package (as JAX's `source_info_util` does).
 import functools
 import os
 import sys
+import warnings
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_PREFIXES = (_PACKAGE_DIR + os.sep,)
@@ -46,7 +47,6 @@ def warn_at_user_line(message, category=UserWarning):
     """Warn `message` as raised at the user's innermost line (outside onnxjob), whatever
     number of onnxjob frames (API wrappers, setters) lie between: a `stacklevel` would
     count them and name onnxjob's own line when one more is added."""
-    import warnings
     filename, lineno = user_frame() or ("<unknown>", 0)
     warnings.warn_explicit(message, category, filename, lineno)
 

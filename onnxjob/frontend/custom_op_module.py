@@ -173,10 +173,7 @@ def read_cpp_definitions(text):
     """{op type: signature} of the REGISTER_USER_OP registrations in C++ `text`: their
     inputs, outputs and attributes (the table's signature form, ops/user_ops/spec.py)."""
     out = {}
-    starts = [m for m in re.finditer(r"REGISTER_USER_OP\(\s*\"(\w+)\"\s*\)", text)]
-    for m in starts:
-        end = text.find("REGISTER_", m.end())
-        body = text[m.end():end if end >= 0 else len(text)]
+    for op_type_name, body in _registrations("REGISTER_USER_OP", text):
         ins, outs = [], []
         for kind, name, n in _ARG.findall(body):
             arg = (f"{name}?" if kind.startswith("Optional")
@@ -184,7 +181,7 @@ def read_cpp_definitions(text):
             (ins if "Input" in kind else outs).append(arg)
         attrs = [f"{name}: {_CPP_TYPES[kind.strip()]}" for kind, name in _ATTR.findall(body)
                  if kind.strip() in _CPP_TYPES]
-        out[m.group(1)] = f"{', '.join(ins)} -> {', '.join(outs)} | {', '.join(attrs)}"
+        out[op_type_name] = f"{', '.join(ins)} -> {', '.join(outs)} | {', '.join(attrs)}"
     return out
 
 
@@ -193,15 +190,21 @@ def read_cpp_gradients(text):
     `text` that have OneFlow's documented form (one backward op, inputs bound to the
     forward op's arguments); others are left out (no gradient)."""
     out = {}
-    for m in re.finditer(r"REGISTER_USER_OP_GRAD\(\s*\"(\w+)\"\s*\)", text):
-        end = text.find("REGISTER_", m.end())
-        body = text[m.end():end if end >= 0 else len(text)]
+    for op_type_name, body in _registrations("REGISTER_USER_OP_GRAD", text):
         backward = re.findall(r"OpTypeName\(\s*\"(\w+)\"\s*\)", body)
         binds = _BIND.findall(body)
         grad_of, grad_is = _GRAD_OF.findall(body), _GRAD_IS.findall(body)
         if len(backward) == 1 and binds and grad_of and len(grad_of) == len(grad_is):
-            out[m.group(1)] = GradientSpec(backward[0], binds, dict(zip(grad_of, grad_is)))
+            out[op_type_name] = GradientSpec(backward[0], binds, dict(zip(grad_of, grad_is)))
     return out
+
+
+def _registrations(macro, text):
+    """(op type, the text up to the next REGISTER_ macro) of each `macro("op type")` in
+    C++ `text`."""
+    for m in re.finditer(macro + r"\(\s*\"(\w+)\"\s*\)", text):
+        end = text.find("REGISTER_", m.end())
+        yield m.group(1), text[m.end():end if end >= 0 else len(text)]
 
 
 def custom_op_module(op_module_name, module_path=""):

@@ -3,7 +3,6 @@
 Names, shapes, default initializers and train/predict behaviour follow OneFlow 0.5's
 `ops/layers.py`; the functional forms they call live in conv.py, normalization.py, ...
 """
-
 import numpy as np
 
 from onnxjob import settings

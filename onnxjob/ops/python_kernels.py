@@ -82,8 +82,6 @@ def emit(op_type_name, kernel, inputs, num_outputs, gradient=None):
                                      tuple(dt for _, dt in out_types),
                                      tuple(shape for shape, _ in out_types)))
     node_type = f"{DOMAIN}.OneFlowPyKernel_{len(inputs)}_{num_outputs}"
-    if node_type not in registry.registered_ops():
-        registry.register(node_type, _carried_types, _gradient, domain=DOMAIN)
     as_double = [op("Cast", x, to=dtypes.float64.ir_dtype.value) for x in inputs]
     _gradients[key] = gradient
     made = op(node_type, *as_double, num_outputs=num_outputs, kernel=key)
@@ -104,16 +102,20 @@ def _kernel_key(op_type_name, entry):
 
 
 def _register_catalog():
-    """Register the catalog's node types with onnxruntime-extensions (once)."""
+    """Register the catalog's node types with onnxruntime-extensions and as primitives of
+    the tracer (once)."""
     if _catalog:
         return
     ortx = extensions()
     kinds = ortx.PyCustomOpDef
     for n_in in range(1, MAX_INPUTS + 1):
         for n_out in range(1, MAX_OUTPUTS + 1):
-            ortx.onnx_op(op_type=f"OneFlowPyKernel_{n_in}_{n_out}",
-                         inputs=[kinds.dt_double] * n_in, outputs=[kinds.dt_double] * n_out,
+            node_type = f"OneFlowPyKernel_{n_in}_{n_out}"
+            ortx.onnx_op(op_type=node_type, inputs=[kinds.dt_double] * n_in,
+                         outputs=[kinds.dt_double] * n_out,
                          attrs={"kernel": kinds.dt_string})(_call)
+            registry.register(f"{DOMAIN}.{node_type}", _carried_types, _gradient,
+                              domain=DOMAIN)
     custom_op_libraries.add(ortx.get_library_path())
     _catalog.append(True)
 
@@ -184,4 +186,3 @@ def _dtype(dtype, op_type_name):
                          f"returns an array of dtype {dtype}, which no OneFlow blob "
                          "has") from None
     return np.dtype(dtype).type
-

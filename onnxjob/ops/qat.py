@@ -41,7 +41,6 @@ NOTE: A conv chain is decided when its next op is traced, before later consumers
 known: an output read again after a chain op took it stays in the chain (with a
 warning), where OneFlow would end the chain at it.
 """
-
 import numpy as np
 
 from onnxjob import dtypes

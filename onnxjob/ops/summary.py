@@ -4,7 +4,6 @@ OneFlow writes TensorBoard event files from these ops. onnxjob writes nothing: t
 use warns once (SummaryIgnoredWarning) and every call returns None. Summaries only
 record values; they change no result of a job, so ignoring them keeps the numbers.
 """
-
 from onnxjob.errors import missing_api
 from onnxjob.source_info import warn_at_user_line
 

@@ -346,15 +346,11 @@ class Session(VariableRegistry):
             if self.data_parallel:
                 # binds a rank on CUDA to its GPU before any variable is placed there
                 distributed.use_device(self.device)
-            compiled = []
-            for job in self.jobs.values():
-                job_seed = None if seed is None else (seed ^ zlib.crc32(job.name.encode()))
-                compiled.append((job, compile_job(job, self, job_seed)))
+            compiled = [(job, compile_job(job, self, self._job_seed(job)))
+                        for job in self.jobs.values()]
             if self.data_parallel:
                 self._init_variables(seed)
-                values = {n: self.variable_numpy(n) for n in self.variable_values}
-                for name, value in distributed.broadcast_from_rank0(values).items():
-                    self.variable_values[name] = backend.to_device(value, self.device)
+                self._take_rank0_values(list(self.variable_values))
                 self._create_runtimes(compiled)
             else:
                 # The initial values are drawn while onnxruntime creates the sessions of the
@@ -373,14 +369,11 @@ class Session(VariableRegistry):
         replaced, as OneFlow's eager mode replaces it."""
         with self._start_lock, _cyclic_gc_paused():
             self.sync()
-            job_seed = None if self.seed is None else (self.seed ^ zlib.crc32(job.name.encode()))
             known = set(self.variable_values)
-            graph = compile_job(job, self, job_seed)
+            graph = compile_job(job, self, self._job_seed(job))
             self._init_variables(self.seed)
             if self.data_parallel:
-                new = {n: self.variable_numpy(n) for n in self.variable_values if n not in known}
-                for name, value in distributed.broadcast_from_rank0(new).items():
-                    self.variable_values[name] = backend.to_device(value, self.device)
+                self._take_rank0_values([n for n in self.variable_values if n not in known])
             earlier = self.jobs.get(job.name)
             if earlier is not None:
                 self.fast_calls.pop(earlier, None)
@@ -389,6 +382,17 @@ class Session(VariableRegistry):
                     runtime.close()
             self.jobs[job.name] = job
             self.runtimes[job.name] = JobRuntime(job, graph, self)
+
+    def _job_seed(self, job):
+        """The seed of `job`'s random nodes: flow.config.seed's, per job name (None:
+        fresh entropy)."""
+        return None if self.seed is None else (self.seed ^ zlib.crc32(job.name.encode()))
+
+    def _take_rank0_values(self, names):
+        """Variables `names` as rank 0 drew them (data-parallel ranks start equal)."""
+        values = {n: self.variable_numpy(n) for n in names}
+        for name, value in distributed.broadcast_from_rank0(values).items():
+            self.variable_values[name] = backend.to_device(value, self.device)
 
     def _create_runtimes(self, compiled, values_ready=lambda: None):
         """A JobRuntime per compiled job; `values_ready()` waits for the initial values,
