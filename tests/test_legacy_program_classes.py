@@ -1116,7 +1116,7 @@ def test_eager_job_functions_run_lazily_with_the_same_results_and_a_warning(eage
     attention test): accepted, one warning naming its line and what differs, the jobs
     compute what lazy ones do; eager_execution_enabled() stays False (the lazy branch of
     code that tests it)."""
-    assert len(eager_requested) == 1 and "lazily" in str(eager_requested[0].message)
+    assert len(eager_requested) == 1 and "as graphs" in str(eager_requested[0].message)
     assert os.path.basename(eager_requested[0].filename) == THIS_FILE
     assert flow.eager_execution_enabled() is False
     eager = _train_twice(seed=5)
@@ -1128,16 +1128,131 @@ def test_eager_job_functions_run_lazily_with_the_same_results_and_a_warning(eage
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_blobs_value_inside_an_eager_job_names_the_line_and_the_eager_call(eager_requested):
+def test_a_blobs_value_inside_a_lazy_job_names_the_line_and_eager_mode():
     def body(x):
         y = flow.math.relu(x)
-        print(y.numpy())                                 # eager debugging: not available
+        print(y.numpy())                                 # eager debugging, in a lazy job
         return y
     with pytest.raises(UnsupportedAPIError) as raised:
         _run(body)
     message = str(raised.value)
     assert f"{THIS_FILE}:" in message and "blob.numpy" in message
-    assert "flow.enable_eager_execution(True)" in message and "lazily" in message
+    assert "flow.enable_eager_execution(True)" in message
+
+
+def _mlp_steps(read_values, steps=4):
+    """SGD steps of a two-layer MLP on a fixed batch; with `read_values` its eager body
+    reads the hidden layer's value at each call (as OneFlow's eager mode let a body print
+    or branch on it). The losses and the hidden means the body read."""
+    flow.clear_default_session()
+    flow.config.seed(3)
+    seen = []
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((8, 5)),
+              labels: tp.Numpy.Placeholder((8,), dtype=flow.int32)) -> tp.Numpy:
+        hidden = flow.layers.dense(x, 6, activation=flow.nn.relu, name="h",
+                                   kernel_initializer=flow.random_normal_initializer())
+        if read_values:
+            seen.append(hidden.numpy().mean(axis=1))
+        logits = flow.layers.dense(hidden, 3, name="out",
+                                   kernel_initializer=flow.random_normal_initializer())
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 5)).astype(np.float32)
+    labels = rng.integers(0, 3, 8).astype(np.int32)
+    return [train(x, labels).mean() for _ in range(steps)], seen, x
+
+
+def test_an_eager_body_reads_its_blobs_values_at_every_call(eager_requested):
+    """OneFlow's eager blobs have numpy(): the body runs at each call and reads the value
+    the graph computes there from the call's arguments and the variables before the step.
+    The steps train as the same job without the reads."""
+    eager, seen, x = _mlp_steps(read_values=True)
+    lazy, _, _ = _mlp_steps(read_values=False)
+    np.testing.assert_allclose(eager, lazy, rtol=1e-6)
+    assert eager[0] > eager[-1]
+    assert len(seen) == 4                       # one read per call, none of zeros
+    assert not np.allclose(seen[0], seen[1])    # each after the previous step's update
+    flow.clear_default_session()
+    flow.config.seed(3)
+
+    @flow.global_function()
+    def hidden_only(x: tp.Numpy.Placeholder((8, 5))) -> tp.Numpy:
+        return flow.math.reduce_mean(
+            flow.layers.dense(x, 6, activation=flow.nn.relu, name="h",
+                              kernel_initializer=flow.random_normal_initializer()), axis=1)
+    np.testing.assert_allclose(seen[0], hidden_only(x), rtol=1e-6)   # the first call's
+
+
+def test_an_eager_body_branches_on_a_value_and_each_path_runs(eager_requested):
+    """Python control flow on a value: each call takes the path its value picks (a graph
+    per path, compiled once); numpy_list() gives the value in a list."""
+    flow.clear_default_session()
+    paths = []
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        total = flow.math.reduce_sum(x)
+        if total.numpy_list()[0] > 0:
+            paths.append("double")
+            return x * 2
+        paths.append("negate")
+        return -x
+
+    up, down = np.ones(3, np.float32), -np.ones(3, np.float32)
+    results = [job(v) for v in (up, down, up, down)]
+    assert paths == ["double", "negate", "double", "negate"]
+    for got, v in zip(results, (up, down, up, down)):
+        np.testing.assert_array_equal(got, v * 2 if v.sum() > 0 else -v)
+    from onnxjob.runtime.session import default_session
+    assert len(default_session().eager_cut_sessions) == 1    # one cut graph for all calls
+
+
+def test_an_eager_body_read_after_a_checkpoint_load_reads_the_loaded_variables(
+        eager_requested, tmp_path, capsys):
+    """A session started by CheckPoint before any call declares every variable of a
+    body that reads values (traced once on zeros, its prints held back), so a load
+    reaches them all; the calls then read and compute with the loaded values."""
+    flow.clear_default_session()
+    printed = []
+
+    def define():
+        @flow.global_function()
+        def job(x: tp.Numpy.Placeholder((2, 4))) -> tp.Numpy:
+            a = flow.layers.dense(x, 3, name="a",
+                                  kernel_initializer=flow.random_normal_initializer())
+            printed.append(a.numpy().copy())
+            print("hidden", a.numpy())
+            return flow.layers.dense(a, 2, name="b",
+                                     kernel_initializer=flow.random_normal_initializer())
+        return job
+
+    job = define()
+    checkpoint = flow.train.CheckPoint()
+    checkpoint.init()
+    x = np.ones((2, 4), np.float32)
+    expected = job(x)
+    checkpoint.save(str(tmp_path / "model"))
+    first = printed[-1]
+    assert first.any()
+    capsys.readouterr()
+
+    flow.clear_default_session()
+    printed.clear()
+    job = define()
+    checkpoint = flow.train.CheckPoint()
+    checkpoint.load(str(tmp_path / "model"))    # starts the session: the zeros trace
+    assert printed and not printed[0].any()     # (its values were zeros)
+    assert "hidden" not in capsys.readouterr().out   # and what it printed is held back
+    printed.clear()
+    np.testing.assert_allclose(job(x), expected, rtol=1e-6)
+    np.testing.assert_allclose(printed[0], first, rtol=1e-6)
+    assert capsys.readouterr().out.count("hidden") == 1
 
 
 def _eager_step(batch, traced, scale=1.0):

@@ -41,23 +41,26 @@ def eager_execution_enabled():
 @renamed_keywords(val="value")
 def enable_eager_execution(value=True):
     """OneFlow's eager mode (0.2-0.4). A job function's ops compute what they compute
-    lazily, so onnxjob runs the program's job functions lazily and warns once: each body is
-    traced once, at the session's first call (Python values it reads are taken then, as in
-    lazy mode; OneFlow's eager mode ran the body at every call; a job may be defined while
-    the session runs, frontend/eager_jobs.py), and a blob's value inside
-    a body (blob.numpy()) is not available: such a line raises UnsupportedAPIError naming
-    it. eager_execution_enabled() stays False, so code that branches on it takes the lazy
-    path. OneFlow 0.4's eager modules (flow.nn.Module, flow.Tensor) stay refused by name."""
+    lazily, so onnxjob runs the program's job functions as graphs and warns once: a body
+    is traced once, at the session's first call (Python values it reads are taken then,
+    as in lazy mode), unless it reads a blob's value (`blob.numpy()`, `numpy_list()`):
+    such a body is traced again at every call, as OneFlow's eager mode ran it, with the
+    value its graph computes from the call's arguments and the variables
+    (runtime/eager_values.py). A job may be defined while the session runs
+    (frontend/eager_jobs.py). eager_execution_enabled() stays False, so code that branches
+    on it takes the lazy path. `value=False` ends the mode for jobs traced afterwards.
+    OneFlow 0.4's eager modules (flow.nn.Module, flow.Tensor) stay refused by name."""
     if not value:
+        tracer.eager_requested_at = None
         return
     first = tracer.eager_requested_at is None
     tracer.eager_requested_at = user_location()
     if first:
         warn_at_user_line(
-            "flow.enable_eager_execution(True): onnxjob runs job functions lazily, with the "
-            "same ops: each job's body runs once, when the session starts (Python values it "
-            "reads are taken then), and blob.numpy() inside a job is not available (return "
-            "the blob or use flow.watch)")
+            "flow.enable_eager_execution(True): onnxjob runs job functions as graphs, with "
+            "the same ops: a job's body runs once, when the session starts (Python values it "
+            "reads are taken then), or at every call where it reads a blob's value "
+            "(blob.numpy())")
 
 
 def enable_typing_check(value=True):

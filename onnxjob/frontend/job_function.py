@@ -16,6 +16,7 @@ from onnxjob.runtime import distributed
 from onnxjob.runtime.session import default_session, default_session_slot
 from onnxjob.train.optimizer import resolve_optimizer
 from onnxjob.source_info import user_location
+from onnxjob.errors import UnsupportedAPIError
 from onnxjob.compat.generations import written_for_0_4
 
 
@@ -204,8 +205,6 @@ class JobFunction:
         """A call with every check (spec §2.2) and the executor's ordering; the fast path
         of later calls is made here."""
         session = default_session()
-        if not session.is_running:
-            started_session()
         # only a job replaced in its own session refuses; one from a cleared session runs
         # the current session's job of its name, as before
         if session.jobs.get(self.name) is not self and \
@@ -226,12 +225,18 @@ class JobFunction:
             device_feeds = self._fewer_rows_feeds(args)
         if device_feeds is None:
             device_feeds = self._checked_feeds(args)
+        if not session.is_running:
+            self._start_session(session, device_feeds)
         if self.is_train and session.data_parallel and not self.mirrored_step:
             device_feeds = [{name: distributed.local_rows(value) for name, value in feeds.items()}
                             for feeds in device_feeds]
-        if self not in session.fast_calls:
-            session.fast_calls[self] = self._make_fast_call(session)
-        call = _BoundRun(session.runtimes[self.name], device_feeds)
+        if getattr(self, "reads_values", False):
+            runtime = self._runtime_with_values(session, device_feeds)
+        else:
+            if self not in session.fast_calls:
+                session.fast_calls[self] = self._make_fast_call(session)
+            runtime = session.runtimes[self.name]
+        call = _BoundRun(runtime, device_feeds)
         executor = session.executor
         if self.is_callback:
             return executor.run_async(call, _deliver).register
@@ -241,6 +246,30 @@ class JobFunction:
         if not self.has_return_annotation:
             return Future(executor.run_sync(call))
         return executor.run_sync(call)
+
+
+    def _start_session(self, session, device_feeds):
+        """Start `session` at this call; in eager mode this job is traced with the call's
+        values, in case its body reads them (Session.runtime_with_values)."""
+        if eager_jobs.allowed() and len(device_feeds) == 1:
+            session.first_call = (self, device_feeds[0])
+        try:
+            started_session()
+        except BaseException:
+            session.first_call = None
+            raise
+
+    def _runtime_with_values(self, session, device_feeds):
+        """The runtime of this call of an eager job whose body reads blob values: the body
+        traced again with the call's arguments (runtime/eager_values.py)."""
+        if len(device_feeds) != 1 or session.data_parallel:
+            raise UnsupportedAPIError(
+                f"{user_location()}: job {self.name!r} reads blob values in its body "
+                f"(blob.numpy(), eager mode) and runs on several devices or ranks; onnxjob "
+                "reads such values on one device only (return the blob from the job, or "
+                "flow.watch it)")
+        session.fast_calls[self] = None
+        return session.runtime_with_values(self, device_feeds[0])
 
 
 def _fast_path_first(job):

@@ -43,6 +43,8 @@ class CompiledGraph:
         self.loss_count_output = None
         # the variables whose next value may be written over their value (graph/in_place.py)
         self.in_place = frozenset()
+        # where an eager body read a blob's value ("file:line"), else None (compile_job)
+        self.values_read = None
 
     @property
     def variable_names(self):
@@ -69,6 +71,14 @@ class CompiledGraph:
         return proto
 
 
+class DeclaringTrace:
+    """What compile_job returns for an eager body traced without a call that failed on
+    the zeros it read in place of values: the variables it declared stay declared."""
+
+    def __init__(self, values_read):
+        self.values_read = values_read
+
+
 def _as_output(builder, blob, name, taken):
     """Make `blob` a graph output called `name` (an Identity where it cannot be renamed)."""
     value = blob.value
@@ -89,17 +99,21 @@ def _as_output(builder, blob, name, taken):
     return name
 
 
-def compile_job(job, variable_registry=None, seed=None):
+def compile_job(job, variable_registry=None, seed=None, value_reader=None):
     """Trace `job` and build its CompiledGraph (raises at the user's line on errors).
 
     `job` provides `name`, `is_train`, `config`, `location` and `trace(builder) ->
     (placeholder_names, output_blobs, output_tree)`, which runs the body on fresh
     placeholders and records its optimizer on the builder (frontend/job_function.py).
-    `seed` seeds the job's random nodes (None: fresh entropy).
+    `seed` seeds the job's random nodes (None: fresh entropy). `value_reader(blob)`
+    gives the values an eager body reads (runtime/eager_values.py); without one such a
+    body reads zeros, and the result's `values_read` says where it first read one (the
+    graph is then one of zeros, for declaring the job's variables only).
     """
     _check_mixed_precision(job, getattr(variable_registry, "device", None))
     builder = GraphBuilder(job.name, is_train=job.is_train, variable_registry=variable_registry,
                            seed=seed)
+    builder.value_reader = value_reader
     grads = {}      # the gradients made outputs: a data-parallel or mirrored step
     mirrored = getattr(job, "mirrored_step", False)
     data_parallel = job.is_train and getattr(variable_registry, "data_parallel", False) \
@@ -108,7 +122,13 @@ def compile_job(job, variable_registry=None, seed=None):
     if data_parallel:
         builder.data_parallel_ranks = distributed.world()[1]
     with tracing(builder):
-        placeholder_names, blobs, tree = job.trace(builder)
+        try:
+            placeholder_names, blobs, tree = job.trace(builder)
+        except Exception:
+            if builder.values_read is None or value_reader is not None:
+                raise
+            # the body failed on the zeros it read: it runs with its values at each call
+            return DeclaringTrace(builder.values_read)
         moving_averages.flush(builder)
         optimizer = builder.optimizer
         # As OneFlow, minimize() makes any job a train job: it sets the job config's
@@ -164,6 +184,7 @@ def compile_job(job, variable_registry=None, seed=None):
                              gradient_outputs, serialized)
     compiled.loss_count_output = loss_count_output
     compiled.in_place = in_place
+    compiled.values_read = builder.values_read
     return compiled
 
 

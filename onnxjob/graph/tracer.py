@@ -5,6 +5,7 @@ traced, runs the op's shape rule (shape errors are raised here, naming the user'
 records the user's `file:line` on the node and returns one `Blob` per output.
 """
 import contextlib
+import functools
 import itertools
 import random
 import threading
@@ -119,12 +120,12 @@ class Blob:
             raise AttributeError(name)
         if hasattr(type(self), name):
             return object.__getattribute__(self, name)
+        if name in ("numpy", "numpy_list") and eager_requested_at is not None:
+            # an eager job body reads its blobs' values (OneFlow's EagerBlobTrait)
+            return functools.partial(_read_value, self, name == "numpy_list")
         why = _BLOB_ATTRIBUTE_REASONS.get(
             name, "it is not an attribute of OneFlow's lazy (job-body) blobs that onnxjob "
                   "provides")
-        if why == _EAGER_ONLY and eager_requested_at is not None:
-            why += (f"; flow.enable_eager_execution(True) ({eager_requested_at}) does not "
-                    "make it available: onnxjob runs job functions lazily")
         raise UnsupportedAPIError(f"{user_location()}: blob.{name} is not available on traced "
                                   f"Blob {self.name}: {why}")
 
@@ -209,18 +210,42 @@ class Blob:
 # where the program called flow.enable_eager_execution(True), "file:line" (set by
 # frontend/helpers.py; job functions still run lazily, so blob.numpy() names it)
 eager_requested_at = None
-_EAGER_ONLY = ("an eager blob's value; in a job body the value is not known until the job "
-               "runs (return the blob from the job, e.g. as tp.Numpy)")
+_EAGER_ONLY = ("an eager blob's value; in a lazy job body the value is not known until the "
+               "job runs (return the blob from the job, e.g. as tp.Numpy, or call "
+               "flow.enable_eager_execution(True) before defining the job, as in OneFlow)")
 # OneFlow blob attributes a job body cannot have, and why
 _BLOB_ATTRIBUTE_REASONS = {
-    "numpy": _EAGER_ONLY, "numpy_list": _EAGER_ONLY, "numpy_size": _EAGER_ONLY,
-    "numpy_list_size": _EAGER_ONLY, "blob_object": "OneFlow's eager runtime object",
+    "numpy": _EAGER_ONLY, "numpy_list": _EAGER_ONLY,
+    "numpy_size": "the size of an eager blob's value in OneFlow's runtime; in onnxjob "
+                  "blob.numpy().size (eager mode) or the blob's shape",
+    "numpy_list_size": "the sizes of an eager blob's values in OneFlow's runtime; in "
+                       "onnxjob blob.numpy_list() (eager mode) or the blob's shape",
+    "blob_object": "OneFlow's eager runtime object",
     "sub_consistent_blob_list": "OneFlow's mirrored blobs split per device; onnxjob traces "
                                 "one device",
     "static_shape": "OneFlow before 0.1 named `blob.shape` so; use blob.shape",
 }
 
 _warned_truth_lines = set()
+
+
+def _read_value(blob, as_list, rank=None):
+    """`blob.numpy()` / `blob.numpy_list()` in an eager job body: the value the job's
+    graph up to `blob` computes from this call's arguments and the variables
+    (runtime/eager_values.py reads it). Where the body is traced with no call (the
+    session's start) the value is zeros of the blob's shape: that trace only declares the
+    job's variables, and the job is traced again at each call with its values."""
+    if rank not in (None, 0):
+        raise UnsupportedAPIError(f"{user_location()}: blob.numpy(rank={rank!r}): onnxjob "
+                                  "runs one device, rank 0 (or None) only")
+    builder = blob.builder
+    if builder.values_read is None:
+        builder.values_read = user_location()
+    if builder.value_reader is None:
+        value = np.zeros(blob.shape, blob.np_dtype)
+    else:
+        value = builder.value_reader(blob)
+    return [value] if as_list else value
 
 
 def _warn_truth_of_flag_once(blob):
@@ -301,6 +326,11 @@ class GraphBuilder:
         # (builder, name, Blob) -> what the job's ops read for a variable, where that is not
         # the variable itself: frontend/ssp.py's stale read under function_config.enable_ssp
         self.variable_reader = None
+        # eager mode (runtime/eager_values.py): Blob -> its value for this call, where the
+        # body is traced with a call's arguments; values_read: where the body first read a
+        # value ("file:line"), else None
+        self.value_reader = None
+        self.values_read = None
         self._counter = itertools.count()
         self._const_cache = {}
         self._used_names = set()   # node names

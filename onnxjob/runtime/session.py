@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from onnxjob.runtime import (arena_reserve, backend, cuda_graph, data_parallel, distributed,
-                             in_place, mirrored_step, out_of_memory)
+                             eager_values, in_place, mirrored_step, out_of_memory)
 from onnxjob.runtime.executor import Executor, interrupt_deferred
 from onnxjob.graph.compiler import compile_job
 from onnxjob.graph.tracer import VariableRegistry
@@ -296,6 +296,12 @@ class Session(VariableRegistry):
         # job function -> the fast path of its synchronous calls, or None where it has
         # none (frontend/fast_call.py); kept here so that none outlives this session
         self.fast_calls = {}
+        # eager jobs whose bodies read values (runtime/eager_values.py): the graphs cut at
+        # a value, by graph (least recently used first), and each job's last graph's bytes
+        self.eager_cut_sessions = collections.OrderedDict()
+        self._eager_graphs = {}
+        # (job, feeds) of the eager call that starts the session, traced with its values
+        self.first_call = None
         self._start_lock = threading.RLock()
 
     # -- jobs -----------------------------------------------------------------------------
@@ -346,8 +352,9 @@ class Session(VariableRegistry):
             if self.data_parallel:
                 # binds a rank on CUDA to its GPU before any variable is placed there
                 distributed.use_device(self.device)
-            compiled = [(job, compile_job(job, self, self._job_seed(job)))
-                        for job in self.jobs.values()]
+            compiled = [(job, graph) for job, graph in
+                        ((job, self._first_trace(job)) for job in self.jobs.values())
+                        if not self._traced_at_each_call(job, graph)]
             if self.data_parallel:
                 self._init_variables(seed)
                 self._take_rank0_values(list(self.variable_values))
@@ -370,18 +377,75 @@ class Session(VariableRegistry):
         with self._start_lock, _cyclic_gc_paused():
             self.sync()
             known = set(self.variable_values)
-            graph = compile_job(job, self, self._job_seed(job))
-            self._init_variables(self.seed)
+            graph = self._first_trace(job)
+            self.draw_new_variables()
             if self.data_parallel:
                 self._take_rank0_values([n for n in self.variable_values if n not in known])
             earlier = self.jobs.get(job.name)
             if earlier is not None:
                 self.fast_calls.pop(earlier, None)
-                runtime = self.runtimes.pop(job.name, None)
-                if runtime is not None:
-                    runtime.close()
+                self._close_runtime(job.name)
             self.jobs[job.name] = job
-            self.runtimes[job.name] = JobRuntime(job, graph, self)
+            if not self._traced_at_each_call(job, graph):
+                self.runtimes[job.name] = JobRuntime(job, graph, self)
+
+    def runtime_with_values(self, job, feeds):
+        """The runtime of one call of an eager `job` whose body reads blob values: the body
+        traced with the call's `feeds` at hand (runtime/eager_values.py); the last call's
+        runtime where the trace is the same graph."""
+        with self._start_lock, _cyclic_gc_paused():
+            self.sync()
+            if self.first_call is not None and self.first_call[0] is job:
+                # the session's start traced this call's body with its values
+                self.first_call = None
+                return self.runtimes[job.name]
+            reader = eager_values.ValueReader(self, job, feeds)
+            graph = compile_job(job, self, self._job_seed(job), value_reader=reader)
+            self.draw_new_variables()
+            model_bytes = graph.serialized()
+            runtime = self.runtimes.get(job.name)
+            if runtime is None or runtime.job is not job or \
+                    self._eager_graphs.get(job.name) != model_bytes:
+                self._close_runtime(job.name)
+                runtime = self.runtimes[job.name] = JobRuntime(job, graph, self)
+                self._eager_graphs[job.name] = model_bytes
+            return runtime
+
+    def _first_trace(self, job):
+        """`job` traced as the session starts (or as it is defined while the session
+        runs). The job whose call starts the session (`first_call`, eager mode) is traced
+        with that call's values: where its body reads values, that trace is its first
+        call's graph."""
+        reader = None
+        if self.first_call is not None and self.first_call[0] is job:
+            reader = eager_values.ValueReader(self, job, self.first_call[1])
+        return eager_values.first_trace(
+            lambda: compile_job(job, self, self._job_seed(job), value_reader=reader),
+            with_values=reader is not None)
+
+    def _traced_at_each_call(self, job, graph):
+        """Whether `job`'s body read a blob's value (eager mode): then it is traced at each
+        call (runtime_with_values). Its first trace made `graph` from zeros, to declare its
+        variables, except for the call that started the session, whose graph it is."""
+        job.reads_values = graph.values_read is not None
+        first_call = self.first_call is not None and self.first_call[0] is job
+        if first_call and not job.reads_values:
+            self.first_call = None
+        if first_call and job.reads_values:
+            self._eager_graphs[job.name] = graph.serialized()
+            return False
+        return job.reads_values
+
+    def _close_runtime(self, job_name):
+        runtime = self.runtimes.pop(job_name, None)
+        self._eager_graphs.pop(job_name, None)
+        if runtime is not None:
+            runtime.close()
+
+    def draw_new_variables(self):
+        """Draw the variables declared since the last draw (a job traced while the
+        session runs)."""
+        self._init_variables(self.seed)
 
     def _job_seed(self, job):
         """The seed of `job`'s random nodes: flow.config.seed's, per job name (None:
