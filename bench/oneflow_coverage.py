@@ -187,8 +187,8 @@ FILE_RULES = [
                                      r"distribute_concat|hierarchical_parallel|"
                                      r"nccl|parallel_cast|optimizer_placement"), None),
     ("GPU-only kernel", re.compile(r"gpu|nvtx|bfloat16|memory_zone|fuse_cast_scale"), None),
-    ("eager mode", None, re.compile(r"enable_eager_execution\(\s*(True)?\s*\)|"
-                                    r"flow\.nn\.Parameter|flow\.Tensor\(")),
+    # (eager job functions run, blob.numpy() in their bodies included; eager tensors not)
+    ("eager tensors", None, re.compile(r"flow\.nn\.Parameter|flow\.Tensor\(")),
     ("OneFlow CI dataset", None, re.compile(r"[\"']/dataset")),
 ]
 

@@ -19,6 +19,7 @@ from onnxjob.errors import ConcreteBlobError, JobArgumentError, TraceError, Unsu
 from onnxjob.graph.tracer import current_builder
 from onnxjob.io import images as image_io
 from onnxjob.io import ofrecord
+from ofrecord_datasets import load_digits, write_digits
 
 THIS_FILE = os.path.basename(__file__)
 X = np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 10
@@ -1253,6 +1254,47 @@ def test_an_eager_body_read_after_a_checkpoint_load_reads_the_loaded_variables(
     np.testing.assert_allclose(job(x), expected, rtol=1e-6)
     np.testing.assert_allclose(printed[0], first, rtol=1e-6)
     assert capsys.readouterr().out.count("hidden") == 1
+
+
+def test_an_eager_body_reads_what_host_ops_make_from_its_arguments(eager_requested):
+    """OneFlow 0.3's eager tensor-list test: the pieces flow.tensor_list_split makes on
+    the host from a tp.ListListNumpy argument are read in the body."""
+    flow.clear_default_session()
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+    pieces = [np.random.rand(1, 5, 4).astype(np.float32),
+              np.random.rand(1, 4, 4).astype(np.float32)]
+    read = []
+
+    @flow.global_function(function_config=config)
+    def job(parts: tp.ListListNumpy.Placeholder((2, 5, 4))):
+        first, second = flow.tensor_list_split(parts)
+        read.extend([first.numpy(), second.numpy()])
+
+    job([pieces])
+    np.testing.assert_array_equal(read[0], pieces[0].squeeze())
+    np.testing.assert_array_equal(read[1], pieces[1].squeeze())
+
+
+def test_an_eager_value_made_by_a_data_reader_is_refused_naming_the_line(
+        eager_requested, tmp_path, mnist_path):
+    """Reading a reader's batch in the body would take the reader's next samples: refused
+    with the line, where the job returning the blob reads it."""
+    digits, labels = load_digits(mnist_path, 8)
+    write_digits(tmp_path, digits, labels, "raw")
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job() -> tp.Numpy:
+        records = flow.data.ofrecord_reader(str(tmp_path), batch_size=4, data_part_num=1,
+                                            part_name_suffix_length=5)
+        label = flow.data.OFRecordRawDecoder(records, "labels", shape=(), dtype=flow.int32)
+        print(label.numpy())
+        return label
+
+    with pytest.raises(UnsupportedAPIError) as raised:
+        job()
+    assert f"{THIS_FILE}:" in str(raised.value) and "data reader" in str(raised.value)
 
 
 def _eager_step(batch, traced, scale=1.0):

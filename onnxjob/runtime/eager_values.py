@@ -29,6 +29,7 @@ from onnxjob.graph import tracer
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.passes import run_default_pipeline
 from onnxjob.runtime import backend
+from onnxjob.runtime.pipeline import HostPipeline
 from onnxjob.source_info import user_location
 
 _KEPT_SESSIONS = 64     # cut graphs' sessions kept, least recently used dropped
@@ -45,9 +46,11 @@ class ValueReader:
 
     def __call__(self, blob):
         name = blob.value.name
+        builder = blob.builder
         if name in self.feeds:
             return np.array(self.feeds[name])
-        builder = blob.builder
+        if name in builder.sources:
+            return self._host_values(builder, [name], blob)[name]
         proto = ir.to_proto(ir.Model(builder.graph, ir_version=IR_VERSION,
                                      producer_name="onnxjob"))
         key = hashlib.sha256(proto.SerializeToString() + name.encode()).digest()
@@ -84,20 +87,27 @@ class ValueReader:
         if any(variables.get(i) not in self.session.variable_values
                for i in input_names if i in variables):
             self.session.draw_new_variables()
-        inputs = {}
+        inputs = self._host_values(
+            builder, [i for i in input_names if i in builder.sources], blob)
         for input_name in input_names:
             if input_name in self.feeds:
                 inputs[input_name] = self.feeds[input_name]
             elif input_name in variables:
                 inputs[input_name] = self.session.variable_numpy(variables[input_name])
-            else:
-                raise UnsupportedAPIError(
-                    f"{user_location()}: blob.numpy() of {blob.name} in eager job "
-                    f"{self.job.name!r}: it is computed from {input_name!r}, which a data "
-                    "reader or host op feeds as the job runs; onnxjob reads values made "
-                    "from the job's arguments and variables only (return the blob from the "
-                    "job, or flow.watch it)")
         return inputs
+
+    def _host_values(self, builder, input_names, blob):
+        """The values host ops make for graph inputs `input_names` from this call's
+        arguments (tensor lists, image decoders fed by the job's arguments)."""
+        pipeline = HostPipeline({n: builder.sources[n] for n in input_names})
+        if not pipeline.made_from_feeds_only():
+            raise UnsupportedAPIError(
+                f"{user_location()}: blob.numpy() of {blob.name} in eager job "
+                f"{self.job.name!r}: it is computed from what a data reader makes as the job "
+                "runs, and reading it here would take the reader's next samples; onnxjob "
+                "reads values made from the job's arguments and variables (return the blob "
+                "from the job, or flow.watch it)")
+        return pipeline.make_feeds(self.feeds)
 
 
 

@@ -56,6 +56,12 @@ class HostPipeline:
         # a pipeline reading the call's own arguments runs in the call, not ahead of it
         self.reads_feeds = any(isinstance(n, FedValue) for n in _all_nodes(self.feeds.values()))
 
+    def made_from_feeds_only(self):
+        """Whether every value is made from the call's arguments alone (no reader, whose
+        stream a run would advance)."""
+        return all(isinstance(n, FedValue) for n in _all_nodes(self.feeds.values())
+                   if not n.inputs)
+
     def feed(self, input_name, node):
         self.feeds[input_name] = node
 
