@@ -24,7 +24,13 @@ from onnxjob.frontend.config import (cache_int8_calibration as _cache_int8_calib
 from onnxjob.frontend.helpers import (Size, convert_oneflow_dtype_to_numpy_dtype,  # noqa: F401
                                       current_machine_id, current_resource, current_scope,
                                       eager_execution_enabled, enable_eager_execution,
-                                      manual_seed, no_grad)
+                                      manual_seed, InitEagerGlobalSession)
+from onnxjob.eager import autograd as _eager_autograd
+from onnxjob.eager import lr_scheduler as _lr_scheduler
+from onnxjob.eager import optim as _optim
+from onnxjob.eager.autograd import no_grad  # noqa: F401
+from onnxjob.eager.tensor import Tensor  # noqa: F401
+from onnxjob.eager.tensor import Parameter as _Parameter
 from onnxjob.frontend.helpers import enable_typing_check as _enable_typing_check
 from onnxjob.frontend.custom_op_module import custom_op_module as _custom_op_module
 from onnxjob.frontend.helpers import (
@@ -91,6 +97,7 @@ from onnxjob.frontend.user_op_builder import (consistent_user_op_builder,  # noq
                                               find_or_create_module, user_op_builder,
                                               user_op_module_builder)
 from onnxjob.frontend.user_op_builder import BuiltinOp as builtin_op  # noqa: F401
+nn.Parameter = _Parameter      # the eager tensor an optimizer updates (onnxjob/eager/)
 from onnxjob.ops import experimental as _experimental, quantization  # noqa: F401
 from onnxjob.ops import parallel as _parallel
 from onnxjob.ops.detection import (object_bbox_flip, object_bbox_scale,  # noqa: F401
@@ -136,8 +143,13 @@ experimental = _Namespace(
     set_interface_blob_value=_experimental.set_interface_blob_value,
     custom_op_module=_custom_op_module,
     scope=_Namespace("flow.experimental.scope", config=scope.config), unittest=unittest,
-    optim=_Namespace("flow.experimental.optim",
-                     lr_scheduler=_Namespace("flow.experimental.optim.lr_scheduler")))
+    optim=_Namespace("flow.experimental.optim", Optimizer=_optim.Optimizer, SGD=_optim.SGD,
+                     Adam=_optim.Adam, AdamW=_optim.AdamW, RMSprop=_optim.RMSprop,
+                     lr_scheduler=_Namespace(
+                         "flow.experimental.optim.lr_scheduler",
+                         LrScheduler=_lr_scheduler.LrScheduler, StepLR=_lr_scheduler.StepLR,
+                         LambdaLR=_lr_scheduler.LambdaLR,
+                         CosineDecayLR=_lr_scheduler.CosineDecayLR)))
 advanced = _Namespace("flow.advanced", distribute_add=_parallel.distribute_add,
                       distribute_clone=_parallel.distribute_clone,
                       distribute_concat=_parallel.distribute_concat,
@@ -155,7 +167,8 @@ util = _Namespace("flow.util", unique_str=_unique_str)
 onnx = _Namespace("flow.onnx", export=_onnx_export)   # OneFlow <= 0.3's exporter
 tensorrt = _Namespace("flow.tensorrt", cache_int8_calibration=_cache_int8_calibration,
                       write_int8_calibration=_write_int8_calibration)
-autograd = _Namespace("flow.autograd", no_grad=no_grad)
+autograd = _Namespace("flow.autograd", no_grad=no_grad, backward=_eager_autograd.backward,
+                      grad=_eager_autograd.grad)
 deprecated = _Namespace("flow.deprecated", variable_scope=scope.namespace,
                         delete_worker_of_multi_process=_delete_worker_of_multi_process,
                         delete_worker_by_bootstrap=_delete_worker_by_bootstrap,

@@ -217,8 +217,8 @@ def test_namespaces_import_under_the_alias():
 
 # -- every OneFlow namespace refuses an unknown name naming the line -----------------------
 
-_ONNXJOB_PACKAGES = {"compat", "dtypes", "errors", "frontend", "graph", "io", "ops", "passes",
-                     "runtime", "settings", "source_info", "launch", "spawned_ranks",
+_ONNXJOB_PACKAGES = {"compat", "dtypes", "eager", "errors", "frontend", "graph", "io", "ops",
+                     "passes", "runtime", "settings", "source_info", "launch", "spawned_ranks",
                      "initializers"}   # onnxjob.frontend.initializers (OneFlow has no such)
 
 

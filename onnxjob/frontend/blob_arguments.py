@@ -82,9 +82,21 @@ def _refusal(api, name, value):
             "variables and the results of other ops)")
 
 
+def _eager_tensors_in(args, kwargs):
+    """Whether the call's arguments (in lists and tuples too) hold an eager tensor."""
+    for value in (*args, *kwargs.values()):
+        items = value if isinstance(value, (list, tuple)) else (value,)
+        if any(getattr(type(v), "_eager_tensor", False) for v in items):
+            return True
+    return False
+
+
 def _guarded(fn, api):
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        if not in_job() and _eager_tensors_in(args, kwargs):
+            from onnxjob.eager.tensor import apply     # ops on eager tensors run at once
+            return apply(fn, args, kwargs)
         try:
             return fn(*args, **kwargs)
         except OnnxJobError:
@@ -100,7 +112,8 @@ def _guarded(fn, api):
     return call
 
 
-_WRAPPED = {}     # one wrapper per function: an alias stays the same object (flow.clip is flow.clamp)
+# one wrapper per function: an alias stays the same object (flow.clip is flow.clamp)
+_WRAPPED = {}
 
 
 def guard(namespace, prefix):

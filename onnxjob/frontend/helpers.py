@@ -49,7 +49,8 @@ def enable_eager_execution(value=True):
     (runtime/eager_values.py). A job may be defined while the session runs
     (frontend/eager_jobs.py). eager_execution_enabled() stays False, so code that branches
     on it takes the lazy path. `value=False` ends the mode for jobs traced afterwards.
-    OneFlow 0.4's eager modules (flow.nn.Module, flow.Tensor) stay refused by name."""
+    Eager tensors (flow.Tensor) are onnxjob/eager/; flow.nn.Module is OneFlow <= 0.3's
+    lazy helper, not 0.4's eager module."""
     if not value:
         tracer.eager_requested_at = None
         return
@@ -142,19 +143,7 @@ def delete_worker_by_bootstrap(ssh_port=22):
     return None
 
 
-class no_grad:
-    """OneFlow's context manager / decorator that turns off eager autograd recording. Lazy
-    job functions record no eager autograd, so in onnxjob (as in OneFlow's lazy mode) it
-    changes nothing: a train job still differentiates its loss."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def __call__(self, func):
-        def wrapper(*args, **kwargs):
-            with self:
-                return func(*args, **kwargs)
-        return wrapper
+def InitEagerGlobalSession():
+    """OneFlow's start of the session its eager tensors ran in. onnxjob's eager tensors
+    (flow.Tensor, onnxjob/eager/) run on onnxruntime with no session: nothing to start."""
+    return None

@@ -1,12 +1,12 @@
 """OneFlow names that onnxjob refuses on purpose, by namespace, with the reason.
 
-Each is an eager-mode, custom-C++-op-library, multi-node or compiler internal that a lazy
-job on one device cannot use; looking one up raises UnsupportedAPIError with its reason
-(errors.missing_api). docs/oneflow-scripts.md lists them.
+Each is a multi-device eager op, custom-C++-op-library, multi-node or compiler internal
+that a job (or an eager tensor) on one device cannot use; looking one up raises
+UnsupportedAPIError with its reason (errors.missing_api). docs/oneflow-scripts.md lists them.
 """
 
-_EAGER = ("OneFlow's eager mode ({what}) does not run in onnxjob, which traces lazy job "
-          "functions into ONNX graphs")
+_EAGER = ("an op of OneFlow's eager runtime across placements ({what}); onnxjob's eager "
+          "tensors live on one device")
 _CUSTOM_OP = ("it loads a custom C++ op library ({what}); onnxjob runs no OneFlow kernels: "
               "write the computation with flow ops in the job (flow.user_op_builder builds "
               "the op types of OneFlow's own library that onnxjob knows)")
@@ -35,13 +35,8 @@ def _multi_node(what):
     return _MULTI_NODE.format(what=what)
 
 
-_EAGER_OPTIM = _eager("flow.experimental.optim updates eager Tensor parameters; in a job use "
-                      "flow.optimizer.* with minimize(loss)")
-
 REASONS = {
     "flow": {
-        "Tensor": _eager("flow.Tensor, an eager tensor"),
-        "InitEagerGlobalSession": _eager("the eager global session"),
         "eager_nccl_all_reduce": _multi_node("an eager NCCL all-reduce across devices"),
         **{name: _custom_op(f"flow.{name} is a YOLOv3 op of the OneFlow builds that linked "
                             "the oneflow_yolov3 kernels")
@@ -63,21 +58,9 @@ REASONS = {
         "eager_assign_121": _eager("eager one-to-one assignment between placements"),
         "get_job_set": _internal("the JobSet protobuf OneFlow compiles jobs into"),
     },
-    "flow.experimental.optim": {n: _EAGER_OPTIM
-                                for n in ("Adam", "AdamW", "Optimizer", "RMSprop", "SGD")},
-    "flow.experimental.optim.lr_scheduler": {
-        n: _eager("eager learning-rate schedulers; in a job pass flow.optimizer.* a "
-                  "schedule such as flow.optimizer.CosineScheduler")
-        for n in ("CosineDecayLR", "LambdaLR", "StepLR")},
     "flow.detection": {"yolo_detect": _custom_op("flow.detection.yolo_detect is a YOLOv3 op of "
                                                  "the OneFlow builds that linked the "
                                                  "oneflow_yolov3 kernels")},
-    "flow.autograd": {
-        "backward": _eager("flow.autograd.backward differentiates eager tensors; a train "
-                           "job's minimize(loss) differentiates the job"),
-        "grad": _eager("flow.autograd.grad differentiates eager tensors; use "
-                       "flow.watch_diff in a train job"),
-    },
     "flow.deprecated": {
         # OneFlow <= 0.3: copy the binary to each machine over ssh and start / stop workers
         "init_worker": _multi_node("starting worker processes on the machines of flow.env"),

@@ -125,6 +125,19 @@ def backward(builder, losses, loss_scale=None):
         return _backward(builder, losses, elem_cnt, loss_scale, requires, unfolded)
 
 
+def gradients(builder, outputs, seeds, sources):
+    """{id(source): gradient Blob or None} of sum(output * seed) over `outputs` for each
+    Blob of `sources` (any Blobs of `builder`, intermediate ones included): the eager
+    tensors' autograd (onnxjob/eager/autograd.py), with no 1/elem_cnt scale."""
+    requires = _requires_grad(builder, sources)
+    grads = {}
+    for out, seed in zip(outputs, seeds):
+        grads[id(out)] = seed if id(out) not in grads else op("Add", grads[id(out)], seed)
+    with builder.origin("backward"):
+        _walk(builder, list(builder.nodes), grads, requires)
+    return {id(s): grads.get(id(s)) for s in sources}
+
+
 def _backward(builder, losses, elem_cnt, loss_scale, requires, unfolded):
     """backward()'s walk from the seeds to the variables' gradients."""
     grads = {}
@@ -132,6 +145,20 @@ def _backward(builder, losses, elem_cnt, loss_scale, requires, unfolded):
     for loss in losses:
         seed = _seed(builder, loss, elem_cnt, loss_scale)
         grads[id(loss)] = seed if id(loss) not in grads else op("Add", grads[id(loss)], seed)
+    _walk(builder, forward_nodes, grads, requires)
+    builder.gradients = grads
+    if loss_scale is not None:
+        builder.loss_elem_count = 1     # nothing for watch_diff to undo
+    out = {name: grads[id(b)] for name, b in builder.variables.items() if id(b) in grads
+           and builder.variable_specs[name].trainable}
+    if unfolded:
+        out = {name: _divide_by_elem_cnt(g, losses[0]) for name, g in out.items()}
+    return out
+
+
+def _walk(builder, forward_nodes, grads, requires):
+    """Fill `grads` (id(Blob) -> gradient, the seeds in it) backwards through
+    `forward_nodes` for the Blobs whose ids are in `requires`."""
     for node in reversed(forward_nodes):
         gys = [grads.get(id(o)) for o in node.outputs]
         if all(g is None for g in gys):
@@ -158,14 +185,6 @@ def _backward(builder, losses, elem_cnt, loss_scale, requires, unfolded):
                 gx = unbroadcast(gx, x.shape)
                 prev = grads.get(id(x))
                 grads[id(x)] = gx if prev is None else op("Add", prev, gx)
-    builder.gradients = grads
-    if loss_scale is not None:
-        builder.loss_elem_count = 1     # nothing for watch_diff to undo
-    out = {name: grads[id(b)] for name, b in builder.variables.items() if id(b) in grads
-           and builder.variable_specs[name].trainable}
-    if unfolded:
-        out = {name: _divide_by_elem_cnt(g, losses[0]) for name, g in out.items()}
-    return out
 
 
 def _divide_by_elem_cnt(grad, loss):

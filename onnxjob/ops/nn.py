@@ -16,7 +16,5 @@ from onnxjob.ops.module import Module  # noqa: F401
 from onnxjob.ops.random import random_mask_like  # noqa: F401
 
 
-__getattr__ = missing_api("flow.nn", {
-    "Parameter": "OneFlow 0.4/0.5's eager modules (flow.nn.Module with Tensor parameters) "
-                 "do not run in onnxjob, which runs lazy job functions only; flow.nn.Module "
-                 "is OneFlow <= 0.3's lazy helper"})
+__getattr__ = missing_api("flow.nn")
+# (flow.nn.Parameter, an eager tensor, is bound by onnxjob/__init__.py)

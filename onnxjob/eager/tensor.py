@@ -1,0 +1,320 @@
+"""`flow.Tensor` and `flow.nn.Parameter`: eager tensors, computed as their ops are called.
+
+OneFlow 0.4/0.5 expose an eager tensor beside the job functions: made from data, computed
+op by op, differentiated with `tensor.backward()` / `flow.autograd.grad` and updated by the
+optimizers of `flow.experimental.optim`. Here a tensor holds its value as a NumPy array;
+a flow op called on tensors outside a job (any op of flow.math, flow.nn, ... : the same
+functions a job's body calls) runs at once on onnxruntime through the tape
+(eager/tape.py), which also records it for backward when an input requires gradients.
+"""
+import numbers
+
+import numpy as np
+
+from onnxjob import dtypes
+from onnxjob.graph.tracer import Blob, tracing
+from onnxjob.eager.tape import Tape, current_tape, grad_enabled
+from onnxjob.ops import activations as _activations
+from onnxjob.ops import casts as _casts
+from onnxjob.ops import linalg as _linalg
+from onnxjob.ops import math as _math
+from onnxjob.ops import shapes as _shapes
+
+
+class Tensor:
+    """An eager tensor (OneFlow's flow.Tensor).
+
+    `flow.Tensor(data)` takes an array, a (nested) list or a number; `flow.Tensor(2, 3)`
+    makes a tensor of that shape, of zeros. The dtype is float32 unless `dtype` says
+    otherwise, as OneFlow's constructor. `requires_grad=True` makes it a leaf whose
+    gradient backward() accumulates in `.grad`."""
+
+    # what onnxjob's op wrappers look for (frontend/blob_arguments.py)
+    _eager_tensor = True
+    __hash__ = object.__hash__      # (== is elementwise, as OneFlow's; identity hashes)
+
+    def __init__(self, *args, dtype=None, device=None, requires_grad=False, **_placement):
+        np_dtype = np.float32 if dtype is None else dtypes.to_numpy(dtype)
+        if len(args) == 1 and isinstance(args[0], Tensor):
+            value = args[0]._value
+        elif len(args) == 1 and not isinstance(args[0], numbers.Integral):
+            value = args[0]
+        elif all(isinstance(a, numbers.Integral) for a in args):
+            value = np.zeros(tuple(int(a) for a in args), np_dtype)
+        else:
+            raise TypeError(f"flow.Tensor takes data (an array, list or tensor) or a shape of "
+                            f"ints, got {args!r}")
+        self._value = np.array(value, dtype=np_dtype, order="C")
+        self.requires_grad = bool(requires_grad)
+        self.grad = None
+        self._tape = None       # the tape and Blob of its history, when it has one
+        self._blob = None
+
+    @classmethod
+    def _made(cls, array, tape=None, blob=None):
+        """A tensor holding `array` (taken as it is), with its history `blob` on `tape`."""
+        tensor = cls.__new__(cls)
+        tensor._value = array
+        tensor.grad = None
+        tensor._tape, tensor._blob = tape, blob
+        tensor.requires_grad = tape is not None
+        return tensor
+
+    def _blob_in(self, tape):
+        """The Blob of this tensor's history on `tape`, or None."""
+        return self._blob if self._tape is tape else None
+
+    def _set_value(self, array):
+        """Replace the value (the optimizers' update), keeping dtype and shape."""
+        self._value = np.asarray(array, dtype=self._value.dtype).reshape(self._value.shape)
+
+    # -- what the tensor is ------------------------------------------------------------
+    @property
+    def shape(self):
+        return tuple(self._value.shape)
+
+    @property
+    def dtype(self):
+        return dtypes.from_numpy(self._value.dtype)
+
+    @property
+    def ndim(self):
+        return self._value.ndim
+
+    @property
+    def is_leaf(self):
+        """Whether it has no history: made by the user, or by ops that recorded none."""
+        return self._tape is None
+
+    @property
+    def grad_fn(self):
+        """None for a leaf, else the op that made it (its name)."""
+        return None if self._blob is None else self._blob.producer.op_type
+
+    def dim(self):
+        return self._value.ndim
+
+    def size(self, idx=None):
+        return self.shape if idx is None else self.shape[idx]
+
+    def numel(self):
+        return int(self._value.size)
+
+    nelement = numel
+
+    def numpy(self):
+        """A copy of the value."""
+        return self._value.copy()
+
+    def item(self):
+        return self._value.item()
+
+    def tolist(self):
+        return self._value.tolist()
+
+    def __len__(self):
+        return len(self._value)
+
+    def __repr__(self):
+        return (f"tensor({np.array2string(self._value, separator=', ')}, "
+                f"dtype=oneflow.{self.dtype.__name__})")
+
+    __str__ = __repr__
+
+    def __bool__(self):
+        return bool(self._value)
+
+    def __float__(self):
+        return float(self._value)
+
+    def __int__(self):
+        return int(self._value)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._value if dtype is None else self._value.astype(dtype)
+
+    # -- gradients (backward(): eager/autograd.py adds it) ------------------------------
+    def detach(self):
+        """The same value with no history and no gradient."""
+        return Tensor._made(self._value)
+
+    def requires_grad_(self, requires_grad=True):
+        if not self.is_leaf:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def zeros_(self):
+        self._value = np.zeros_like(self._value)
+        return self
+
+    zero_ = zeros_
+
+    def fill_(self, value):
+        self._value = np.full_like(self._value, value)
+        return self
+
+    def copy_(self, other):
+        self._set_value(other._value if isinstance(other, Tensor) else other)
+        return self
+
+    # -- ops: the same op functions as a job's, run at once -----------------------------
+    def __add__(self, other): return apply(_binary, (self, other, "add"), {})
+    def __radd__(self, other): return apply(_binary, (other, self, "add"), {})
+    def __sub__(self, other): return apply(_binary, (self, other, "sub"), {})
+    def __rsub__(self, other): return apply(_binary, (other, self, "sub"), {})
+    def __mul__(self, other): return apply(_binary, (self, other, "mul"), {})
+    def __rmul__(self, other): return apply(_binary, (other, self, "mul"), {})
+    def __truediv__(self, other): return apply(_binary, (self, other, "div"), {})
+    def __rtruediv__(self, other): return apply(_binary, (other, self, "div"), {})
+    def __neg__(self): return apply(lambda x: -x, (self,), {})
+    def __matmul__(self, other): return self.matmul(other)
+    def __pow__(self, exponent): return self.pow(exponent)
+    def __eq__(self, other): return apply(_binary, (self, other, "eq"), {})
+    def __ne__(self, other): return apply(_binary, (self, other, "ne"), {})
+    def __lt__(self, other): return apply(_binary, (self, other, "lt"), {})
+    def __le__(self, other): return apply(_binary, (self, other, "le"), {})
+    def __gt__(self, other): return apply(_binary, (self, other, "gt"), {})
+    def __ge__(self, other): return apply(_binary, (self, other, "ge"), {})
+
+    def matmul(self, other):
+        return _call(_linalg.matmul, self, other)
+
+    def pow(self, exponent):
+        return _call(_math.pow, self, exponent)
+
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+            shape = shape[0]
+        return _call(_shapes.reshape, self, list(shape))
+
+    view = reshape
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        return _call(_shapes.flatten, self, start_dim, end_dim)
+
+    def transpose(self, dim0, dim1):
+        perm = list(range(self.ndim))
+        perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+        return _call(_shapes.transpose, self, perm)
+
+    def permute(self, *dims):
+        if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+            dims = dims[0]
+        return _call(_shapes.transpose, self, list(dims))
+
+    @property
+    def T(self):
+        return self.permute(*reversed(range(self.ndim)))
+
+    def sum(self, dim=None, keepdim=False):
+        return _call(_math.reduce_sum, self, dim, keepdim)
+
+    def mean(self, dim=None, keepdim=False):
+        return _call(_math.reduce_mean, self, dim, keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        return _call(_math.reduce_max, self, dim, keepdim)
+
+    def min(self, dim=None, keepdim=False):
+        return _call(_math.reduce_min, self, dim, keepdim)
+
+    def exp(self): return _call(_math.exp, self)
+    def log(self): return _call(_math.log, self)
+    def sqrt(self): return _call(_math.sqrt, self)
+    def abs(self): return _call(_math.abs, self)
+    def relu(self): return _call(_math.relu, self)
+    def sigmoid(self): return _call(_math.sigmoid, self)
+    def tanh(self): return _call(_math.tanh, self)
+    def square(self): return _call(_math.square, self)
+
+    def softmax(self, dim=-1):
+        return _call(_activations.softmax, self, dim)
+
+    def to(self, dtype=None, *args, **kwargs):
+        """A cast to `dtype` (devices: onnxjob's eager tensors live on the host)."""
+        if dtype is None or isinstance(dtype, str):
+            return self
+        return _call(_casts.cast, self, dtype)
+
+
+class Parameter(Tensor):
+    """`flow.nn.Parameter(tensor, requires_grad=True)`: a leaf tensor an optimizer
+    updates, sharing the given tensor's value."""
+
+    def __init__(self, data, requires_grad=True):
+        value = data._value if isinstance(data, Tensor) else np.asarray(data, np.float32)
+        self._value = value
+        self.requires_grad = bool(requires_grad)
+        self.grad = None
+        self._tape = self._blob = None
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+
+def is_tensor(value):
+    return getattr(type(value), "_eager_tensor", False)
+
+
+def apply(fn, args, kwargs):
+    """`fn(*args, **kwargs)` for an op function `fn`, with the eager tensors among the
+    arguments (in lists and tuples too) entered into a tape: the op runs at once, and
+    the Blobs it returns come back as tensors (in the same structure)."""
+    tensors = [t for t in _flat((args, kwargs)) if is_tensor(t)]
+    record = grad_enabled() and any(t.requires_grad for t in tensors)
+    tape = current_tape() if record else Tape(record=False)
+    with tracing(tape):
+        result = fn(*_entered(tape, args), **_entered(tape, kwargs))
+    return _as_tensors(tape, result)
+
+
+def _flat(value):
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _flat(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _flat(item)
+    else:
+        yield value
+
+
+def _entered(tape, value):
+    if is_tensor(value):
+        return tape.enter(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_entered(tape, v) for v in value)
+    if isinstance(value, dict):
+        return {k: _entered(tape, v) for k, v in value.items()}
+    return value
+
+
+def _as_tensors(tape, value):
+    if isinstance(value, Blob):
+        array = tape.value_of(value)
+        if tape.record and id(value) in tape.requiring:
+            return Tensor._made(array, tape, value)
+        return Tensor._made(array)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_as_tensors(tape, v) for v in value)
+    return value
+
+
+def _binary(a, b, kind):
+    """Blob arithmetic and comparisons (a number on either side)."""
+    if kind == "add":
+        return a + b
+    if kind == "sub":
+        return a - b
+    if kind == "mul":
+        return a * b
+    if kind == "div":
+        return a / b
+    return {"eq": lambda: a == b, "ne": lambda: a != b, "lt": lambda: a < b,
+            "le": lambda: a <= b, "gt": lambda: a > b, "ge": lambda: a >= b}[kind]()
+
+
+def _call(fn, *args):
+    """Op function `fn` (a job body's) on tensors."""
+    return apply(fn, args, {})
