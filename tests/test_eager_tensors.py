@@ -287,3 +287,21 @@ def test_the_tape_of_a_training_loop_does_not_outlive_its_step():
         opt.step()
     assert len(tapes) == 3                 # each backward ended its step's tape
     np.testing.assert_allclose(w.numpy(), 0.8 ** 3 * np.ones(3), rtol=1e-6)
+
+
+@pytest.mark.parametrize("key", [1, -1, (0, 2), (slice(None), 1),
+                                 (slice(1, None, 2), Ellipsis, 3),
+                                 (None, 0, slice(None, None, -1)), (Ellipsis, None),
+                                 (slice(None), slice(3, 0, -2), None, 2)])
+def test_basic_indexing_reads_and_differentiates_as_numpy_indexes(key):
+    a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    p = flow.nn.Parameter(flow.Tensor(a))
+    out = p[key]
+    np.testing.assert_array_equal(out.numpy(), a[key])
+    seed = RNG.standard_normal(a[key].shape).astype(np.float32)
+    out.backward(flow.Tensor(seed))
+    expected = np.zeros_like(a)
+    expected[key] += seed
+    np.testing.assert_array_equal(p.grad.numpy(), expected)
+    with pytest.raises(IndexError, match="out of bounds"):
+        p[3]

@@ -12,7 +12,7 @@ import numbers
 import numpy as np
 
 from onnxjob import dtypes
-from onnxjob.graph.tracer import Blob, tracing
+from onnxjob.graph.tracer import Blob, int64_constant, op, tracing
 from onnxjob.eager.tape import Tape, current_tape, grad_enabled
 from onnxjob.ops import activations as _activations
 from onnxjob.ops import casts as _casts
@@ -177,6 +177,10 @@ class Tensor:
     def __gt__(self, other): return apply(_binary, (self, other, "gt"), {})
     def __ge__(self, other): return apply(_binary, (self, other, "ge"), {})
 
+    def __getitem__(self, key):
+        """Basic indexing: ints, slices (with steps), Ellipsis and None, differentiable."""
+        return apply(_index, (self, key), {})
+
     def matmul(self, other):
         return _call(_linalg.matmul, self, other)
 
@@ -313,6 +317,56 @@ def _binary(a, b, kind):
         return a / b
     return {"eq": lambda: a == b, "ne": lambda: a != b, "lt": lambda: a < b,
             "le": lambda: a <= b, "gt": lambda: a > b, "ge": lambda: a >= b}[kind]()
+
+
+def _index(blob, key):
+    """`blob[key]` for basic indexing, as Slice, Squeeze and Unsqueeze nodes."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    taking = sum(k is not None and k is not Ellipsis for k in key)
+    if taking > len(blob.shape):
+        raise IndexError(f"too many indices for a tensor of {len(blob.shape)} dimensions")
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        key = key[:at] + (slice(None),) * (len(blob.shape) - taking) + key[at + 1:]
+    starts, ends, axes, steps, squeeze, new_axes = [], [], [], [], [], []
+    axis = 0
+    for k in key:
+        if k is None:
+            new_axes.append(axis + len(new_axes) - len(squeeze))
+            continue
+        size = blob.shape[axis]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(size)
+            if (start, stop, step) != (0, size, 1):
+                # (a negative step's stop of -1 means "past the start": INT_MIN for ONNX)
+                starts.append(start)
+                ends.append(stop if stop >= 0 else -(2 ** 63))
+                axes.append(axis)
+                steps.append(step)
+        elif isinstance(k, numbers.Integral):
+            index = int(k) + size if k < 0 else int(k)
+            if not 0 <= index < size:
+                raise IndexError(f"index {int(k)} is out of bounds for dimension {axis} "
+                                 f"with size {size}")
+            starts.append(index)
+            ends.append(index + 1)
+            axes.append(axis)
+            steps.append(1)
+            squeeze.append(axis)
+        else:
+            raise IndexError(f"onnxjob's eager tensors take ints, slices, ... and None as "
+                             f"indices, got {type(k).__name__}")
+        axis += 1
+    out = blob
+    if axes:
+        out = op("Slice", out, *(int64_constant(out, v) for v in (starts, ends, axes, steps)))
+    if squeeze:
+        out = op("Squeeze", out, int64_constant(out, squeeze))
+    if new_axes:
+        out = op("Unsqueeze", out, int64_constant(out, new_axes))
+    return out
 
 
 def _call(fn, *args):
