@@ -87,7 +87,7 @@ def replace_value(old, new):
 
 def add_initializer(graph, array, name):
     """A new initializer of `graph` holding `array`."""
-    value = ir.Value(name=name, const_value=ir.tensor(array, name=name),
+    value = ir.Value(name=name, const_value=ir.Tensor(np.asarray(array), name=name),
                      type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
                      shape=ir.Shape(array.shape))
     graph.register_initializer(value)
