@@ -1297,6 +1297,52 @@ def test_an_eager_value_made_by_a_data_reader_is_refused_naming_the_line(
     assert f"{THIS_FILE}:" in str(raised.value) and "data reader" in str(raised.value)
 
 
+_SCALE = 1.0        # a global an eager body reads (the test below changes it)
+
+
+def _scaled_job(traced):
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        traced.append(_SCALE)
+        return x * _SCALE
+    return job
+
+
+def test_an_eager_body_sees_the_python_values_the_program_changes_between_calls(
+        eager_requested):
+    """OneFlow's eager mode ran the body at each call, so a global the program changes
+    (a learning rate, an epoch) is read anew: a call that finds a plain value the body
+    reads changed traces it again; calls that find none changed do not."""
+    global _SCALE
+    flow.clear_default_session()
+    traced = []
+    job = _scaled_job(traced)
+    x = np.ones(2, np.float32)
+    _SCALE = 1.0
+    first = [job(x), job(x)]
+    _SCALE = 3.0
+    later = [job(x), job(x)]
+    assert traced == [1.0, 3.0]
+    np.testing.assert_array_equal(first, [[1, 1], [1, 1]])
+    np.testing.assert_array_equal(later, [[3, 3], [3, 3]])
+
+
+def test_a_lazy_body_keeps_the_python_values_of_its_trace():
+    """In lazy mode (OneFlow's default) the body runs once: a later change is not seen."""
+    global _SCALE
+    flow.clear_default_session()
+    traced = []
+    job = _scaled_job(traced)
+    _SCALE = 1.0
+    job(np.ones(2, np.float32))
+    _SCALE = 3.0
+    try:
+        np.testing.assert_array_equal(job(np.ones(2, np.float32)), [1, 1])
+    finally:
+        _SCALE = 1.0
+    assert traced == [1.0]
+
+
 def _eager_step(batch, traced, scale=1.0):
     """OneFlow's eager MNIST sample's shape: the train job is defined inside the function
     each step calls, so it is defined again at every step while the session runs."""

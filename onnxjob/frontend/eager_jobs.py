@@ -6,8 +6,16 @@ onnxjob runs jobs lazily (frontend/helpers.py `enable_eager_execution`): a defin
 equal to the running job of its name (the same code, config, annotations, default values
 and closure values) is that job, compiled once; any other definition is compiled into the
 running session, keeping the variables it shares with the other jobs. Without eager mode
-a definition after the session started is refused, as OneFlow refuses it."""
+a definition after the session started is refused, as OneFlow refuses it.
+
+OneFlow's eager mode also ran the body at every call, so a body reading a Python value
+that the program changes between calls (a global learning rate, an epoch counter) saw
+the new value each time. onnxjob notes the plain values (numbers, strings and tuples of
+them) the body's code reads from its globals and closure when it is traced
+(`plain_inputs`), and a call where one of them changed traces the body again
+(`inputs_changed`; Session.runtime_with_values)."""
 import numbers
+import types
 
 import numpy as np
 
@@ -71,3 +79,48 @@ def _same(a, b):
 
 def _is_placeholder(value):
     return isinstance(value, type) and issubclass(value, tp.PlaceholderDef)
+
+
+def plain_inputs(func):
+    """{("global" | "cell", name): its value} of the plain values (_PLAIN, and tuples of
+    them) that `func`'s code reads from its globals and closure, nested functions' code
+    included."""
+    found = {}
+    names = set()
+    stack = [func.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    for name in names:
+        if name in func.__globals__ and _is_plain(func.__globals__[name]):
+            found[("global", name)] = func.__globals__[name]
+    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:          # (a cell not yet filled)
+            continue
+        if _is_plain(value):
+            found[("cell", name)] = value
+    return found
+
+
+def inputs_changed(func, noted):
+    """Whether a value `plain_inputs(func)` noted as `noted` is another now."""
+    cells = dict(zip(func.__code__.co_freevars, func.__closure__ or ()))
+    for (kind, name), value in noted.items():
+        try:
+            now = func.__globals__[name] if kind == "global" else cells[name].cell_contents
+        except (KeyError, ValueError):
+            return True
+        if not _same(value, now):
+            return True
+    return False
+
+
+def _is_plain(value):
+    # (not lists or dicts: a body appending to a list it logs into would change it at
+    # every call)
+    if isinstance(value, tuple):
+        return all(_is_plain(v) for v in value)
+    return isinstance(value, _PLAIN)

@@ -43,7 +43,8 @@ def enable_eager_execution(value=True):
     """OneFlow's eager mode (0.2-0.4). A job function's ops compute what they compute
     lazily, so onnxjob runs the program's job functions as graphs and warns once: a body
     is traced once, at the session's first call (Python values it reads are taken then,
-    as in lazy mode), unless it reads a blob's value (`blob.numpy()`, `numpy_list()`):
+    as in lazy mode: a call finding a plain value it reads changed traces it again,
+    frontend/eager_jobs.py), unless it reads a blob's value (`blob.numpy()`, `numpy_list()`):
     such a body is traced again at every call, as OneFlow's eager mode ran it, with the
     value its graph computes from the call's arguments and the variables
     (runtime/eager_values.py). A job may be defined while the session runs

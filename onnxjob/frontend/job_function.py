@@ -15,7 +15,7 @@ from onnxjob.ops import qat
 from onnxjob.runtime import distributed
 from onnxjob.runtime.session import default_session, default_session_slot
 from onnxjob.train.optimizer import resolve_optimizer
-from onnxjob.source_info import user_location
+from onnxjob.source_info import user_location, warn_at_user_line
 from onnxjob.errors import UnsupportedAPIError
 from onnxjob.compat.generations import written_for_0_4
 
@@ -131,8 +131,11 @@ class JobFunction:
         """Run the body once on fresh placeholders in `builder` (the compiler's call).
 
         Returns (placeholder names, output Blobs, output tree); the optimizer of the old
-        `config.train.*` API is resolved onto the builder here.
+        `config.train.*` API is resolved onto the builder here. In eager mode the plain
+        Python values the body reads are noted (a call that finds one changed traces the
+        body again, frontend/eager_jobs.py).
         """
+        self.plain_inputs = eager_jobs.plain_inputs(self.func) if eager_jobs.allowed() else {}
         with scope.job_body_scope(self.config):
             return self._trace(builder)
 
@@ -196,8 +199,8 @@ class JobFunction:
         """This job's FastCall in `session` (frontend/fast_call.py), or None: only
         synchronous calls of Numpy placeholders that run on one device have one."""
         if self._numpy_params is None or self._returns_before_run or (
-                self.is_train and session.data_parallel):
-            return None
+                self.is_train and session.data_parallel) or getattr(self, "plain_inputs", None):
+            return None     # (eager mode's plain inputs: each call looks at them in _call)
         wrap = None if self.has_return_annotation else Future
         return make_fast_call(session, self._numpy_params, session.runtimes[self.name], wrap)
 
@@ -230,7 +233,7 @@ class JobFunction:
         if self.is_train and session.data_parallel and not self.mirrored_step:
             device_feeds = [{name: distributed.local_rows(value) for name, value in feeds.items()}
                             for feeds in device_feeds]
-        if getattr(self, "reads_values", False):
+        if getattr(self, "reads_values", False) or self._eager_inputs_changed(device_feeds):
             runtime = self._runtime_with_values(session, device_feeds)
         else:
             if self not in session.fast_calls:
@@ -247,6 +250,24 @@ class JobFunction:
             return Future(executor.run_sync(call))
         return executor.run_sync(call)
 
+
+    def _eager_inputs_changed(self, device_feeds):
+        """Whether this eager job's body reads a plain Python value that changed since it
+        was traced (frontend/eager_jobs.py); on several devices the change is not taken
+        (said once)."""
+        noted = getattr(self, "plain_inputs", None)
+        if not noted or not eager_jobs.allowed() or \
+                not eager_jobs.inputs_changed(self.func, noted):
+            return False
+        if len(device_feeds) != 1 or default_session().data_parallel:
+            if not getattr(self, "_said_inputs_kept", False):
+                self._said_inputs_kept = True
+                warn_at_user_line(
+                    f"{user_location()}: job {self.name!r} (eager mode) reads a Python value "
+                    "that changed since it was traced; on several devices or ranks onnxjob "
+                    "keeps the traced value (define the job again, or feed the value)")
+            return False
+        return True
 
     def _start_session(self, session, device_feeds):
         """Start `session` at this call; in eager mode this job is traced with the call's
