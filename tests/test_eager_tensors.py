@@ -305,3 +305,15 @@ def test_basic_indexing_reads_and_differentiates_as_numpy_indexes(key):
     np.testing.assert_array_equal(p.grad.numpy(), expected)
     with pytest.raises(IndexError, match="out of bounds"):
         p[3]
+
+
+def test_what_eager_tensors_cannot_do_names_the_line():
+    """Job variables (flow.layers.dense makes one) and APIs that are no op refuse eager
+    tensors with onnxjob's errors at the caller's line, not a raw error from inside."""
+    x = flow.Tensor(np.ones((2, 3), np.float32))
+    with pytest.raises(flow.errors.UnsupportedAPIError,
+                       match=r"test_eager_tensors.py:\d+: .*flow.nn.Parameter"):
+        flow.layers.dense(x, 4)
+    with pytest.raises(flow.errors.TraceError,
+                       match=r"test_eager_tensors.py:\d+: flow.global_function cannot take"):
+        flow.global_function(x)

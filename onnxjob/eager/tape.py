@@ -17,8 +17,10 @@ import weakref
 
 import numpy as np
 
+from onnxjob.errors import UnsupportedAPIError
 from onnxjob.graph.registry import get_primitive
-from onnxjob.graph.tracer import GraphBuilder
+from onnxjob.graph.tracer import GraphBuilder, VariableRegistry
+from onnxjob.source_info import user_location
 from onnxjob.eager.node_runner import run_node
 
 _state = threading.local()
@@ -57,7 +59,7 @@ class Tape(GraphBuilder):
     def __init__(self, record):
         # (a recording tape traces ops as a train job's body does: the forms their
         # gradients need, dropout active)
-        super().__init__("eager", is_train=record)
+        super().__init__("eager", is_train=record, variable_registry=_NoVariables())
         self.record = record
         self.values = {}
         self.leaves = {}
@@ -107,6 +109,10 @@ class Tape(GraphBuilder):
     def _array(self, value):
         if value.name in self.values:
             return self.values[value.name]
+        if value.const_value is None:
+            raise UnsupportedAPIError(
+                f"{user_location()}: {value.name} has no value on eager tensors: it is made "
+                "as a job runs (a data reader's or host op's); call such ops in a job")
         return np.asarray(value.const_value.numpy())
 
     def _track_requiring(self):
@@ -129,3 +135,15 @@ def _unseen_tail(items, seen):
     tail.reverse()
     seen.update(tail)
     return tail
+
+
+class _NoVariables(VariableRegistry):
+    """The tape's variable registry: job variables (flow.get_variable, the layers that
+    make weights) are refused, naming the line."""
+
+    def declare_variable(self, spec, check_same):
+        raise UnsupportedAPIError(
+            f"{user_location()}: variable {spec.name!r}: flow.get_variable and the layers "
+            "that make weights (flow.layers.dense, ...) create a job's variables; on eager "
+            "tensors make the weight a flow.nn.Parameter and call the op with it "
+            "(flow.matmul, flow.nn.conv2d, ...)")

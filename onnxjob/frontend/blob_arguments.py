@@ -95,8 +95,7 @@ def _guarded(fn, api):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         if not in_job() and _eager_tensors_in(args, kwargs):
-            from onnxjob.eager.tensor import apply     # ops on eager tensors run at once
-            return apply(fn, args, kwargs)
+            return _on_eager_tensors(fn, api, args, kwargs)
         try:
             return fn(*args, **kwargs)
         except OnnxJobError:
@@ -110,6 +109,19 @@ def _guarded(fn, api):
                 raise TraceError(_refusal(api, *read)) from e
             raise
     return call
+
+
+def _on_eager_tensors(fn, api, args, kwargs):
+    """An op called on eager tensors, run at once (onnxjob/eager/tensor.py); an API that
+    is no op (flow.global_function, flow.save, ...) given a tensor says so at the line."""
+    from onnxjob.eager.tensor import apply
+    try:
+        return apply(fn, args, kwargs)
+    except OnnxJobError:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as e:
+        raise TraceError(f"{api} cannot take eager tensors (flow.Tensor) as given "
+                         f"({type(e).__name__}: {e})") from e
 
 
 # one wrapper per function: an alias stays the same object (flow.clip is flow.clamp)
