@@ -48,6 +48,8 @@ OPS = [
     ("conv2d", lambda x, w: flow.nn.conv2d(x, w, strides=1, padding="SAME"),
      lambda x, w: torch.nn.functional.conv2d(x, w, padding=1), [(2, 3, 5, 5), (4, 3, 3, 3)],
      False),
+    ("tensor methods", lambda a: a.unsqueeze(1).squeeze(1).clamp(-0.5, 0.5).mul(2).sub(1),
+     lambda a: a.unsqueeze(1).squeeze(1).clamp(-0.5, 0.5).mul(2).sub(1), [(3, 4)], False),
     ("max_pool2d", lambda x: flow.nn.max_pool2d(x, ksize=2, strides=2, padding="VALID"),
      lambda x: torch.nn.functional.max_pool2d(x, 2, 2), [(2, 3, 4, 4)], False),
 ]
@@ -272,6 +274,8 @@ def test_tensors_are_made_as_oneflows_constructor_makes_them():
     p = flow.nn.Parameter(flow.Tensor([1.0, 2.0]))
     assert p.requires_grad and p.is_leaf and isinstance(p, flow.Tensor)
     assert "oneflow.float32" in repr(p)
+    assert p.long().dtype is flow.int64 and p.double().dtype is flow.float64
+    assert flow.Tensor([[1.0, 3.0], [4.0, 2.0]]).argmax(dim=1).tolist() == [1, 0]
     flow.InitEagerGlobalSession()          # OneFlow's eager session: none to start
 
 

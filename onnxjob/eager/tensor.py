@@ -232,6 +232,31 @@ class Tensor:
     def tanh(self): return _call(_math.tanh, self)
     def square(self): return _call(_math.square, self)
 
+    def add(self, other): return self + other
+    def sub(self, other): return self - other
+    def mul(self, other): return self * other
+    def div(self, other): return self / other
+
+    def argmax(self, dim=-1):
+        return _call(_math.argmax, self, dim)
+
+    def squeeze(self, dim=None):
+        return _call(_shapes.squeeze, self, dim if dim is None or isinstance(dim, (list, tuple))
+                     else [dim])
+
+    def unsqueeze(self, dim):
+        return _call(_shapes.expand_dims, self, dim)
+
+    def clamp(self, min=None, max=None):
+        return _call(_math.clip_by_value, self, min, max)
+
+    clip = clamp
+
+    def float(self): return self.to(dtypes.float32)
+    def double(self): return self.to(dtypes.float64)
+    def int(self): return self.to(dtypes.int32)
+    def long(self): return self.to(dtypes.int64)
+
     def softmax(self, dim=-1):
         return _call(_activations.softmax, self, dim)
 
