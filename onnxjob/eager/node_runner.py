@@ -9,6 +9,7 @@ import collections
 
 import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 
 from onnxjob import dtypes
 from onnxjob.graph.compiler import IR_VERSION
@@ -21,6 +22,21 @@ _sessions = collections.OrderedDict()
 def run_node(node, arrays, opset_imports):
     """The output arrays of ir.Node `node` for input `arrays` (None for an omitted
     optional input), with the graph's `opset_imports`."""
+    signature = tuple(None if a is None else (a.dtype.str, a.shape) for a in arrays)
+    form = _form(node)
+    key = (form if form is not None else _cut(node).SerializeToString(), signature)
+    session = _sessions.get(key)
+    if session is None:
+        session = _sessions[key] = _session(_cut(node), node, arrays, opset_imports)
+    _sessions.move_to_end(key)
+    while len(_sessions) > _KEPT:
+        _sessions.popitem(last=False)
+    feeds = {f"i{i}": a for i, a in enumerate(arrays) if a is not None}
+    return session.run(None, feeds)
+
+
+def _cut(node):
+    """`node` as a NodeProto of its own: inputs i0.., outputs o0.., no name or metadata."""
     proto = ir.serde.serialize_node(node)
     proto.name = ""
     del proto.metadata_props[:]
@@ -29,16 +45,25 @@ def run_node(node, arrays, opset_imports):
             proto.input[i] = f"i{i}"
     for i in range(len(proto.output)):
         proto.output[i] = f"o{i}"
-    signature = tuple(None if a is None else (a.dtype.str, a.shape) for a in arrays)
-    key = (proto.SerializeToString(), signature)
-    session = _sessions.get(key)
-    if session is None:
-        session = _sessions[key] = _session(proto, node, arrays, opset_imports)
-    _sessions.move_to_end(key)
-    while len(_sessions) > _KEPT:
-        _sessions.popitem(last=False)
-    feeds = {f"i{i}": a for i, a in enumerate(arrays) if a is not None}
-    return session.run(None, feeds)
+    return proto
+
+
+_PLAIN_ATTRS = {ir.AttributeType.INT, ir.AttributeType.FLOAT, ir.AttributeType.STRING,
+                ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS}
+
+
+def _form(node):
+    """A key for what `node` computes (op, attributes, which inputs are given) made
+    without serializing it, or None where an attribute is not a plain value (a tensor or
+    a graph: the NodeProto's bytes are the key then)."""
+    attrs = []
+    for name, attr in sorted(node.attributes.items()):
+        if attr.type not in _PLAIN_ATTRS:
+            return None
+        value = attr.value
+        attrs.append((name, attr.type, tuple(value) if isinstance(value, list) else value))
+    return (node.domain, node.op_type, tuple(attrs), tuple(v is None for v in node.inputs),
+            tuple(v.dtype for v in node.outputs))
 
 
 def _session(proto, node, arrays, opset_imports):
@@ -51,4 +76,8 @@ def _session(proto, node, arrays, opset_imports):
     model = onnx.helper.make_model(
         graph, ir_version=IR_VERSION,
         opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opset_imports.items()])
-    return backend.create_session(model.SerializeToString(), "cpu", is_train=False)
+    # one intra-op thread: a node of an eager op is small, and waking a pool for it cost
+    # more than it saved (bench/bench_eager.py)
+    return ort.InferenceSession(model.SerializeToString(),
+                                backend.session_options(False, threads=1),
+                                providers=["CPUExecutionProvider"])
