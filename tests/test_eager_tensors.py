@@ -321,3 +321,13 @@ def test_what_eager_tensors_cannot_do_names_the_line():
     with pytest.raises(flow.errors.TraceError,
                        match=r"test_eager_tensors.py:\d+: flow.global_function cannot take"):
         flow.global_function(x)
+
+
+def test_a_tensor_of_a_shape_is_drawn_by_its_initializer_and_the_process_seed():
+    flow.manual_seed(5)
+    a = flow.Tensor(200, data_initializer=flow.random_normal_initializer(stddev=2.0))
+    assert abs(a.numpy().std() - 2.0) < 0.4
+    b = flow.Tensor(200, data_initializer=flow.random_normal_initializer(stddev=2.0))
+    assert not np.array_equal(a.numpy(), b.numpy())      # the stream goes on
+    with pytest.raises(TypeError):
+        flow.Tensor(2, no_such_option=1)

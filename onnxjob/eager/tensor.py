@@ -12,7 +12,10 @@ import numbers
 import numpy as np
 
 from onnxjob import dtypes
+from onnxjob.errors import UnsupportedAPIError
+from onnxjob.frontend.config import process_config
 from onnxjob.graph.tracer import Blob, int64_constant, op, tracing
+from onnxjob.source_info import user_location
 from onnxjob.eager.tape import Tape, current_tape, grad_enabled
 from onnxjob.ops import activations as _activations
 from onnxjob.ops import casts as _casts
@@ -33,14 +36,24 @@ class Tensor:
     _eager_tensor = True
     __hash__ = object.__hash__      # (== is elementwise, as OneFlow's; identity hashes)
 
-    def __init__(self, *args, dtype=None, device=None, requires_grad=False, **_placement):
+    def __init__(self, *args, dtype=None, device=None, requires_grad=False, placement=None,
+                 sbp=None, is_consistent=False, is_lazy=False, data_initializer=None,
+                 determining_initializer=None):
+        # (device, placement, sbp, is_consistent, is_lazy: where it lives; onnxjob's eager
+        # tensors live on the host of one process, which computes the same numbers)
         np_dtype = np.float32 if dtype is None else dtypes.to_numpy(dtype)
+        if determining_initializer is not None:
+            raise UnsupportedAPIError(f"{user_location()}: flow.Tensor(determining_initializer"
+                                      "=...) is OneFlow's internal hook; give the data, or a "
+                                      "shape with data_initializer=")
         if len(args) == 1 and isinstance(args[0], Tensor):
             value = args[0]._value
         elif len(args) == 1 and not isinstance(args[0], numbers.Integral):
             value = args[0]
         elif all(isinstance(a, numbers.Integral) for a in args):
-            value = np.zeros(tuple(int(a) for a in args), np_dtype)
+            shape = tuple(int(a) for a in args)
+            value = np.zeros(shape, np_dtype) if data_initializer is None else \
+                data_initializer.sample(shape, np_dtype, _random_stream())
         else:
             raise TypeError(f"flow.Tensor takes data (an array, list or tensor) or a shape of "
                             f"ints, got {args!r}")
@@ -280,6 +293,18 @@ class Parameter(Tensor):
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
+
+
+_streams = {}
+
+
+def _random_stream():
+    """The generator of eager random values: one per process seed (flow.manual_seed /
+    flow.config.seed), so a seeded program draws the same values each run."""
+    seed = process_config.random_seed
+    if seed not in _streams:
+        _streams[seed] = np.random.default_rng(seed)
+    return _streams[seed]
 
 
 def is_tensor(value):
