@@ -19,8 +19,6 @@ def backward(outputs, out_grads=None, retain_graph=False, create_graph=False):
     gradients, None for scalar outputs)."""
     outputs, out_grads = _pairs(outputs, out_grads)
     tape, sources, grads = _gradients(outputs, out_grads, None, retain_graph, create_graph)
-    if tape is None:
-        return
     for tensor, blob in sources:
         grad = grads.get(id(blob))
         if grad is None:
@@ -40,7 +38,7 @@ def grad(outputs, inputs, out_grads=None, retain_graph=False, create_graph=False
     tape, sources, grads = _gradients(outputs, out_grads, inputs, retain_graph, create_graph)
     result = []
     for tensor, blob in sources:
-        g = grads.get(id(blob)) if tape is not None else None
+        g = grads.get(id(blob))
         if g is None:
             raise RuntimeError("One of the differentiated Tensors appears to not have been "
                                "used in the graph")

@@ -5,8 +5,6 @@ metadata dropped) into a one-node model, run on the CPU EP; a session is kept pe
 form and input signature (types and shapes), so a loop that repeats its ops creates each
 session once.
 """
-import collections
-
 import onnx
 import onnx_ir as ir
 import onnxruntime as ort
@@ -14,23 +12,21 @@ import onnxruntime as ort
 from onnxjob import dtypes
 from onnxjob.graph.compiler import IR_VERSION
 from onnxjob.runtime import backend
+from onnxjob.runtime.lru import LeastRecentlyUsed
 
-_KEPT = 1024        # sessions kept, least recently used dropped
-_sessions = collections.OrderedDict()
+_sessions = LeastRecentlyUsed(1024)     # by node form and input signature
 
 
 def run_node(node, arrays, opset_imports):
     """The output arrays of ir.Node `node` for input `arrays` (None for an omitted
     optional input), with the graph's `opset_imports`."""
     signature = tuple(None if a is None else (a.dtype.str, a.shape) for a in arrays)
-    form = _form(node)
-    key = (form if form is not None else _cut(node).SerializeToString(), signature)
-    session = _sessions.get(key)
-    if session is None:
-        session = _sessions[key] = _session(_cut(node), node, arrays, opset_imports)
-    _sessions.move_to_end(key)
-    while len(_sessions) > _KEPT:
-        _sessions.popitem(last=False)
+    form, proto = _form(node), None
+    if form is None:
+        proto = _cut(node)
+        form = proto.SerializeToString()
+    session = _sessions.get_or_make((form, signature), lambda: _session(
+        proto if proto is not None else _cut(node), node, arrays, opset_imports))
     feeds = {f"i{i}": a for i, a in enumerate(arrays) if a is not None}
     return session.run(None, feeds)
 

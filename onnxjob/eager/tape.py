@@ -18,7 +18,7 @@ import weakref
 import numpy as np
 
 from onnxjob.errors import UnsupportedAPIError
-from onnxjob.graph.registry import get_primitive
+from onnxjob.graph.autodiff import propagate_requires
 from onnxjob.graph.tracer import GraphBuilder, VariableRegistry
 from onnxjob.source_info import user_location
 from onnxjob.eager.node_runner import run_node
@@ -118,11 +118,7 @@ class Tape(GraphBuilder):
     def _track_requiring(self):
         # (a composite replaces the TracedNodes of its parts with its own: walk back to
         # the last one seen rather than keep an index)
-        for traced in _unseen_tail(self.nodes, self._scanned):
-            if get_primitive(traced.op_type).differentiable and any(
-                    x is not None and id(x) in self.requiring for x in traced.inputs):
-                self.requiring.update(id(b) for b in traced.outputs
-                                      if b.np_dtype != np.bool_)
+        propagate_requires(_unseen_tail(self.nodes, self._scanned), self.requiring)
 
 
 def _unseen_tail(items, seen):

@@ -8,6 +8,7 @@ functions a job's body calls) runs at once on onnxruntime through the tape
 (eager/tape.py), which also records it for backward when an input requires gradients.
 """
 import numbers
+import operator
 
 import numpy as np
 
@@ -57,20 +58,22 @@ class Tensor:
         else:
             raise TypeError(f"flow.Tensor takes data (an array, list or tensor) or a shape of "
                             f"ints, got {args!r}")
-        self._value = np.array(value, dtype=np_dtype, order="C")
+        self._hold(np.array(value, dtype=np_dtype, order="C"), requires_grad)
+
+    def _hold(self, array, requires_grad, tape=None, blob=None):
+        """Set the state: the value `array` (taken as it is), no gradient yet, and the
+        history `blob` on `tape` where it has one."""
+        self._value = array
         self.requires_grad = bool(requires_grad)
         self.grad = None
-        self._tape = None       # the tape and Blob of its history, when it has one
-        self._blob = None
+        self._tape, self._blob = tape, blob
 
     @classmethod
     def _made(cls, array, tape=None, blob=None):
-        """A tensor holding `array` (taken as it is), with its history `blob` on `tape`."""
+        """A tensor holding `array`, with its history `blob` on `tape` (then it requires
+        gradients)."""
         tensor = cls.__new__(cls)
-        tensor._value = array
-        tensor.grad = None
-        tensor._tape, tensor._blob = tape, blob
-        tensor.requires_grad = tape is not None
+        tensor._hold(array, tape is not None, tape, blob)
         return tensor
 
     def _blob_in(self, tape):
@@ -172,23 +175,23 @@ class Tensor:
         return self
 
     # -- ops: the same op functions as a job's, run at once -----------------------------
-    def __add__(self, other): return apply(_binary, (self, other, "add"), {})
-    def __radd__(self, other): return apply(_binary, (other, self, "add"), {})
-    def __sub__(self, other): return apply(_binary, (self, other, "sub"), {})
-    def __rsub__(self, other): return apply(_binary, (other, self, "sub"), {})
-    def __mul__(self, other): return apply(_binary, (self, other, "mul"), {})
-    def __rmul__(self, other): return apply(_binary, (other, self, "mul"), {})
-    def __truediv__(self, other): return apply(_binary, (self, other, "div"), {})
-    def __rtruediv__(self, other): return apply(_binary, (other, self, "div"), {})
-    def __neg__(self): return apply(lambda x: -x, (self,), {})
+    def __add__(self, other): return apply(operator.add, (self, other), {})
+    def __radd__(self, other): return apply(operator.add, (other, self), {})
+    def __sub__(self, other): return apply(operator.sub, (self, other), {})
+    def __rsub__(self, other): return apply(operator.sub, (other, self), {})
+    def __mul__(self, other): return apply(operator.mul, (self, other), {})
+    def __rmul__(self, other): return apply(operator.mul, (other, self), {})
+    def __truediv__(self, other): return apply(operator.truediv, (self, other), {})
+    def __rtruediv__(self, other): return apply(operator.truediv, (other, self), {})
+    def __neg__(self): return apply(operator.neg, (self,), {})
     def __matmul__(self, other): return self.matmul(other)
     def __pow__(self, exponent): return self.pow(exponent)
-    def __eq__(self, other): return apply(_binary, (self, other, "eq"), {})
-    def __ne__(self, other): return apply(_binary, (self, other, "ne"), {})
-    def __lt__(self, other): return apply(_binary, (self, other, "lt"), {})
-    def __le__(self, other): return apply(_binary, (self, other, "le"), {})
-    def __gt__(self, other): return apply(_binary, (self, other, "gt"), {})
-    def __ge__(self, other): return apply(_binary, (self, other, "ge"), {})
+    def __eq__(self, other): return apply(operator.eq, (self, other), {})
+    def __ne__(self, other): return apply(operator.ne, (self, other), {})
+    def __lt__(self, other): return apply(operator.lt, (self, other), {})
+    def __le__(self, other): return apply(operator.le, (self, other), {})
+    def __gt__(self, other): return apply(operator.gt, (self, other), {})
+    def __ge__(self, other): return apply(operator.ge, (self, other), {})
 
     def __getitem__(self, key):
         """Basic indexing: ints, slices (with steps), Ellipsis and None, differentiable."""
@@ -285,11 +288,8 @@ class Parameter(Tensor):
     updates, sharing the given tensor's value."""
 
     def __init__(self, data, requires_grad=True):
-        value = data._value if isinstance(data, Tensor) else np.asarray(data, np.float32)
-        self._value = value
-        self.requires_grad = bool(requires_grad)
-        self.grad = None
-        self._tape = self._blob = None
+        self._hold(data._value if isinstance(data, Tensor) else np.asarray(data, np.float32),
+                   requires_grad)
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
@@ -353,20 +353,6 @@ def _as_tensors(tape, value):
     if isinstance(value, (list, tuple)):
         return type(value)(_as_tensors(tape, v) for v in value)
     return value
-
-
-def _binary(a, b, kind):
-    """Blob arithmetic and comparisons (a number on either side)."""
-    if kind == "add":
-        return a + b
-    if kind == "sub":
-        return a - b
-    if kind == "mul":
-        return a * b
-    if kind == "div":
-        return a / b
-    return {"eq": lambda: a == b, "ne": lambda: a != b, "lt": lambda: a < b,
-            "le": lambda: a <= b, "gt": lambda: a > b, "ge": lambda: a >= b}[kind]()
 
 
 def _index(blob, key):

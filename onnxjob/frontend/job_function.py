@@ -76,6 +76,11 @@ class JobFunction:
             batches = {shape[0] for _, shape, _ in self._numpy_params}
             if len(batches) == 1:
                 self._batch_rows = batches.pop()  # else the compiler says why it cannot
+        # eager mode (frontend/eager_jobs.py, runtime/eager_values.py): whether the body
+        # reads blob values (then it is traced at each call; Session sets it as it traces)
+        # and the plain Python values it read at its last trace
+        self.reads_values = False
+        self.plain_inputs = {}
         self.caller = _fast_path_first(self)
 
     def _checked_feeds(self, args):
@@ -199,7 +204,7 @@ class JobFunction:
         """This job's FastCall in `session` (frontend/fast_call.py), or None: only
         synchronous calls of Numpy placeholders that run on one device have one."""
         if self._numpy_params is None or self._returns_before_run or (
-                self.is_train and session.data_parallel) or getattr(self, "plain_inputs", None):
+                self.is_train and session.data_parallel) or self.plain_inputs:
             return None     # (eager mode's plain inputs: each call looks at them in _call)
         wrap = None if self.has_return_annotation else Future
         return make_fast_call(session, self._numpy_params, session.runtimes[self.name], wrap)
@@ -233,7 +238,7 @@ class JobFunction:
         if self.is_train and session.data_parallel and not self.mirrored_step:
             device_feeds = [{name: distributed.local_rows(value) for name, value in feeds.items()}
                             for feeds in device_feeds]
-        if getattr(self, "reads_values", False) or self._eager_inputs_changed(device_feeds):
+        if self.reads_values or self._eager_inputs_changed(session, device_feeds):
             runtime = self._runtime_with_values(session, device_feeds)
         else:
             if self not in session.fast_calls:
@@ -250,16 +255,14 @@ class JobFunction:
             return Future(executor.run_sync(call))
         return executor.run_sync(call)
 
-
-    def _eager_inputs_changed(self, device_feeds):
+    def _eager_inputs_changed(self, session, device_feeds):
         """Whether this eager job's body reads a plain Python value that changed since it
         was traced (frontend/eager_jobs.py); on several devices the change is not taken
         (said once)."""
-        noted = getattr(self, "plain_inputs", None)
-        if not noted or not eager_jobs.allowed() or \
-                not eager_jobs.inputs_changed(self.func, noted):
+        if not self.plain_inputs or not eager_jobs.allowed() or \
+                not eager_jobs.inputs_changed(self.func, self.plain_inputs):
             return False
-        if len(device_feeds) != 1 or default_session().data_parallel:
+        if len(device_feeds) != 1 or session.data_parallel:
             if not getattr(self, "_said_inputs_kept", False):
                 self._said_inputs_kept = True
                 warn_at_user_line(

@@ -24,14 +24,19 @@ def _requires_grad(builder, sources):
     an int32 diff); booleans and the outputs of non-differentiable ops (comparisons,
     argmax, ...) do not."""
     live = {id(b) for b in sources}
-    for node in builder.nodes:
+    propagate_requires(builder.nodes, live)
+    return live
+
+
+def propagate_requires(nodes, live):
+    """Add to `live` (ids of Blobs that depend differentiably on the sources) the
+    outputs of `nodes` (TracedNodes, in trace order) that depend on one of them; the
+    eager tape (onnxjob/eager/tape.py) calls it node by node as ops are recorded."""
+    for node in nodes:
         if not get_primitive(node.op_type).differentiable:
             continue
         if any(x is not None and id(x) in live for x in node.inputs):
-            for out in node.outputs:
-                if out.np_dtype != np.bool_:
-                    live.add(id(out))
-    return live
+            live.update(id(out) for out in node.outputs if out.np_dtype != np.bool_)
 
 
 def unbroadcast(grad, shape):
@@ -132,7 +137,7 @@ def gradients(builder, outputs, seeds, sources):
     requires = _requires_grad(builder, sources)
     grads = {}
     for out, seed in zip(outputs, seeds):
-        grads[id(out)] = seed if id(out) not in grads else op("Add", grads[id(out)], seed)
+        _accumulate(grads, out, seed)
     with builder.origin("backward"):
         _walk(builder, list(builder.nodes), grads, requires)
     return {id(s): grads.get(id(s)) for s in sources}
@@ -143,8 +148,7 @@ def _backward(builder, losses, elem_cnt, loss_scale, requires, unfolded):
     grads = {}
     forward_nodes = list(builder.nodes)
     for loss in losses:
-        seed = _seed(builder, loss, elem_cnt, loss_scale)
-        grads[id(loss)] = seed if id(loss) not in grads else op("Add", grads[id(loss)], seed)
+        _accumulate(grads, loss, _seed(builder, loss, elem_cnt, loss_scale))
     _walk(builder, forward_nodes, grads, requires)
     builder.gradients = grads
     if loss_scale is not None:
@@ -182,9 +186,13 @@ def _walk(builder, forward_nodes, grads, requires):
             for x, gx, needed in zip(node.inputs, gxs, need):
                 if not needed or gx is None:
                     continue
-                gx = unbroadcast(gx, x.shape)
-                prev = grads.get(id(x))
-                grads[id(x)] = gx if prev is None else op("Add", prev, gx)
+                _accumulate(grads, x, unbroadcast(gx, x.shape))
+
+
+def _accumulate(grads, blob, grad):
+    """Add `grad` to the gradient of `blob` in `grads` (id(Blob) -> gradient): fan-in."""
+    prev = grads.get(id(blob))
+    grads[id(blob)] = grad if prev is None else op("Add", prev, grad)
 
 
 def _divide_by_elem_cnt(grad, loss):

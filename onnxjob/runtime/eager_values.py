@@ -32,9 +32,6 @@ from onnxjob.runtime import backend
 from onnxjob.runtime.pipeline import HostPipeline
 from onnxjob.source_info import user_location
 
-_KEPT_SESSIONS = 64     # cut graphs' sessions kept, least recently used dropped
-
-
 class ValueReader:
     """`reader(blob)`: the value of `blob` in `job`'s body for one call with `feeds`
     (placeholder name -> array), in `session` (its variables as they are)."""
@@ -54,14 +51,8 @@ class ValueReader:
         proto = ir.to_proto(ir.Model(builder.graph, ir_version=IR_VERSION,
                                      producer_name="onnxjob"))
         key = hashlib.sha256(proto.SerializeToString() + name.encode()).digest()
-        sessions = self.session.eager_cut_sessions
-        entry = sessions.get(key)
-        if entry is None:
-            entry = sessions[key] = self._cut_session(proto, name)
-        sessions.move_to_end(key)
-        while len(sessions) > _KEPT_SESSIONS:
-            sessions.popitem(last=False)
-        ort_session, input_names = entry
+        ort_session, input_names = self.session.eager_cut_sessions.get_or_make(
+            key, lambda: self._cut_session(proto, name))
         inputs = self._inputs(builder, input_names, blob)
         return ort_session.run([name], inputs)[0]
 
@@ -108,7 +99,6 @@ class ValueReader:
                 "reads values made from the job's arguments and variables (return the blob "
                 "from the job, or flow.watch it)")
         return pipeline.make_feeds(self.feeds)
-
 
 
 def first_trace(compile_one, with_values):

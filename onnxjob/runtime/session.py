@@ -19,6 +19,7 @@ import onnx
 from onnxjob.runtime import (arena_reserve, backend, cuda_graph, data_parallel, distributed,
                              eager_values, in_place, mirrored_step, out_of_memory)
 from onnxjob.runtime.executor import Executor, interrupt_deferred
+from onnxjob.runtime.lru import LeastRecentlyUsed
 from onnxjob.graph.compiler import compile_job
 from onnxjob.graph.tracer import VariableRegistry
 from onnxjob.runtime.frozen import VariableStore, make_frozen_predictor
@@ -298,7 +299,7 @@ class Session(VariableRegistry):
         self.fast_calls = {}
         # eager jobs whose bodies read values (runtime/eager_values.py): the graphs cut at
         # a value, by graph (least recently used first), and each job's last graph's bytes
-        self.eager_cut_sessions = collections.OrderedDict()
+        self.eager_cut_sessions = LeastRecentlyUsed(64)
         self._eager_graphs = {}
         # (job, feeds) of the eager call that starts the session, traced with its values
         self.first_call = None
