@@ -69,8 +69,10 @@ def test_one_concatenated_update_for_the_layers_of_a_momentum():
     session = default_session()
     graph = compile_job(session.jobs["job"], session, 0).model.graph
     splits = [n for n in graph if n.op_type == "Split"]
-    # the four moving statistics (and the four small variables: train/flat_groups.py)
-    assert sorted(len(n.outputs) for n in splits) == [4, 4]
+    # the four moving statistics (and the four small variables: train/flat_groups.py),
+    # and the backward's four per-channel coefficients of the two layers
+    # (graph/batch_norm_coefficients.py)
+    assert sorted(len(n.outputs) for n in splits) == [2, 2, 2, 2, 4, 4]
 
 
 def _wide_statistics(together, monkeypatch):
@@ -108,8 +110,13 @@ def test_wide_layers_are_concatenated_as_rows_and_odd_ones_apart(monkeypatch):
     one_by_one, _ = _wide_statistics(False, monkeypatch)
     for name, value in one_by_one.items():
         np.testing.assert_array_equal(together[name], value, err_msg=name)
-    splits = [n for n in graph if n.op_type == "Split" and len(n.inputs[0].shape) == 2]
-    assert splits and all(n.inputs[0].shape[1] == 64 for n in splits)
+    from onnxjob.graph.traffic import origin
+    rows = [n for n in graph if n.op_type == "Split" and len(n.inputs[0].shape) == 2]
+    assert rows and all(n.inputs[0].shape[1] == 64 for n in rows)
+    # (bn1's and bn2's four backward coefficients, graph/batch_norm_coefficients.py)
+    coefficients = [n for n in rows if origin(n)[0] == "backward"]
+    assert [n.inputs[0].shape[0] for n in coefficients] == [(64 + 128) // 64] * 4
+    splits = [n for n in rows if n not in coefficients]
     statistics = 2 * (64 + 128)                 # bn1's and bn2's means and variances
     small_variables = statistics + 64 * 27 + 64 + 128 * 64 + 128    # + c0's, c1's
     assert sorted(n.inputs[0].shape[0] for n in splits) == [statistics // 64] + \

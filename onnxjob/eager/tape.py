@@ -61,6 +61,7 @@ class Tape(GraphBuilder):
         # gradients need, dropout active)
         super().__init__("eager", is_train=record, variable_registry=_NoVariables())
         self.record = record
+        self.batch_norm_coefficients = None     # (nodes run as emitted: nothing to batch)
         self.values = {}
         self.leaves = {}
         self.requiring = set()

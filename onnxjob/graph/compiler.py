@@ -4,7 +4,7 @@ import onnx_ir as ir
 
 from onnxjob.errors import TraceError
 from onnxjob import typing as tp
-from onnxjob.graph import autodiff, moving_averages, pass_cache
+from onnxjob.graph import autodiff, batch_norm_coefficients, moving_averages, pass_cache
 from onnxjob.graph.in_place import in_place_state
 from onnxjob.graph.dynamic_batch import make_batch_symbolic
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
@@ -143,6 +143,7 @@ def compile_job(job, variable_registry=None, seed=None, value_reader=None):
                     location=job.location)
             loss_scale = optimizer.loss_scale(builder, job.name)
             all_grads = autodiff.backward(builder, builder.losses, loss_scale)
+            batch_norm_coefficients.flush(builder)
             with builder.origin("update"):
                 if mixed_precision_type(job.config) is not None:
                     all_grads = _float32_gradients(all_grads)

@@ -299,6 +299,8 @@ class GraphBuilder:
         self.variable_specs = {}   # variable name -> VariableSpec
         self.state_updates = {}    # variable name -> Blob with its value after the step
         self.moving_averages = {}  # variable name -> its update (graph/moving_averages.py)
+        # batch norms' backward coefficients (graph/batch_norm_coefficients.py)
+        self.batch_norm_coefficients = []
         self.watches = []          # (Blob, handler, is_diff, location)
         self.sources = {}          # graph input name -> the host node feeding it
         self.placeholders = {}     # graph input name -> the job parameter's Blob

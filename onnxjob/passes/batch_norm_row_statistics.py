@@ -40,6 +40,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
+from onnxjob.graph import batch_norm_coefficients
 from onnxjob.graph.primitives.collectives import DOMAIN as COLLECTIVES
 from ._util import (
     NodeEmitter, add_initializer, attr, producer, reduce_axes, replace_value, static_shape)
@@ -74,6 +75,15 @@ def _remove_unread(graph, nodes):
     for node in nodes:
         if not any(out.uses() or out.is_graph_output() for out in node.outputs):
             graph.remove(node, safe=True)
+
+
+def _is_inv_std(value):
+    """Whether `value` is a batch norm's 1 / sqrt(var + eps): a Reciprocal, or a piece of
+    every layer's made together (graph/batch_norm_coefficients.py)."""
+    node = value.producer() if value is not None else None
+    return node is not None and (
+        node.op_type == "Reciprocal" and not node.domain or
+        node.metadata_props.get(batch_norm_coefficients.ROLE) == batch_norm_coefficients.INV_STD)
 
 
 def _reduces(node, rank, keepdims):
@@ -182,7 +192,7 @@ class BatchNormRowStatistics(InPlacePass):
                     continue
                 d_gamma = _only_use(total.outputs[0])
                 if d_gamma is None or d_gamma.op_type != "Mul" or \
-                        producer(d_gamma.inputs[1], "Reciprocal") is None:
+                        not _is_inv_std(d_gamma.inputs[1]):
                     continue
                 e = NodeEmitter(graph, product, "rows")
                 xhat = e.node("BatchNormalization",

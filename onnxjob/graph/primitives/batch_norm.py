@@ -14,7 +14,9 @@ a = gamma / std:
     d_beta = sum(dy),  d_gamma = sum(dy * (x - mean)) / std,
     dx = a * (dy - d_beta / N - (x - mean) / std * d_gamma / N)
        = a * dy + b * (x - mean) + c
-with per-channel b = -a * d_gamma / (N std) and c = -a * d_beta / N; with the channels on
+with per-channel b = k_b * d_gamma and c = k_c * d_beta, k_c = -a / N and k_b = k_c / std
+(the four vectors a, 1 / std, k_b, k_c depend on the forward alone: every layer's are
+computed together, graph/batch_norm_coefficients.py); with the channels on
 axis 1, a * dy + c is one BatchNormalization node (ResNet50's train step: 1-2% faster than
 Mul + Add, bench_variants.py) and b * (x - mean) another.
 NOTE: x - mean is recomputed rather than expanded into sum(dy * x) - mean * sum(dy), which
@@ -26,6 +28,7 @@ ResNet50 twin test measured 2.9% against float64 for the parts, as PyTorch's 1.9
 """
 import numpy as np
 
+from onnxjob.graph import batch_norm_coefficients
 from onnxjob.graph.primitives.collectives import DOMAIN
 from onnxjob.graph.primitives.normalization import channel_affine
 from onnxjob.graph.primitives.reductions import run_time_count
@@ -101,7 +104,21 @@ def _grad(n, g, need):
     _, mean, var = n.outputs
     axes, bshape, count = _layout(x, n.attrs["axis"])
     dy = g[0]
-    inv_std = _inv_std(var, n.attrs["epsilon"])
+    ranks = n.attrs.get("ranks")
+    # a data-parallel graph is traced at the whole batch and split W ways
+    # (graph/split_batch.py): each rank holds count / W elements per channel; a dynamic x
+    # (a mirrored batch smaller than its placeholder) counts its run's (-1 / n: the minus
+    # signs of b and c ride on the constant, not two Neg kernels)
+    if x.is_dynamic:
+        minus_inv_n = op("Div", as_blob(-float(ranks or 1), like=dy),
+                         run_time_count(x, axes, dy))
+        inv_std = _inv_std(var, n.attrs["epsilon"])
+        a = op("Mul", gamma, inv_std)
+        k_c = op("Mul", a, minus_inv_n)
+        k_b = op("Mul", k_c, inv_std)
+    else:   # (computed for every layer together: graph/batch_norm_coefficients.py)
+        inv_std, a, k_c, k_b = batch_norm_coefficients.per_channel(
+            gamma, var, n.attrs["epsilon"], -(ranks or 1) / count)
     reduce_axes = int64_constant(dy, axes)
     centered = op("Sub", x, reshape_to(mean, bshape))
     d_beta = op("ReduceSum", dy, reduce_axes, keepdims=0)
@@ -110,7 +127,6 @@ def _grad(n, g, need):
     dx = None
     if need[0]:
         sum_dy, sum_dy_centered = d_beta, d_gamma
-        ranks = n.attrs.get("ranks")
         if ranks is not None and n.attrs.get("local_statistics", 0):    # this rank's own sums
             sum_dy, sum_dy_centered = _rank_local(d_beta, ranks), _rank_local(d_gamma, ranks)
         elif ranks is not None:     # the whole batch's sums / W (see the docstring)
@@ -118,18 +134,8 @@ def _grad(n, g, need):
             sums = op(f"{DOMAIN}.AllReduceMean", op(
                 "Concat", reshape_to(d_beta, (1, c)), reshape_to(d_gamma, (1, c)), axis=0))
             sum_dy, sum_dy_centered = _row(sums, 0), _row(sums, 1)
-        # a data-parallel graph is traced at the whole batch and split W ways
-        # (graph/split_batch.py): each rank holds count / W elements per channel; a
-        # dynamic x (a mirrored batch smaller than its placeholder) counts its run's
-        # (-1 / n: the minus signs of b and c ride on the constant, not two Neg kernels)
-        if x.is_dynamic:
-            minus_inv_n = op("Div", as_blob(-float(ranks or 1), like=dy),
-                             run_time_count(x, axes, dy))
-        else:
-            minus_inv_n = as_blob(-(ranks or 1) / count, like=dy)
-        a = op("Mul", gamma, inv_std)
-        b = op("Mul", op("Mul", a, inv_std), op("Mul", sum_dy_centered, minus_inv_n))
-        c = op("Mul", a, op("Mul", sum_dy, minus_inv_n))
+        b = op("Mul", k_b, sum_dy_centered)
+        c = op("Mul", k_c, sum_dy)
         if n.attrs["axis"] == 1:
             # a * dy + c and b * (x - mean) as inference BatchNormalizations: one pass
             # over dy and one over x, and under mixed precision both follow their half
