@@ -981,3 +981,42 @@ def test_half_affine_pairs_runs_for_cuda_mixed_precision_jobs_only():
     def has(device, amp):
         return any(isinstance(p, HalfAffinePairs) for p in final_passes(device, amp))
     assert has("cuda", True) and not has("cuda", False) and not has("cpu", True)
+
+
+@pytest.mark.parametrize("device,amp", [("cpu", False), ("cuda", False), ("cuda", True)])
+def test_one_round_of_the_default_pipeline_leaves_nothing_for_another(tmp_path, device, amp):
+    """The compile runs the pipeline round after round until a round changes nothing
+    (passes.build_pipeline): a first round that leaves work behind costs two more whole
+    rounds. On a train step with convolutions, batch norms, a residual add, pooling and a
+    dense layer (compiled for `device` without running it), a second round finds nothing."""
+    from onnxjob.graph.compiler import compile_job
+    from onnxjob.passes import default_passes
+    from onnxjob.runtime.session import default_session
+    flow.clear_default_session()
+    config = flow.FunctionConfig()
+    config.dump_passes(str(tmp_path))
+    config.enable_auto_mixed_precision(amp)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((4, 3, 8, 8)),
+            labels: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+        def conv_bn(h, name):
+            h = flow.layers.conv2d(h, 8, 3, padding="SAME", name=f"{name}-conv")
+            return flow.layers.batch_normalization(h, axis=1, name=f"{name}-bn")
+        h = flow.nn.relu(conv_bn(x, "a"))
+        h = flow.nn.relu(h + conv_bn(flow.nn.relu(conv_bn(h, "b")), "c"))
+        h = flow.layers.conv2d(h, 16, 1, name="d-conv")      # (a pointwise weight gradient)
+        h = flow.nn.max_pool2d(h, 2, 2, "VALID")
+        logits = flow.layers.dense(flow.reshape(h, [4, -1]), 10, name="fc")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0.9).minimize(loss)
+        return loss
+
+    session = default_session()
+    session.device = device
+    compile_job(session.jobs["job"], session, 0)
+    flow.clear_default_session()
+    model = ir.load(str(tmp_path / "job.before.onnx"))
+    assert ir_passes.Sequential(*default_passes(device, amp))(model).modified
+    assert [type(p).__name__ for p in default_passes(device, amp) if p(model).modified] == []

@@ -120,9 +120,10 @@ def test_the_batch_norm_backward_reads_the_forward_s_centering(monkeypatch):
     saved = traffic.traffic(before).by_group()[norm][1] - \
         traffic.traffic(graph).by_group()[norm][1]
     assert 2 * activation <= saved < 2 * activation + 1024   # (and the Sub's mean vector)
-    (conv,) = [n for n in graph if n.op_type == "Conv" and n.outputs[0].shape[1] == 6 and
-               traffic.origin(n)[0] == "forward"]
-    assert all(traffic.origin(u.node)[0] == "forward" for u in conv.outputs[0].uses())
+    # (x: what the forward normalizes, the convolution's output plus its bias)
+    (forward,) = [n for n in graph if n.op_type == "BatchNormalization" and
+                  traffic.origin(n) == ("forward", "onnxjob.BatchNormTrain")]
+    assert all(traffic.origin(u.node)[0] == "forward" for u in forward.inputs[0].uses())
     for got, want in zip(results, expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 

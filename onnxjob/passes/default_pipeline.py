@@ -42,6 +42,9 @@ def default_pipeline(device, mixed_precision=False):
           if device == "cuda" else
           [ReluMaskAsMul(), BatchNormStatistics(), SumSquareReductions()]),
         AlignBroadcastRanks(),
+        # (again: the rewrites above leave reshapes of reshapes, which another round of
+        # the whole pipeline would otherwise be run for)
+        FoldReshapes(),
         # (equal constants made by separate rewrites, the batch norm's epsilon in its
         # forward and backward, become one, so that CSE merges what computes from them)
         common.DeduplicateInitializersPass(),
