@@ -1020,3 +1020,81 @@ def test_one_round_of_the_default_pipeline_leaves_nothing_for_another(tmp_path, 
     model = ir.load(str(tmp_path / "job.before.onnx"))
     assert ir_passes.Sequential(*default_passes(device, amp))(model).modified
     assert [type(p).__name__ for p in default_passes(device, amp) if p(model).modified] == []
+
+
+def _backward_casts_model():
+    """Two forward vectors (a max and a min of x) cast to half for backward products, and
+    a third vector made from a backward product, cast likewise: values exact in half."""
+    from onnxjob.graph.tracer import ORIGIN
+    f32, f16 = ir.DataType.FLOAT, ir.DataType.FLOAT16
+    nodes = []
+
+    def node(op_type, inputs, shape, dtype, phase="forward", **attributes):
+        n = ir.node(op_type, inputs, attributes=attributes, name=f"{op_type}_{len(nodes)}",
+                    metadata_props={ORIGIN: phase})
+        n.outputs[0].type, n.outputs[0].shape = ir.TensorType(dtype), ir.Shape(shape)
+        n.outputs[0].name = n.name
+        nodes.append(n)
+        return n.outputs[0]
+
+    x = ir.Value(name="x", type=ir.TensorType(f32), shape=ir.Shape([4, 6]))
+    h = ir.Value(name="h", type=ir.TensorType(f16), shape=ir.Shape([4, 6]))
+    top = node("ReduceMax", [x], [6], f32, axes=[0], keepdims=0)
+    first = node("Mul", [h, node("Cast", [top], [6], f16, to=f16.value)], [4, 6], f16,
+                 "backward")
+    # (made after the first reader: moved ahead of the concatenation)
+    bottom = node("ReduceMin", [x], [6], f32, axes=[0], keepdims=0)
+    second = node("Mul", [h, node("Cast", [bottom], [6], f16, to=f16.value)], [4, 6], f16,
+                  "backward")
+    later = node("Add", [node("Cast", [node("ReduceMax", [first], [6], f16, "backward",
+                                            axes=[0], keepdims=0)], [6], f32, "backward",
+                              to=f32.value), top], [6], f32, "backward")
+    third = node("Mul", [h, node("Cast", [later], [6], f16, "backward", to=f16.value)],
+                 [4, 6], f16, "backward")
+    y = node("Add", [node("Add", [first, second], [4, 6], f16, "backward"), third],
+             [4, 6], f16, "backward")
+    y.name = "y"
+    graph = ir.Graph([x, h], [y], nodes=nodes, opset_imports={"": 17})
+    return ir.Model(graph, ir_version=IR_VERSION)
+
+
+def test_batch_backward_casts():
+    """The two forward vectors' casts become one Cast of their concatenation, placed before
+    the first reader with the vector made after it moved ahead; the third, made from what a
+    reader of the first computes, keeps its own (batching it would make a cycle); the
+    graph stays in topological order, the numbers are the same (values exact in half) and
+    a second run finds nothing."""
+    from onnxjob.passes import BatchBackwardCasts
+    model = _backward_casts_model()
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.integers(-8, 8, (4, 6)).astype(np.float32) / 4,
+             "h": rng.integers(-8, 8, (4, 6)).astype(np.float16) / 2}
+
+    def run_model(m):
+        sess = ort.InferenceSession(ir.to_proto(m).SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+        return sess.run(None, feeds)[0]
+    expected = run_model(model)
+    assert op_counts(model)["Cast"] == 4
+    assert BatchBackwardCasts()(model).modified
+    counts = op_counts(model)
+    assert (counts["Cast"], counts["Concat"], counts["Split"]) == (3, 1, 1)
+    batched = [n for n in model.graph if n.op_type == "Cast" and n.inputs[0].producer() is not None
+               and n.inputs[0].producer().op_type == "Concat"]
+    assert len(batched) == 1
+    made = {v.name for v in model.graph.inputs}
+    for n in model.graph:       # still in topological order
+        assert all(v is None or v.name in made or v.const_value is not None
+                   for v in n.inputs), n.name
+        made.update(v.name for v in n.outputs)
+    np.testing.assert_array_equal(run_model(model), expected)
+    assert not BatchBackwardCasts()(model).modified
+
+
+def test_batch_backward_casts_runs_for_cuda_mixed_precision_jobs_only():
+    from onnxjob.passes import BatchBackwardCasts
+    from onnxjob.passes.default_pipeline import final_passes
+
+    def has(device, amp):
+        return any(isinstance(p, BatchBackwardCasts) for p in final_passes(device, amp))
+    assert has("cuda", True) and not has("cuda", False) and not has("cpu", True)

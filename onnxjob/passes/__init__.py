@@ -24,6 +24,7 @@ if _PASS_LOGGER.level == logging.NOTSET:
 
 from .align_broadcast_ranks import AlignBroadcastRanks
 from .auto_mixed_precision import AutoMixedPrecision
+from .batch_backward_casts import BatchBackwardCasts
 from .batch_norm_row_statistics import BatchNormRowStatistics
 from .batch_norm_statistics import BatchNormStatistics
 from .default_pipeline import default_pass_names, default_pipeline, final_passes
@@ -173,7 +174,8 @@ def op_counts(model):
     return dict(collections.Counter(node.op_type for node in model.graph))
 
 
-__all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchNormRowStatistics",
+__all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchBackwardCasts",
+           "BatchNormRowStatistics",
            "BatchNormStatistics", "FoldReshapes",
            "FoldTransposeIntoGemm", "HalfAffinePairs", "HalfColumnSums", "KeepOnCuda",
            "MaskBeforeMaxUnpool",

@@ -4,6 +4,7 @@ runs the pipeline, reading the settings)."""
 from onnx_ir.passes import common
 
 from .align_broadcast_ranks import AlignBroadcastRanks
+from .batch_backward_casts import BatchBackwardCasts
 from .batch_norm_row_statistics import BatchNormRowStatistics
 from .batch_norm_statistics import BatchNormStatistics
 from .fold_reshapes import FoldReshapes
@@ -57,8 +58,9 @@ def default_pipeline(device, mixed_precision=False):
 def final_passes(device=None, mixed_precision=False):
     """Passes that run once after everything else (mixed precision included): they read
     AutoMixedPrecision's result (HalfColumnSums, HalfAffinePairs: CUDA jobs) or plan the
-    step's memory, which CSE would undo (passes/recompute_cheap_values.py)."""
-    return [*([HalfColumnSums(), HalfAffinePairs()]
+    step's memory, which CSE would undo (passes/recompute_cheap_values.py);
+    BatchBackwardCasts after the passes that make half per-channel parameters."""
+    return [*([HalfColumnSums(), HalfAffinePairs(), BatchBackwardCasts()]
               if device == "cuda" and mixed_precision else []),
             RecomputeCheapValues()]
 
