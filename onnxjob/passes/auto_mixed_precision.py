@@ -376,9 +376,10 @@ class AutoMixedPrecision(InPlacePass):
         epsilon = 1e-5 if epsilon is None else epsilon.value
         e = NodeEmitter(self._graph, node, "amp")
         shape, f32 = scale.shape, ir.DataType.FLOAT
-        inv_std = e.node("Reciprocal", [e.node("Sqrt", [e.node(
-            "Add", [var, e.const(np.array(epsilon, np.float32))], shape, f32)], shape, f32)],
-            shape, f32)
+        # (1 / sqrt as one Pow: a kernel a batch norm fewer than Sqrt and Reciprocal)
+        inv_std = e.node("Pow", [e.node(
+            "Add", [var, e.const(np.array(epsilon, np.float32))], shape, f32),
+            e.const(np.array(-0.5, np.float32))], shape, f32)
         # (a scale of ones, batch norm's x-hat for its backward's sums: a is 1 / std itself)
         ones_scale = const_array(scale)
         a = inv_std if ones_scale is not None and np.all(ones_scale == 1) else \
