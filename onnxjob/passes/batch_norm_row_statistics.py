@@ -16,9 +16,10 @@ R(v) any chain of Reshapes of v):
   beta, mean, var, epsilon):
     d_beta  = ReduceSum(dy, axes, keepdims=0)
     d_gamma = Mul(ReduceSum(Mul(dy, Sub(x, R(mean))), axes, keepdims=0), inv_std)
-->  xhat    = BatchNormalization(x, ones, zeros, mean, var, epsilon)   ((x - mean) * inv_std)
+->  xhat    = BatchNormalization(x, inv_std, zeros, mean, 1 - e', e')   ((x - mean) * inv_std)
     d_beta  = K * ReduceSum(LayerNormalization's mean of dy, axes, keepdims=0)
     d_gamma = K * ReduceSum(LayerNormalization's mean of Mul(dy, xhat), axes, keepdims=0)
+  (inv_std the value d_gamma was multiplied by; e' channel_affine's epsilon).
 
 Why: under mixed precision x and dy are half, and the statistics and sums are float32
 (passes/auto_mixed_precision.py rule 4): before, each batch norm cast x to float32 twice
@@ -42,6 +43,7 @@ from onnx_ir.passes import InPlacePass, PassResult
 
 from onnxjob.graph import batch_norm_coefficients
 from onnxjob.graph.primitives.collectives import DOMAIN as COLLECTIVES
+from onnxjob.graph.primitives.normalization import CHANNEL_AFFINE_EPSILON
 from ._util import (
     NodeEmitter, add_initializer, attr, producer, reduce_axes, replace_value, static_shape)
 
@@ -176,7 +178,7 @@ class BatchNormRowStatistics(InPlacePass):
 
     # -- the backward's sums --------------------------------------------------------------
     def _gradient_sums(self, graph, bn, shape):
-        x, _, _, mean, var = bn.inputs
+        x, _, _, mean, _ = bn.inputs
         rank, f32 = len(shape), ir.DataType.FLOAT
         channels = (shape[1],)
         modified = False
@@ -195,10 +197,14 @@ class BatchNormRowStatistics(InPlacePass):
                         not _is_inv_std(d_gamma.inputs[1]):
                     continue
                 e = NodeEmitter(graph, product, "rows")
+                # (x - mean) times the backward's own 1 / std, with a variance + epsilon of
+                # 1 (as channel_affine): a constant variance is not folded into per-layer
+                # scale and shift by AutoMixedPrecision (rule 3); its half parameters are
+                # cast with the backward's others (BatchBackwardCasts)
                 xhat = e.node("BatchNormalization",
-                              [x, self._filled(graph, 1, channels),
-                               self._filled(graph, 0, channels), mean, var],
-                              shape, f32, epsilon=attr(bn, "epsilon", 1e-5))
+                              [x, d_gamma.inputs[1], self._filled(graph, 0, channels), mean,
+                               self._filled(graph, 1 - CHANNEL_AFFINE_EPSILON, channels)],
+                              shape, f32, epsilon=CHANNEL_AFFINE_EPSILON)
                 weighted = e.node("Mul", [dy, xhat], shape, f32)
                 if not replace_value(d_gamma.outputs[0], self._channel_sum(e, weighted, shape)):
                     continue
@@ -235,8 +241,8 @@ class BatchNormRowStatistics(InPlacePass):
         """One float32 initializer of `shape` holding `fill`, shared by the rewrites."""
         key = (fill, tuple(shape))
         if key not in self._constants:
-            name = f"batch_norm_rows/{'ones' if fill else 'zeros'}_" + \
-                "x".join(map(str, shape))
+            kind = {1: "ones", 0: "zeros"}.get(fill, f"fill{fill:g}")
+            name = f"batch_norm_rows/{kind}_" + "x".join(map(str, shape))
             # (an earlier run of the pass may have made it: its name says what it holds)
             self._constants[key] = graph.initializers.get(name) or add_initializer(
                 graph, np.full(shape, fill, np.float32), name)
