@@ -2,7 +2,7 @@
 estimate of PyTorch's passes for the same layers.
 
     python bench/traffic_model.py [resnet50|bert] [--batch 64] [--amp] [--device cuda]
-        [--json PATH] [--bert-* flags as bench/memory_plan.py]
+        [--top 10] [--json PATH] [--bert-* flags as bench/memory_plan.py]
 
 Compiles the train job for `--device` (default cuda, compiled here without a GPU) and prints
 its bytes per step by group (what made the nodes: the batch norm's forward and backward,
@@ -91,6 +91,9 @@ def main(argv=None):
     kernels, small = step.kernels()
     print(f"  kernels per step {kernels}, of which {small} move at most 256 KiB (their time "
           "is mostly launch and drain)")
+    print(f"  the {args.top} most launched (group, op): kernels, small ones")
+    for (group, op_type), (count, few) in list(step.kernels_by_op().items())[:args.top]:
+        print(f"    {group + ' ' + op_type:60s} {count:6d} {few:6d}")
     tables = step.host_table_bytes()
     print(f"  index tables copied from the host by Concat and Split nodes {tables / 1e6:.2f} MB")
     print("PyTorch's passes for the same layers (estimate, see the docstring):")
@@ -103,6 +106,8 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"groups": {g: b for g, (_, b) in step.by_group().items()},
                        "kernels": kernels, "small_kernels": small, "host_tables": tables,
+                       "kernels_by_op": {f"{g} / {o}": list(v) for (g, o), v in
+                                         step.kernels_by_op().items()},
                        "memory_bound": memory_bound, "compute": step.compute_bytes(),
                        "reference": dict(reference)}, f, indent=2)
 

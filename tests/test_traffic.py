@@ -328,6 +328,9 @@ def test_kernels_count_every_launch_but_views_and_fused_nodes():
     assert [t.moved for t in step.nodes if t.node is folded] == [0]
     assert step.kernels() == (3, 1)                          # Add (small), Mul, Gelu
     assert step.kernels(small=1 << 30) == (3, 3)
+    by_op = step.kernels_by_op()
+    assert sum(k for k, _ in by_op.values()) == 3 and sum(s for _, s in by_op.values()) == 1
+    assert by_op[("forward add", "Add")] == (1, 1) and by_op[("forward Mul", "Mul")] == (2, 0)
 
 
 def _pieces(op_type, whole_shape, piece_shapes, axis):

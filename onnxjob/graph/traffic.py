@@ -150,11 +150,26 @@ class Traffic:
         computes at session creation, plus the small kernels a node launches inside its
         own (`hidden_kernels`). A small kernel's time is its launch and drain, a few
         microseconds on a GPU however few bytes it moves."""
-        launched = [t for t in self.nodes
-                    if t.node.op_type not in ALIAS_OPS and not t.fused_away]
-        hidden = sum(hidden_kernels(t.node) for t in launched)
-        return (len(launched) + hidden,
-                sum(1 for t in launched if t.moved <= small) + hidden)
+        by_op = self.kernels_by_op(small)
+        return (sum(k for k, _ in by_op.values()), sum(s for _, s in by_op.values()))
+
+    def kernels_by_op(self, small=SMALL_KERNEL_BYTES):
+        """{(group, op type): (kernels, small ones)} as `kernels` counts them, most
+        launches first; a node's hidden kernels under (group, "<op> (inside)")."""
+        count = collections.Counter()
+        for t in self.nodes:
+            if t.node.op_type in ALIAS_OPS or t.fused_away:
+                continue
+            key = (t.group, t.node.op_type)
+            count[key + ("all",)] += 1
+            count[key + ("small",)] += t.moved <= small
+            hidden = hidden_kernels(t.node)
+            if hidden:
+                inside = (t.group, f"{t.node.op_type} (inside)")
+                count[inside + ("all",)] += hidden
+                count[inside + ("small",)] += hidden
+        keys = sorted({k[:2] for k in count}, key=lambda k: -count[k + ("all",)])
+        return {k: (count[k + ("all",)], count[k + ("small",)]) for k in keys}
 
     def host_table_bytes(self):
         """Bytes of the index tables the step's Concat and Split nodes copy from the host
