@@ -18,7 +18,7 @@ import numpy as np
 
 from onnxjob.graph.primitives.shape_ops import (
     concat_flat, concat_flat_constant, split_flat, width_class)
-from onnxjob.graph.tracer import as_blob, op
+from onnxjob.graph.tracer import Blob, as_blob, op
 
 # the metadata property marking the pieces that are a batch norm's 1 / sqrt(var + eps)
 # (passes/batch_norm_row_statistics.py matches the backward's d_gamma by it)
@@ -28,16 +28,23 @@ INV_STD = "inv_std"
 
 def per_channel(gamma, var, epsilon, minus_inv_n):
     """(inv_std, a, k_c, k_b) of one batch norm (see the module docstring), recorded for
-    `flush` on the builder of `var`."""
+    `flush` on the builder of `var` when `minus_inv_n` is a number (a Blob, counted at run
+    time, keeps the layer's own)."""
+    coefficients = _coefficients(gamma, var, epsilon, minus_inv_n)
+    pending = var.builder.batch_norm_coefficients
+    if pending is not None and not isinstance(minus_inv_n, Blob) and var.shape and \
+            gamma.shape == var.shape and gamma.np_dtype == var.np_dtype:
+        pending.append((gamma, var, float(epsilon), float(minus_inv_n), coefficients))
+    return coefficients
+
+
+def _coefficients(gamma, var, epsilon, minus_inv_n):
+    """(inv_std, a, k_c, k_b) from per-channel `gamma` and `var` (one layer's or the
+    concatenation of several) and `epsilon` and `minus_inv_n` (numbers or Blobs)."""
     inv_std = op("Reciprocal", op("Sqrt", op("Add", var, as_blob(epsilon, like=var))))
     a = op("Mul", gamma, inv_std)
     k_c = op("Mul", a, as_blob(minus_inv_n, like=var))
-    k_b = op("Mul", k_c, inv_std)
-    pending = var.builder.batch_norm_coefficients
-    if pending is not None and var.shape and gamma.shape == var.shape and \
-            gamma.np_dtype == var.np_dtype:
-        pending.append((gamma, var, float(epsilon), float(minus_inv_n), (inv_std, a, k_c, k_b)))
-    return inv_std, a, k_c, k_b
+    return inv_std, a, k_c, op("Mul", k_c, inv_std)
 
 
 def flush(builder):
@@ -62,11 +69,8 @@ def _together(builder, members):
         gamma = concat_flat([g for g, _, _, _, _ in members])
         epsilon = concat_flat_constant([m[2] for m in members], shapes, variance)
         minus_inv_n = concat_flat_constant([m[3] for m in members], shapes, variance)
-        inv_std = op("Reciprocal", op("Sqrt", op("Add", variance, epsilon)))
-        a = op("Mul", gamma, inv_std)
-        k_c = op("Mul", a, minus_inv_n)
-        k_b = op("Mul", k_c, inv_std)
-        pieces = [split_flat(whole, shapes) for whole in (inv_std, a, k_c, k_b)]
+        pieces = [split_flat(whole, shapes)
+                  for whole in _coefficients(gamma, variance, epsilon, minus_inv_n)]
     for piece in pieces[0]:
         piece.value.producer().metadata_props[ROLE] = INV_STD
     for i, (_, _, _, _, per_layer) in enumerate(members):

@@ -156,20 +156,19 @@ class Traffic:
     def kernels_by_op(self, small=SMALL_KERNEL_BYTES):
         """{(group, op type): (kernels, small ones)} as `kernels` counts them, most
         launches first; a node's hidden kernels under (group, "<op> (inside)")."""
-        count = collections.Counter()
+        launches, few = collections.Counter(), collections.Counter()
         for t in self.nodes:
             if t.node.op_type in ALIAS_OPS or t.fused_away:
                 continue
             key = (t.group, t.node.op_type)
-            count[key + ("all",)] += 1
-            count[key + ("small",)] += t.moved <= small
+            launches[key] += 1
+            few[key] += t.moved <= small
             hidden = hidden_kernels(t.node)
-            if hidden:
+            if hidden:     # (small however large the node)
                 inside = (t.group, f"{t.node.op_type} (inside)")
-                count[inside + ("all",)] += hidden
-                count[inside + ("small",)] += hidden
-        keys = sorted({k[:2] for k in count}, key=lambda k: -count[k + ("all",)])
-        return {k: (count[k + ("all",)], count[k + ("small",)]) for k in keys}
+                launches[inside] += hidden
+                few[inside] += hidden
+        return {key: (count, few[key]) for key, count in launches.most_common()}
 
     def host_table_bytes(self):
         """Bytes of the index tables the step's Concat and Split nodes copy from the host

@@ -380,7 +380,7 @@ class AutoMixedPrecision(InPlacePass):
         inv_std = e.node("Pow", [e.node(
             "Add", [var, e.const(np.array(epsilon, np.float32))], shape, f32),
             e.const(np.array(-0.5, np.float32))], shape, f32)
-        # (a scale of ones, batch norm's x-hat for its backward's sums: a is 1 / std itself)
+        # (a scale of ones, a layer made with scale=False: a is 1 / std itself)
         ones_scale = const_array(scale)
         a = inv_std if ones_scale is not None and np.all(ones_scale == 1) else \
             e.node("Mul", [scale, inv_std], shape, f32)

@@ -13,7 +13,7 @@ Concats of at most 32 inputs (passes/keep_on_cuda.py).
 
 Why: a half batch norm takes half per-channel parameters, so the backward of every batch
 norm under mixed precision casts its statistics and coefficients to half (the mean it
-centres with, 1 / std and -mean / std for its x-hat, gamma / std for dy): ResNet50's step
+centres with, 1 / std for its x-hat, gamma / std for dy): ResNet50's step
 launches ~200 casts of a few hundred values each, whose time on a GPU is their launch
 (graph/traffic.py). Those made from the forward alone are ready when the backward starts;
 cast together they are the same values in three launches and a tree of Concats.
@@ -27,6 +27,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import InPlacePass, PassResult
 
+from onnxjob.graph.primitives.shape_ops import GROUPED_WIDTH, flat_width
 from onnxjob.graph.tracer import ORIGIN
 from onnxjob.graph.traffic import constant_nodes
 from ._util import NodeEmitter, attr, static_shape
@@ -35,8 +36,6 @@ from .keep_on_cuda import CONCAT_INPUTS_IN_CUDA_GRAPHS
 
 # casts of values larger than this stay as they are (their time is their bytes)
 MAX_BYTES = 64 << 10
-# the widest rows the vectors are laid out in (shape_ops.GROUPED_WIDTH's choice)
-ROW_WIDTH = 64
 
 
 def _is_backward(node):
@@ -85,10 +84,8 @@ def _without_cycles(casts):
 
 
 def _width(sizes):
-    width = ROW_WIDTH
-    while width > 1 and any(s % width for s in sizes):
-        width //= 2
-    return width
+    """The rows' width for vectors of `sizes` (shape_ops.concat_flat's, grouped widths)."""
+    return min(GROUPED_WIDTH, flat_width(sizes))
 
 
 class BatchBackwardCasts(InPlacePass):

@@ -112,13 +112,11 @@ def _grad(n, g, need):
     if x.is_dynamic:
         minus_inv_n = op("Div", as_blob(-float(ranks or 1), like=dy),
                          run_time_count(x, axes, dy))
-        inv_std = _inv_std(var, n.attrs["epsilon"])
-        a = op("Mul", gamma, inv_std)
-        k_c = op("Mul", a, minus_inv_n)
-        k_b = op("Mul", k_c, inv_std)
-    else:   # (computed for every layer together: graph/batch_norm_coefficients.py)
-        inv_std, a, k_c, k_b = batch_norm_coefficients.per_channel(
-            gamma, var, n.attrs["epsilon"], -(ranks or 1) / count)
+    else:
+        minus_inv_n = -(ranks or 1) / count
+    # (with a static count, computed for every layer together: graph/batch_norm_coefficients.py)
+    inv_std, a, k_c, k_b = batch_norm_coefficients.per_channel(
+        gamma, var, n.attrs["epsilon"], minus_inv_n)
     reduce_axes = int64_constant(dy, axes)
     centered = op("Sub", x, reshape_to(mean, bshape))
     d_beta = op("ReduceSum", dy, reduce_axes, keepdims=0)
