@@ -517,14 +517,15 @@ def _train_losses(net, amp, batches, seed=1):
 
 @pytest.mark.parametrize("net", [lenet, mlp], ids=["lenet", "mlp"])
 def test_doc_models_train_under_amp_as_in_float32(net, mnist_path):
-    """200 steps on MNIST: the AMP loss curve stays within 10% + 0.03 of float32's (means
-    over windows of 20 steps; the steepest part of the curve differs most), and it learns."""
-    batches = _mnist_batches(mnist_path, 200)
+    """100 steps on MNIST: the AMP loss curve stays within 10% + 0.03 of float32's (means
+    over windows of 20 steps; the steepest part of the curve differs most: LeNet's worst
+    window uses a third of the tolerance, the same over 200 steps), and it learns."""
+    batches = _mnist_batches(mnist_path, 100)
     full = _train_losses(net, False, batches)
     half = _train_losses(net, True, batches)
     assert np.isfinite(half).all()
     assert half[-20:].mean() < 0.3 * half[:5].mean(), half[::20]
-    windows = lambda a: a.reshape(10, 20).mean(axis=1)  # noqa: E731
+    windows = lambda a: a.reshape(5, 20).mean(axis=1)  # noqa: E731
     np.testing.assert_allclose(windows(half), windows(full), rtol=0.1, atol=0.03)
 
 

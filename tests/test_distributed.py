@@ -3,8 +3,10 @@
 batch; a failing rank stops the run; the checkpoint rank 0 writes loads in one process."""
 import json
 import os
+import pathlib
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import numpy as np
@@ -92,8 +94,9 @@ def train_job(images: tp.Numpy.Placeholder({shape!r}, dtype=flow.float),
     init = flow.truncated_normal(0.1)
 {body}
 {loss}
-    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [{LEARNING_RATES.get(net, 0.1)}]),
-                       momentum=0.9).minimize(loss)
+    flow.optimizer.SGD(
+        flow.optimizer.PiecewiseConstantScheduler([], [{LEARNING_RATES.get(net, 0.1)}]),
+        momentum=0.9).minimize(loss)
     return loss
 
 if len(sys.argv) > 2:           # load a checkpoint, save the variables as .npz
@@ -114,18 +117,39 @@ for step in range({STEPS.get(net, 3)}):
         time.sleep(120)         # never reaches the next step's all-reduce
 flow.checkpoint.save(sys.argv[1])
 print(f"rank {{rank}} of {{os.environ.get('WORLD_SIZE', '1')}} done", file=sys.stderr)
-if rank == 0:
+if rank == 0:                   # what it trained, for tests that need no checkpoint load
+    np.savez(sys.argv[1] + "-trained.npz",
+             **{{k: v.numpy() for k, v in flow.get_all_variables().items()}})
     print(json.dumps(losses))
 """)
     return script
 
 
 def run(script, nproc, *args, timeout=300, env=None):
-    command = [sys.executable, "-m", "onnxjob", "run"] + (["--nproc", str(nproc)] if nproc > 1 else [])
+    command = [sys.executable, "-m", "onnxjob", "run"] + (
+        ["--nproc", str(nproc)] if nproc > 1 else [])
     environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     return subprocess.run(command + [str(script)] + [str(a) for a in args], capture_output=True,
                           text=True, timeout=timeout,
                           env={**environ, "ONNXJOB_DEVICE": "cpu", **(env or {})})
+
+
+# the runs run_once shares, their checkpoints in a folder that outlives the test that made
+# them (a passed test's tmp_path is removed: pyproject's tmp_path_retention_policy)
+_RUNS = {}
+_RUNS_FOLDER = tempfile.TemporaryDirectory(prefix="onnxjob-test-runs-")
+
+
+def run_once(script, nproc, env=None):
+    """(result, checkpoint folder) of `run(script, nproc, checkpoint, env=env)`, made once
+    in a test session for the same script text, number of ranks and environment. The runs
+    are deterministic, so tests that check other things against the same reference run
+    (one process, or two ranks on the NumPy path) share it."""
+    key = (script.read_text(), nproc, tuple(sorted((env or {}).items())))
+    if key not in _RUNS:
+        checkpoint = pathlib.Path(_RUNS_FOLDER.name) / f"run{len(_RUNS)}"
+        _RUNS[key] = run(script, nproc, checkpoint, env=env), checkpoint
+    return _RUNS[key]
 
 
 def loaded(script, checkpoint):
@@ -137,6 +161,13 @@ def loaded(script, checkpoint):
         return dict(variables)
 
 
+def trained(checkpoint):
+    """The variables rank 0 held when it wrote `checkpoint` (a write_script script saves
+    them beside it): the training's result, without a process that loads the checkpoint."""
+    with np.load(f"{checkpoint}-trained.npz") as variables:
+        return dict(variables)
+
+
 @pytest.mark.parametrize("net,mean_loss", [("mlp", False), ("lenet", False), ("mlp", True),
                                            ("conv_bn", True), ("resnet50", True)])
 def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, net, mean_loss):
@@ -145,14 +176,14 @@ def test_two_ranks_train_as_one_process_on_the_whole_batch(tmp_path, net, mean_l
     if net == "resnet50":
         cnns_dir()      # skips without OneFlow-Benchmark's files
     script = write_script(tmp_path, net, mean_loss=mean_loss)
-    two = run(script, 2, tmp_path / "two")
+    two, two_checkpoint = run_once(script, 2)
     assert two.returncode == 0, two.stderr
-    one = run(script, 1, tmp_path / "one")
+    one, one_checkpoint = run_once(script, 1)
     assert one.returncode == 0, one.stderr
     # the whole batch's per-example losses, gathered in rank order
     np.testing.assert_allclose(json.loads(two.stdout), json.loads(one.stdout), rtol=1e-5)
     # rank 0's checkpoint loads in a single process, equal to the single-process weights
-    two_ranks, one_rank = loaded(script, tmp_path / "two"), loaded(script, tmp_path / "one")
+    two_ranks, one_rank = loaded(script, two_checkpoint), trained(one_checkpoint)
     assert sorted(two_ranks) == sorted(one_rank)
     # (sums over the rows in another order: conv_bn's weights 1.7e-6 apart on 16 cores)
     for name, value in one_rank.items():
@@ -184,10 +215,10 @@ def assert_trains_as_one_process(script, many, tmp_path):
     """`many` (a finished run of `script` as ranks, checkpoint in tmp_path / "many") ends
     with the losses and weights of one process on the whole batch."""
     assert many.returncode == 0, many.stderr
-    one = run(script, 1, tmp_path / "one")
+    one, one_checkpoint = run_once(script, 1)
     assert one.returncode == 0, one.stderr
     np.testing.assert_allclose(json.loads(many.stdout), json.loads(one.stdout), rtol=1e-5)
-    ranks, one_rank = loaded(script, tmp_path / "many"), loaded(script, tmp_path / "one")
+    ranks, one_rank = trained(tmp_path / "many"), trained(one_checkpoint)
     for name, value in one_rank.items():     # (atol: as in the test above)
         np.testing.assert_allclose(ranks[name], value, rtol=1e-5, atol=1e-5, err_msg=name)
 
@@ -200,11 +231,11 @@ def assert_trains_as_one_process(script, many, tmp_path):
     ("mlp", "config.all_reduce_fp16(True)", 2e-3, 1e-4)])
 def test_gradient_buckets_and_half_all_reduce(tmp_path, net, config, rtol, atol):
     script = write_script(tmp_path, net, mean_loss=True, config=config)
-    two = run(script, 2, tmp_path / "two")
+    two, two_checkpoint = run_once(script, 2)
     assert two.returncode == 0, two.stderr
-    one = run(script, 1, tmp_path / "one")
+    one, one_checkpoint = run_once(script, 1)
     assert one.returncode == 0, one.stderr
-    two_ranks, one_rank = loaded(script, tmp_path / "two"), loaded(script, tmp_path / "one")
+    two_ranks, one_rank = trained(two_checkpoint), trained(one_checkpoint)
     for name, value in one_rank.items():
         np.testing.assert_allclose(two_ranks[name], value, rtol=rtol, atol=atol, err_msg=name)
     if rtol > 1e-5:     # the flag changes the numbers: not silently ignored
@@ -217,7 +248,7 @@ def test_batch_norm_with_each_ranks_own_statistics(tmp_path):
     script = write_script(tmp_path, "conv_bn", mean_loss=True)
     local = run(script, 2, tmp_path / "local", env={"ONNXJOB_SYNC_BATCH_NORM": "0"})
     assert local.returncode == 0, local.stderr
-    synced = run(script, 2, tmp_path / "synced")
+    synced, _ = run_once(script, 2)
     assert synced.returncode == 0, synced.stderr
     local_losses, synced_losses = json.loads(local.stdout), json.loads(synced.stdout)
     assert np.isfinite(local_losses).all()
@@ -291,7 +322,8 @@ def test_the_batch_must_divide_by_the_world_size(monkeypatch):
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
         return loss
 
-    with pytest.raises(ValueError, match=r"test_distributed\.py:\d+: .*must divide by the world size 3"):
+    with pytest.raises(ValueError,
+                       match=r"test_distributed\.py:\d+: .*must divide by the world size 3"):
         job(np.zeros((8, 2), np.float32))
 
 

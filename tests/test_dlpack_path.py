@@ -24,7 +24,7 @@ if not torch.distributed.is_available():
 from onnxjob.launch import free_port  # noqa: E402
 from onnxjob.runtime import distributed, value_paths  # noqa: E402
 from test_distributed import NETS as DISTRIBUTED_NETS  # noqa: E402
-from test_distributed import loaded, run, write_script  # noqa: E402
+from test_distributed import run, run_once, trained, write_script  # noqa: E402
 
 
 def _identity_session(n):
@@ -200,7 +200,8 @@ def test_two_ranks_dlpack_path_equals_the_numpy_path(tmp_path, net, config):
     (tmp_path / "host").mkdir()
     (tmp_path / "dlpack").mkdir()
     host_script = write_script(tmp_path / "host", net, mean_loss=True, config=config)
-    host = run(host_script, 2, tmp_path / "host" / "ck")
+    # (the NumPy path's run is test_distributed.py's two-rank run of the same script)
+    host, host_checkpoint = run_once(host_script, 2)
     assert host.returncode == 0, host.stderr
     dlpack_script = write_script(tmp_path / "dlpack", net, mean_loss=True,
                                  config=config + "\n" + DLPACK_ON)
@@ -213,8 +214,7 @@ def test_two_ranks_dlpack_path_equals_the_numpy_path(tmp_path, net, config):
         counts = json.loads(counts)
         assert counts["to_torch"] > 0 and counts["to_ort"] > 0, counts
     assert json.loads(dlpack.stdout) == json.loads(host.stdout)
-    host_vars = loaded(host_script, tmp_path / "host" / "ck")
-    dlpack_vars = loaded(dlpack_script, tmp_path / "dlpack" / "ck")
+    host_vars, dlpack_vars = trained(host_checkpoint), trained(tmp_path / "dlpack" / "ck")
     assert sorted(dlpack_vars) == sorted(host_vars)
     for name, value in host_vars.items():
         np.testing.assert_array_equal(dlpack_vars[name], value, err_msg=name)

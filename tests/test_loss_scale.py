@@ -328,7 +328,7 @@ def test_indexed_slices_are_dense_under_a_dynamic_scale():
 def test_two_ranks_skip_the_steps_one_process_skips(tmp_path):
     """Data-parallel: the ranks' scaled gradients are summed before 1/elem_cnt and the
     unscaling, as OneFlow's all-reduce, so the whole batch's overflows decide the skips."""
-    from test_distributed import loaded, run, write_script
+    from test_distributed import run, trained, write_script
     script = write_script(tmp_path, "mlp", mean_loss=False)
     text = script.read_text().replace(
         "momentum=0.9)", "momentum=0.9, loss_scale_policy=flow.optimizer.loss_scale."
@@ -338,7 +338,7 @@ def test_two_ranks_skip_the_steps_one_process_skips(tmp_path):
     for ranks, folder in [(2, "two"), (1, "one")]:
         result = run(script, ranks, tmp_path / folder)
         assert result.returncode == 0, result.stderr
-    two, one = loaded(script, tmp_path / "two"), loaded(script, tmp_path / "one")
+    two, one = trained(tmp_path / "two"), trained(tmp_path / "one")
     assert 0 < one["System-Train-TrainStep-train_job"][0] < 8  # some steps were skipped
     for name in ["System-Train-TrainStep-train_job", "System-Train-DynamicLossScale-train_job-"
                  "LossScale", "System-Train-DynamicLossScale-train_job-GoodStepCounter"]:
