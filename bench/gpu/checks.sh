@@ -20,7 +20,7 @@
 #              session's own arena, with cuDNN workspaces bounded, without search, and with
 #              onnxruntime's own arena growth; the CUDA tests with each session's own arena
 #   amp-variants  the ResNet50 AMP row with and without BatchNormRowStatistics / HalfColumnSums
-#              / PadBeforeTranspose / HalfAffinePairs
+#              / PadBeforeTranspose / HalfAffinePairs, and with the EP's prefer_nhwc kernels
 #   first-call the first ResNet50 train call in fresh processes, empty then filled caches
 #              (passes, CUDA train sessions), then the speed rows with cuDNN's heuristic pick
 #   kernels    each kernel's time in CUDA graph replays (bench/gpu_kernels.py: ResNet50 AMP,
@@ -92,12 +92,19 @@ case "$1" in
     # (the weight gradients' windows padded on NCHW, onnxruntime's own Pad kernel for it),
     # HalfAffinePairs (a half Mul for one of batch norm's backward affines), BatchBackwardCasts
     # (the backward's ~200 casts of per-channel vectors to half as one)
-    # (the newest first: a stage cut at its time limit drops the last)
+    # (the newest first: a stage cut at its time limit drops the last); then the EP's NHWC
+    # kernels (prefer_nhwc: half convolutions on tensor cores without cuDNN's transposes,
+    # onnxruntime's layout transformer adding Transposes where an op has no NHWC kernel)
     for skip in "" BatchBackwardCasts BatchNormRowStatistics HalfColumnSums PadBeforeTranspose \
         HalfAffinePairs; do
       echo "== ONNXJOB_SKIP_PASSES=$skip" | tee -a "$out/amp_variants.log"
       ONNXJOB_SKIP_PASSES=$skip timeout "$(left 570)" python3 bench/bench_gpu.py \
         --rows resnet50-amp --cuda-graph on 2>&1 | tee -a "$out/amp_variants.log"
+      if [ -z "$skip" ]; then
+        echo "== prefer_nhwc=1" | tee -a "$out/amp_variants.log"
+        timeout "$(left 570)" python3 bench/bench_gpu.py --rows resnet50-amp --cuda-graph on \
+          --cuda-options prefer_nhwc=1 2>&1 | tee -a "$out/amp_variants.log"
+      fi
     done ;;
   memory)
     # where the two AMP memory rows' bytes go beyond the plan: as shipped, then cuDNN's
