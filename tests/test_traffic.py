@@ -32,6 +32,17 @@ def test_each_input_is_read_once_and_each_output_written_once():
     assert traffic.node_traffic(_node("Cast", [x], [10], ir.DataType.FLOAT16)) == (40, 20)
     shape = ir.Value(name="s", const_value=ir.tensor(np.array([2, 5], np.int64)))
     assert traffic.node_traffic(_node("Reshape", [x, shape], [2, 5])) == (0, 0)   # a view
+    # a Gather reads the distinct rows it copies (and its indices), at most its whole data
+    table = ir.Value(name="t", type=ir.TensorType(F32), shape=ir.Shape([1000, 8]))
+    rows = ir.Value(name="i", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([4]))
+    assert traffic.node_traffic(_node("Gather", [table, rows], [4, 8])) == (4 * 32 + 32, 128)
+    many = ir.Value(name="j", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([3000]))
+    assert traffic.node_traffic(_node("Gather", [table, many], [3000, 8])) == (
+        32000 + 24000, 96000)
+    windows = ir.Value(name="w", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([2, 3]),
+                       const_value=ir.tensor(np.array([[0, 1, 2], [1, 2, 3]])))
+    assert traffic.node_traffic(_node("Gather", [table, windows], [2, 3, 8])) == (
+        4 * 32 + 48, 6 * 32)      # rows 0-3 once each, though rows 1 and 2 go out twice
 
 
 def test_a_train_step_s_nodes_are_grouped_by_what_made_them():

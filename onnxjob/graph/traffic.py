@@ -7,7 +7,8 @@ reads and writes over the memory bandwidth (an H200's ~4.8 TB/s), so the sum of 
 bytes is the part of a step that rewrites of the graph can move without a faster kernel.
 `traffic(graph)` counts, for each node, each distinct input read once and each output
 written once (a kernel that reads an input twice, as a batch norm's two statistics passes
-may, counts once: a lower bound); views (memory_plan.ALIAS_OPS) move nothing. Nodes are
+may, counts once: a lower bound; a Gather reads the distinct rows it copies of its data);
+views (memory_plan.ALIAS_OPS) move nothing. Nodes are
 grouped by what made them, from the ORIGIN property the tracer records (graph/tracer.py):
 the phase (forward, backward, update) and the op a composite expanded or whose gradient
 rule ran, so that e.g. the batch norm's backward, the ReLU masks and the convolutions'
@@ -18,6 +19,7 @@ bench/traffic_model.py prints the table beside an estimate of PyTorch's passes.
 import collections
 import dataclasses
 
+import numpy as np
 import onnx_ir as ir
 
 from onnxjob.graph.memory_plan import ALIAS_OPS, value_bytes
@@ -84,7 +86,23 @@ def node_traffic(node):
     inputs = {id(v): v for v in node.inputs if v is not None}
     read = sum(value_bytes(v) or 0 for v in inputs.values())
     written = sum(value_bytes(v) or 0 for v in node.outputs)
+    if node.op_type == "Gather" and not node.domain and node.inputs[0] is not None:
+        data = value_bytes(node.inputs[0]) or 0
+        read += _gathered_bytes(node, data, written) - data
     return read, written
+
+
+def _gathered_bytes(node, data, written):
+    """The bytes of its data a Gather reads: the rows it copies, each distinct one once,
+    not the whole data (an embedding table; one chunk of a weight gradient's windows,
+    conv_weight_grad.COLUMN_CHUNK_BYTES), and at most what it writes."""
+    indices, shape = node.inputs[1], node.inputs[0].shape
+    axis = node.attributes.get_int("axis", 0)
+    if indices is None or indices.const_value is None or shape is None or \
+            not isinstance(shape[axis], int) or not shape[axis]:
+        return min(data, written)
+    rows = len(np.unique(indices.const_value.numpy()))
+    return min(data, written, data // shape[axis] * rows)
 
 
 def hidden_kernels(node):
