@@ -250,9 +250,11 @@ def test_weight_gradient_formulations_of_other_ranks(case, formulation, monkeypa
     check_case_against_pytorch(case)
 
 
-def _backward_ops(fn, xs):
-    """The op types autodiff emits for the gradients of sum(fn(*xs)) w.r.t. all xs."""
+def _backward_ops(fn, xs, device=None):
+    """The op types autodiff emits for the gradients of sum(fn(*xs)) w.r.t. all xs (traced
+    for `device`, as compile_job traces a job)."""
     builder = GraphBuilder("g", is_train=True)
+    builder.device = device
     with tracing(builder):
         blobs = [builder.add_input(f"x{i}", x.shape, x.dtype) for i, x in enumerate(xs)]
         for b, x in zip(blobs, xs):
@@ -322,6 +324,20 @@ def test_weight_gradient_columns_in_chunks(case, monkeypatch):
     assert "Split" in ops and ops.count("Gemm") > 2 and ops.count("Gather") == ops.count("Gemm")
     check_case_against_pytorch(case)
     check_case_finite_differences(case)
+
+
+def test_weight_gradient_columns_go_whole_on_cuda(monkeypatch):
+    """Traced for CUDA, columns the CPU's limit would chunk are gathered whole (one Gather,
+    one Gemm) up to 2 * CUDA_COLUMN_CHUNK_BYTES, and by chunks beyond."""
+    from onnxjob.graph.primitives import conv_weight_grad as rules
+    case = COLUMN_CHUNK_CASES[0]
+    zeros = [np.zeros(m(np.random.default_rng(0)).shape, np.float32) for m in case[3]]
+    monkeypatch.setattr(rules, "COLUMN_CHUNK_BYTES", 600)
+    assert _backward_ops(case[1], zeros).count("Gemm") > 2
+    ops = _backward_ops(case[1], zeros, "cuda")
+    assert ops.count("Gemm") == 1 and ops.count("Gather") == 1 and "Split" not in ops
+    monkeypatch.setattr(rules, "CUDA_COLUMN_CHUNK_BYTES", 600)
+    assert _backward_ops(case[1], zeros, "cuda").count("Gemm") > 2
 
 
 # -- shape rules ------------------------------------------------------------------------------

@@ -114,6 +114,7 @@ def compile_job(job, variable_registry=None, seed=None, value_reader=None):
     builder = GraphBuilder(job.name, is_train=job.is_train, variable_registry=variable_registry,
                            seed=seed)
     builder.value_reader = value_reader
+    builder.device = getattr(variable_registry, "device", None)
     grads = {}      # the gradients made outputs: a data-parallel or mirrored step
     mirrored = getattr(job, "mirrored_step", False)
     data_parallel = job.is_train and getattr(variable_registry, "data_parallel", False) \
@@ -139,7 +140,8 @@ def compile_job(job, variable_registry=None, seed=None, value_reader=None):
                 raise TraceError(
                     f"train job {job.name!r} has no optimizer: call e.g. "
                     "flow.optimizer.SGD(lr_scheduler).minimize(loss) in its body "
-                    "(OneFlow: Check failed: job().job_conf().train_conf().has_model_update_conf())",
+                    "(OneFlow: Check failed: "
+                    "job().job_conf().train_conf().has_model_update_conf())",
                     location=job.location)
             loss_scale = optimizer.loss_scale(builder, job.name)
             all_grads = autodiff.backward(builder, builder.losses, loss_scale)

@@ -313,6 +313,9 @@ class GraphBuilder:
         # the world size of a data-parallel train step (runtime/distributed.py; 1 only where
         # a test runs one rank through it); None: not one
         self.data_parallel_ranks = None
+        # the device compile_job traces for ("cpu", "cuda"; None elsewhere): a gradient
+        # rule may choose its formulation by it (graph/primitives/conv_weight_grad.py)
+        self.device = None
         self.location_override = None
         # what the nodes emitted now are part of, recorded on each as its ORIGIN metadata
         # property (graph/traffic.py groups a step's work by it): "forward", "backward" or

@@ -110,8 +110,8 @@ def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1):
     if group == 1:
         gy_t = reshape_to(op("Transpose", gy, perm=batch_last), [m, q * n])
         unit = c * k * n * x.np_dtype.itemsize      # the columns' bytes per output position
-        parts = _parts(q, unit, COLUMN_CHUNK_BYTES) if q * unit > 2 * COLUMN_CHUNK_BYTES \
-            else 1
+        limit = _column_chunk_bytes(x)
+        parts = _parts(q, unit, limit) if q * unit > 2 * limit else 1
         index = window_index(padded, kernel, out, strides, dil)
         return reshape_to(_columns_gemm(flat, index, gy_t, parts), w_shape)
     patches = gather_windows(flat, padded, kernel, out, strides, dil, axis=1)
@@ -129,6 +129,19 @@ def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1):
 # 16 MB chunks: 3.89 GB). Smaller columns stay whole: LeNet's 63 MB ran 1-2% faster so,
 # and the batch-8 ResNet50 step (58 MB at most) timed the same either way.
 COLUMN_CHUNK_BYTES = 32 << 20
+# NOTE: on CUDA, chunks cost a Split of gy and a Gemm each (ResNet50's batch-64 step: 1.2
+# GiB of traffic and ~200 kernels, graph/traffic.py), and whole columns left its planned
+# peak where it was (bench/memory_plan.py --device cuda: float32 5263.5 MiB, AMP 2692.8 MiB
+# either way: the early layers' weight gradients, whose columns are largest, come at the
+# end of the backward, when the forward's activations are freed): there columns go whole
+# up to 2 * CUDA_COLUMN_CHUNK_BYTES
+CUDA_COLUMN_CHUNK_BYTES = 512 << 20
+
+
+def _column_chunk_bytes(x):
+    """The chunk size of `x`'s weight-gradient columns: COLUMN_CHUNK_BYTES, or
+    CUDA_COLUMN_CHUNK_BYTES in a job compiled for CUDA."""
+    return CUDA_COLUMN_CHUNK_BYTES if x.builder.device == "cuda" else COLUMN_CHUNK_BYTES
 
 
 def _columns_gemm(flat, index, gy_t, parts):
