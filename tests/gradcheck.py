@@ -17,8 +17,11 @@ from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from onnxjob.frontend.variables import VariableSpec
 
 
-def vjp(fn, inputs, diff, train=True):
+def vjp(fn, inputs, diff, train=True, device=None):
+    """(runner, y's shape) of fn's VJP graph, traced for `device` as compile_job traces a
+    job for it (the graph runs on the CPU EP either way)."""
     builder = GraphBuilder("gradcheck", is_train=train)
+    builder.device = device
     with tracing(builder):
         blobs = []
         for i, x in enumerate(inputs):
@@ -58,9 +61,10 @@ def vjp(fn, inputs, diff, train=True):
     return run, y.shape
 
 
-def check_finite_differences(fn, inputs, diff, rng, eps=1e-6, rtol=1e-4, atol=1e-6):
+def check_finite_differences(fn, inputs, diff, rng, eps=1e-6, rtol=1e-4, atol=1e-6,
+                             device=None):
     """VJP along a random tangent equals the central finite difference of sum(f*ct)."""
-    run, yshape = vjp(fn, inputs, diff)
+    run, yshape = vjp(fn, inputs, diff, device=device)
     y0, _ = run(inputs, np.zeros(yshape, _float_dtype(inputs)))
     ct = rng.standard_normal(yshape).astype(y0.dtype)
     _, grads = run(inputs, ct)
@@ -116,26 +120,29 @@ def _inputs(makers, rng, dtype):
             else np.asarray(m(rng)) for m in makers]
 
 
-def check_case_finite_differences(case):
+def check_case_finite_differences(case, device=None):
     """Case = (name, onnxjob fn, torch fn, input makers, differentiated inputs, float64
-    kernels exist): the VJP against central finite differences (float64 where it can)."""
+    kernels exist): the VJP (traced for `device`) against central finite differences
+    (float64 where it can)."""
     name, fn, _, makers, diff, has_f64 = case
     rng = np.random.default_rng(1)
     dtype = np.float64 if has_f64 else np.float32
     xs = _inputs(makers, rng, dtype)
     if has_f64:
-        check_finite_differences(fn, xs, diff, rng)
+        check_finite_differences(fn, xs, diff, rng, device=device)
     else:  # float32-only kernels: larger step, looser tolerance
-        check_finite_differences(fn, xs, diff, rng, eps=1e-2, rtol=2e-2, atol=1e-3)
+        check_finite_differences(fn, xs, diff, rng, eps=1e-2, rtol=2e-2, atol=1e-3,
+                                 device=device)
 
 
-def check_case_against_pytorch(case):
-    """The same case's forward value and VJP against PyTorch autograd in float32."""
+def check_case_against_pytorch(case, device=None):
+    """The same case's forward value and VJP (traced for `device`) against PyTorch
+    autograd in float32."""
     import torch
     name, fn, torch_fn, makers, diff, _ = case
     rng = np.random.default_rng(2)
     xs = _inputs(makers, rng, np.float32)
-    run, yshape = vjp(fn, xs, diff)
+    run, yshape = vjp(fn, xs, diff, device=device)
     ct = rng.standard_normal(yshape).astype(np.float32)
     y, grads = run(xs, ct)
     txs = [torch.tensor(x, requires_grad=bool(d) and x.dtype.kind == "f") for x, d in zip(xs, diff)]

@@ -330,14 +330,50 @@ def test_weight_gradient_columns_go_whole_on_cuda(monkeypatch):
     """Traced for CUDA, columns the CPU's limit would chunk are gathered whole (one Gather,
     one Gemm) up to 2 * CUDA_COLUMN_CHUNK_BYTES, and by chunks beyond."""
     from onnxjob.graph.primitives import conv_weight_grad as rules
-    case = COLUMN_CHUNK_CASES[0]
-    zeros = [np.zeros(m(np.random.default_rng(0)).shape, np.float32) for m in case[3]]
+    # (more channels than positions: the batch-last columns, not per-image ones)
+    conv = lambda x, w: flow.nn.conv2d(x, w, 1, "SAME")    # noqa: E731
+    zeros = [np.zeros((3, 8, 6, 6), np.float32), np.zeros((16, 8, 3, 3), np.float32)]
     monkeypatch.setattr(rules, "COLUMN_CHUNK_BYTES", 600)
-    assert _backward_ops(case[1], zeros).count("Gemm") > 2
-    ops = _backward_ops(case[1], zeros, "cuda")
+    assert _backward_ops(conv, zeros).count("Gemm") > 2
+    ops = _backward_ops(conv, zeros, "cuda")
     assert ops.count("Gemm") == 1 and ops.count("Gather") == 1 and "Split" not in ops
     monkeypatch.setattr(rules, "CUDA_COLUMN_CHUNK_BYTES", 600)
-    assert _backward_ops(case[1], zeros, "cuda").count("Gemm") > 2
+    assert _backward_ops(conv, zeros, "cuda").count("Gemm") > 2
+
+
+# convolutions whose per-image weight-gradient results (M*C*K a image) are smaller than
+# x and gy (Q*(M+C)): large images, few channels
+PER_IMAGE_CASES = [
+    ("same_3x3", lambda x, w: flow.nn.conv2d(x, w, 1, "SAME"),
+     lambda x, w: F.conv2d(x, w, padding=1), [normal((2, 2, 8, 8)), normal((3, 2, 3, 3))],
+     [1, 1], False),
+    ("stride2_dilated_asymmetric",
+     lambda x, w: flow.nn.conv2d(x, w, 2, [[0, 0], [0, 0], [1, 2], [0, 1]], dilations=2),
+     lambda x, w: F.conv2d(F.pad(x, (0, 1, 1, 2)), w, stride=2, dilation=2),
+     [normal((2, 2, 12, 11)), normal((3, 2, 3, 2))], [1, 1], False),
+    ("conv1d_stride2", lambda x, w: flow.nn.conv1d(x, w, 2, "VALID"),
+     lambda x, w: F.conv1d(x, w, stride=2), [normal((2, 2, 20)), normal((3, 2, 3))], [1, 1],
+     False),
+    ("conv3d_strided_asymmetric_pad",
+     lambda x, w: flow.nn.conv3d(x, w, [1, 2, 1], [[0, 0], [0, 0], [1, 1], [0, 1], [1, 0]]),
+     lambda x, w: F.conv3d(F.pad(x, (1, 0, 0, 1, 1, 1)), w, stride=(1, 2, 1)),
+     [normal((1, 2, 5, 6, 6)), normal((2, 2, 2, 3, 2))], [1, 1], False),
+]
+
+
+@pytest.mark.parametrize("case", PER_IMAGE_CASES, ids=[c[0] for c in PER_IMAGE_CASES])
+def test_weight_gradient_columns_per_image_on_cuda(case):
+    """Traced for CUDA, a group-1 weight gradient whose per-image results are smaller than
+    x and gy made batch-last gathers its columns per image from x as it is, (N, C*K, Q),
+    and sums per-image products: no activation is transposed (the one Transpose is the
+    MatMul's transB operand, which onnxruntime fuses). Against PyTorch and finite
+    differences, as the CPU's batch-last form."""
+    zeros = [np.zeros(m(np.random.default_rng(0)).shape, np.float32) for m in case[3]]
+    ops = _backward_ops(case[1], zeros, "cuda")
+    assert ops.count("Gather") == 1 and ops.count("MatMul") >= 1 and "Gemm" not in ops, ops
+    assert ops.count("Transpose") == 1, ops
+    check_case_against_pytorch(case, "cuda")
+    check_case_finite_differences(case, "cuda")
 
 
 # -- shape rules ------------------------------------------------------------------------------

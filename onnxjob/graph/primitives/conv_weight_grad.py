@@ -74,10 +74,7 @@ def pointwise_weight_grad(x, gy, w_shape, strides):
                int64_constant(x, spatial_axes(nd + 2)), int64_constant(x, list(strides)))
     q = int(np.prod(gy.shape[2:]))
     if n * m * c <= n * q * (m + c):
-        x_t = op("Transpose", reshape_to(x, [n, c, q]), perm=[0, 2, 1])  # MatMul's transB
-        per_image = op("MatMul", reshape_to(gy, [n, m, q]), x_t)
-        return reshape_to(op("ReduceSum", per_image, int64_constant(per_image, [0]),
-                             keepdims=0), w_shape)
+        return _summed_over_images(gy, reshape_to(x, [n, c, q]), w_shape)
     # NOTE: channels first, (C, N, Q), moves runs of Q values where batch-last (C, Q, N)
     # moves single values: ResNet50's (8, 1024, 14, 14) took 0.31 ms instead of 1.12 in its
     # train step; the Gemm sums over (N, Q) in either order
@@ -85,6 +82,33 @@ def pointwise_weight_grad(x, gy, w_shape, strides):
     x_t = reshape_to(op("Transpose", x, perm=swap), [c, n * q])
     gy_t = reshape_to(op("Transpose", gy, perm=swap), [m, n * q])
     return reshape_to(op("Gemm", gy_t, x_t, transB=1), w_shape)
+
+
+def _summed_over_images(gy, columns, w_shape):
+    """dL/dW as per-image products summed over the batch: gy (N, M, *So) as (N, M, Q) times
+    `columns` (N, R, Q) transposed ((N, Q, R): MatMul's transB, which onnxruntime fuses into
+    the product), the (N, M, R) results summed over N."""
+    n, r, q = columns.shape
+    per_image = op("MatMul", reshape_to(gy, [n, gy.shape[1], q]),
+                   op("Transpose", columns, perm=[0, 2, 1]))
+    return reshape_to(op("ReduceSum", per_image, int64_constant(per_image, [0]), keepdims=0),
+                      w_shape)
+
+
+def _per_image_windows(x, gy, w_shape, strides, dil, pads):
+    """dL/dW of a group-1 Conv from im2col columns gathered per image, (N, C*K, Q), out of
+    x padded as it is (channels first, along its last two axes), and _summed_over_images:
+    neither x nor gy is made batch-last (two copies of each), for N*M*C*K values of
+    per-image results (see conv_weight_grad_gather)."""
+    nd = len(w_shape) - 2
+    kernel, out = list(w_shape[2:]), list(gy.shape[2:])
+    n, c = x.shape[:2]
+    xp = pad_spatial(x, pads[:nd], pads[nd:])
+    padded = list(xp.shape[2:])
+    flat = reshape_to(xp, [n, c, int(np.prod(padded))])
+    columns = gather_windows(flat, padded, kernel, out, strides, dil, axis=2)   # (N, C, K, Q)
+    k, q = int(np.prod(kernel)), int(np.prod(out))
+    return _summed_over_images(gy, reshape_to(columns, [n, c * k, q]), w_shape)
 
 
 def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1):
@@ -103,14 +127,22 @@ def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1):
     m, cg, kernel = w_shape[0], w_shape[1], list(w_shape[2:])
     n, c, out = x.shape[0], x.shape[1], list(gy.shape[2:])
     k, q = int(np.prod(kernel)), int(np.prod(out))
+    unit = c * k * n * x.np_dtype.itemsize          # the columns' bytes per output position
+    limit = _column_chunk_bytes(x)
+    # NOTE: compiled for CUDA, where the per-image results are smaller than the two
+    # activations made batch-last (the early layers: ResNet50's stem and res2, res3) and
+    # the columns go whole, they are gathered per image (traffic model, ResNet50 b64 step:
+    # float32 81.1 -> 79.7 GiB, AMP 47.1 -> 46.7 GiB); the CPU keeps the batch-last
+    # columns, whose runs of N values it copies faster
+    if group == 1 and x.builder.device == "cuda" and q * unit <= 2 * limit and \
+            m * c * k <= q * (m + c):
+        return _per_image_windows(x, gy, w_shape, strides, dil, pads)
     batch_last = list(range(1, nd + 2)) + [0]
     xt = pad_spatial(op("Transpose", x, perm=batch_last), pads[:nd], pads[nd:], 1, 1)
     padded = list(xt.shape[1:-1])
     flat = reshape_to(xt, [c, int(np.prod(padded)), n])
     if group == 1:
         gy_t = reshape_to(op("Transpose", gy, perm=batch_last), [m, q * n])
-        unit = c * k * n * x.np_dtype.itemsize      # the columns' bytes per output position
-        limit = _column_chunk_bytes(x)
         parts = _parts(q, unit, limit) if q * unit > 2 * limit else 1
         index = window_index(padded, kernel, out, strides, dil)
         return reshape_to(_columns_gemm(flat, index, gy_t, parts), w_shape)
