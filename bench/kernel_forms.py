@@ -1,7 +1,8 @@
 """Standard-ONNX formulations of the same arithmetic, timed side by side on one execution
 provider: the questions the traffic model (graph/traffic.py) cannot answer without a GPU.
 
-    python bench/kernel_forms.py [--device cuda] [--question axpby,row-dot] [--scale 1.0]
+    python bench/kernel_forms.py [--device cuda] [--question axpby,row-dot,channel-dot]
+        [--scale 1.0]
 
 Each question builds one small model per form over the same inputs (on the device, bound
 with IOBinding, outputs left there), checks that the forms agree, then times each form
@@ -21,6 +22,10 @@ once, its output written once) per second.
            float32 means, a full-size Y written and dropped), Mul then ReduceSum with a
            float32 Cast first (float32 sums), and one batched MatMul (rows, 1, K) @
            (rows, K, 1) (no product written; a half sum, which can overflow past 65504).
+  channel-dot  the float32 step's sum(dy * (x - mean)) per channel of (N, C, H, W) tensors
+           (ResNet50's res2 at batch 64): Mul then ReduceSum over (N, H, W) (what it runs:
+           4 passes of the tensor), and one batched MatMul (N, C, 1, HW) @ (N, C, HW, 1)
+           then a sum over N (2 passes: no product written).
 `--scale` multiplies the sizes (0.01 for a quick run on the CPU).
 """
 import argparse
@@ -105,7 +110,37 @@ def row_dot_forms(scale):
     return forms, {"dy": dy, "x": x}, dy.nbytes + x.nbytes
 
 
-QUESTIONS = {"axpby": axpby_forms, "row-dot": row_dot_forms}
+def channel_dot_forms(scale):
+    """{form: model} for a float32 batch norm backward's sum(dy * (x - mean)) over every
+    axis but the channels of (N, C, H, W) tensors (ResNet50's res2 at batch 64)."""
+    n, c, hw = max(1, int(64 * scale)), 256, 56 * 56
+    dy, xc = (np.random.default_rng(i).standard_normal((n, c, 56, 56)).astype(np.float32)
+              for i in (6, 7))
+    info = [helper.make_tensor_value_info(name, F32, [n, c, 56, 56]) for name in ("dy", "xc")]
+    out = helper.make_tensor_value_info("s", F32, [c])
+    consts = [helper.make_tensor("nhw", TensorProto.INT64, [3], [0, 2, 3]),
+              helper.make_tensor("batch", TensorProto.INT64, [1], [0]),
+              helper.make_tensor("row", TensorProto.INT64, [4], [n, c, 1, hw]),
+              helper.make_tensor("column", TensorProto.INT64, [4], [n, c, hw, 1]),
+              helper.make_tensor("flat", TensorProto.INT64, [2], [n, c])]
+    forms = {
+        # what the float32 CUDA form runs (graph/primitives/batch_norm.py's d_gamma)
+        "mul-reducesum": _model([
+            helper.make_node("Mul", ["dy", "xc"], ["p"]),
+            helper.make_node("ReduceSum", ["p", "nhw"], ["s"], keepdims=0)], info, out, consts),
+        # one dot product per (image, channel) row, no product written, then the batch's sum
+        "batched-matmul": _model([
+            helper.make_node("Reshape", ["dy", "row"], ["dy4"]),
+            helper.make_node("Reshape", ["xc", "column"], ["xc4"]),
+            helper.make_node("MatMul", ["dy4", "xc4"], ["d4"]),
+            helper.make_node("Reshape", ["d4", "flat"], ["d2"]),
+            helper.make_node("ReduceSum", ["d2", "batch"], ["s"], keepdims=0)],
+            info, out, consts),
+    }
+    return forms, {"dy": dy, "xc": xc}, dy.nbytes + xc.nbytes
+
+
+QUESTIONS = {"axpby": axpby_forms, "row-dot": row_dot_forms, "channel-dot": channel_dot_forms}
 
 
 def _session(model, device):
@@ -167,7 +202,7 @@ def measure(question, device="cpu", scale=1.0, rounds=5, block_s=0.3, out=sys.st
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--question", default="axpby,row-dot")
+    parser.add_argument("--question", default="axpby,row-dot,channel-dot")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)

@@ -19,4 +19,7 @@ def test_every_form_computes_the_same_values_and_is_timed():
     assert set(rows) == {"mul-layernorm", "mul-cast-reducesum", "batched-matmul"}
     # float32 sums agree closely; the batched MatMul's sum is rounded to half
     assert rows["mul-cast-reducesum"][1] < 1e-5 and rows["batched-matmul"][1] < 2e-3, rows
+    channels = kernel_forms.measure("channel-dot", scale=0.001, rounds=2, block_s=0.01, out=out)
+    assert set(channels) == {"mul-reducesum", "batched-matmul"}
+    assert channels["batched-matmul"][1] < 1e-5, channels
     assert "gemm-k1" in out.getvalue() and "GB/s" in out.getvalue()

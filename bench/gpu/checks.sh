@@ -31,7 +31,8 @@
 #              tests (variables in the shared arena), where a replayed ResNet50 AMP step's time goes (kernels by family), BERT's memory row
 #              as shipped and without CUDA graphs, the ResNet50 speed rows, a first call
 #   forms      standard-ONNX formulations of the optimizer's axpby and the batch norm
-#              backward's per-row sums, timed side by side on the CUDA EP (kernel_forms.py)
+#              backward's per-row (half) and per-channel (float32) sums, timed side by side
+#              on the CUDA EP (kernel_forms.py)
 #   first-look the checks a short loan affords, most wanted first: the GPU-only tests, the
 #              peak-memory rows (ResNet50 AMP and fp32, BERT AMP), then the ResNet50 speed rows
 #   "CMD"      anything else is run as a command with the same setup
