@@ -219,6 +219,13 @@ test_against_finite_differences, test_against_pytorch = gradient_tests(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_against_pytorch_traced_for_cuda(case):
+    """Every case's VJP as a job compiled for CUDA traces it (its own weight-gradient
+    columns: whole, or per image), run on the CPU EP, against PyTorch."""
+    check_case_against_pytorch(case, "cuda")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_float64_lowerings_against_pytorch(case):
     """float64 (lowered where onnxruntime lacks the kernel): value and VJP at 1e-10."""
     name, fn, torch_fn, makers, diff, _ = case
