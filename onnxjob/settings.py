@@ -265,7 +265,7 @@ _TABLE = [
     Setting("DUMP_PASSES", Path(), None,
             "Folder where each job's graph is written before and after the passes.",
             "function_config.dump_passes wins"),
-    Setting("CONV_WGRAD", Choice("gather", "im2col", "conv"), "gather",
+    Setting("CONV_WGRAD", Choice("gather", "im2col", "conv", "batch-last"), "gather",
             "Formulation of a group-1 convolution's weight gradient."),
     Setting("SYNC_BATCH_NORM", Bool(), True,
             "Data-parallel batch norm uses the whole batch's statistics; 0: each rank's own."),

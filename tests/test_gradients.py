@@ -127,7 +127,7 @@ CONV_CASES = [c for c in CASES if c[0].startswith("conv")] + [
 ]
 
 
-@pytest.mark.parametrize("formulation", ["gather", "im2col", "conv"])
+@pytest.mark.parametrize("formulation", ["gather", "im2col", "conv", "batch-last"])
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
 def test_conv_weight_gradient_formulations(case, formulation, monkeypatch):
     """Each selectable weight-gradient formulation (ONNXJOB_CONV_WGRAD) against PyTorch."""
@@ -138,6 +138,6 @@ def test_conv_weight_gradient_formulations(case, formulation, monkeypatch):
 def test_unknown_conv_weight_gradient_formulation_is_refused(monkeypatch):
     monkeypatch.setenv("ONNXJOB_CONV_WGRAD", "fft")
     x, w = np.ones((1, 1, 4, 4), np.float32), np.ones((1, 1, 3, 3), np.float32)
-    with pytest.raises(SettingsError,
-                       match="ONNXJOB_CONV_WGRAD='fft': expected one of gather, im2col, conv"):
+    with pytest.raises(SettingsError, match="ONNXJOB_CONV_WGRAD='fft': expected one of "
+                                            "gather, im2col, conv, batch-last"):
         vjp(lambda a, b: flow.nn.conv2d(a, b, 1, "VALID"), [x, w], [1, 1])

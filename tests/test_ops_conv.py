@@ -383,6 +383,17 @@ def test_weight_gradient_columns_per_image_on_cuda(case):
     check_case_finite_differences(case, "cuda")
 
 
+def test_batch_last_columns_on_cuda_when_asked(monkeypatch):
+    """ONNXJOB_CONV_WGRAD=batch-last keeps a CUDA job's early layers on the batch-last
+    columns and one Gemm (to compare the two on a GPU: bench_variants.py)."""
+    case = PER_IMAGE_CASES[0]
+    zeros = [np.zeros(m(np.random.default_rng(0)).shape, np.float32) for m in case[3]]
+    monkeypatch.setenv("ONNXJOB_CONV_WGRAD", "batch-last")
+    ops = _backward_ops(case[1], zeros, "cuda")
+    assert ops.count("Gemm") == 1 and ops.count("Transpose") >= 2, ops
+    check_case_against_pytorch(case, "cuda")
+
+
 # -- shape rules ------------------------------------------------------------------------------
 
 def _run_forward(fn, xs):

@@ -103,7 +103,7 @@ def test_choices(monkeypatch):
     assert _error(monkeypatch, "DEVICE", "tpu") == \
         "ONNXJOB_DEVICE='tpu': expected one of cpu, cuda, gpu"
     assert _error(monkeypatch, "CONV_WGRAD", "fft") == \
-        "ONNXJOB_CONV_WGRAD='fft': expected one of gather, im2col, conv"
+        "ONNXJOB_CONV_WGRAD='fft': expected one of gather, im2col, conv, batch-last"
 
 
 def test_seconds(monkeypatch):

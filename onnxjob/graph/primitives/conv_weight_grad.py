@@ -2,6 +2,7 @@
 (ONNXJOB_CONV_WGRAD picks one; bench_variants.py): window gathers and one Gemm (default),
 im2col, a Conv with N and C swapped, a MatMul for pointwise kernels, and the grouped forms,
 built in chunks where the columns would be large."""
+import functools
 import itertools
 
 import numpy as np
@@ -111,7 +112,7 @@ def _per_image_windows(x, gy, w_shape, strides, dil, pads):
     return _summed_over_images(gy, reshape_to(columns, [n, c * k, q]), w_shape)
 
 
-def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1):
+def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1, per_image=True):
     """dL/dW of a Conv as one Gemm (group 1) or one batched MatMul (grouped) over im2col
     columns built by one Gather.
 
@@ -133,9 +134,10 @@ def conv_weight_grad_gather(x, gy, w_shape, strides, dil, pads, group=1):
     # activations made batch-last (the early layers: ResNet50's stem and res2, res3) and
     # the columns go whole, they are gathered per image (traffic model, ResNet50 b64 step:
     # float32 81.1 -> 79.7 GiB, AMP 47.1 -> 46.7 GiB); the CPU keeps the batch-last
-    # columns, whose runs of N values it copies faster
-    if group == 1 and x.builder.device == "cuda" and q * unit <= 2 * limit and \
-            m * c * k <= q * (m + c):
+    # columns, whose runs of N values it copies faster (ONNXJOB_CONV_WGRAD=batch-last: on
+    # CUDA too, to compare)
+    if per_image and group == 1 and x.builder.device == "cuda" and q * unit <= 2 * limit \
+            and m * c * k <= q * (m + c):
         return _per_image_windows(x, gy, w_shape, strides, dil, pads)
     batch_last = list(range(1, nd + 2)) + [0]
     xt = pad_spatial(op("Transpose", x, perm=batch_last), pads[:nd], pads[nd:], 1, 1)
@@ -194,13 +196,15 @@ def _columns_gemm(flat, index, gy_t, parts):
 
 
 _WEIGHT_GRAD = {"gather": conv_weight_grad_gather, "im2col": conv_weight_grad_im2col,
-                "conv": conv_weight_grad}
+                "conv": conv_weight_grad,
+                "batch-last": functools.partial(conv_weight_grad_gather, per_image=False)}
 
 
 def _weight_grad_choice():
     # NOTE: on the doc LeNet train step (2 threads) the Gather columns measured 87 ms
     # against 97 ms for the per-offset Slice + Concat columns (im2col) and ~140 ms for the
-    # batch-transposed Conv; ONNXJOB_CONV_WGRAD=im2col|conv selects the others.
+    # batch-transposed Conv; ONNXJOB_CONV_WGRAD=im2col|conv selects the others (batch-last:
+    # the gathers without the per-image columns a CUDA job takes for its early layers).
     return settings.get("CONV_WGRAD")
 
 
@@ -289,7 +293,7 @@ def grouped_weight_grad(x, gy, w_shape, strides, dil, pads, group):
 def weight_grad(x, gy, w_shape, strides, dil, pads, group):
     """dL/dW of a Conv of any rank and group (ONNXJOB_CONV_WGRAD picks group 1's)."""
     choice = _weight_grad_choice()
-    if group == 1 and choice == "gather" and all(k == 1 for k in w_shape[2:]) \
+    if group == 1 and choice in ("gather", "batch-last") and all(k == 1 for k in w_shape[2:]) \
             and not any(pads):
         return pointwise_weight_grad(x, gy, w_shape, strides)
     if group == 1:
