@@ -38,10 +38,15 @@ def per_channel(gamma, var, epsilon, minus_inv_n):
     return coefficients
 
 
+def inv_std_of(var, epsilon):
+    """1 / sqrt(var + epsilon) (`epsilon` a number or a Blob)."""
+    return op("Reciprocal", op("Sqrt", op("Add", var, as_blob(epsilon, like=var))))
+
+
 def _coefficients(gamma, var, epsilon, minus_inv_n):
     """(inv_std, a, k_c, k_b) from per-channel `gamma` and `var` (one layer's or the
     concatenation of several) and `epsilon` and `minus_inv_n` (numbers or Blobs)."""
-    inv_std = op("Reciprocal", op("Sqrt", op("Add", var, as_blob(epsilon, like=var))))
+    inv_std = inv_std_of(var, epsilon)
     a = op("Mul", gamma, inv_std)
     k_c = op("Mul", a, as_blob(minus_inv_n, like=var))
     return inv_std, a, k_c, op("Mul", k_c, inv_std)

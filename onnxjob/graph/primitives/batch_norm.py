@@ -46,10 +46,6 @@ def _layout(x, axis):
     return axes, bshape, int(np.prod([x.shape[i] for i in axes]))
 
 
-def _inv_std(var, eps):
-    return op("Reciprocal", op("Sqrt", op("Add", var, as_blob(eps, like=var))))
-
-
 def _scale(x, per_channel, bshape):
     return op("Mul", x, reshape_to(per_channel, bshape))
 
@@ -92,8 +88,8 @@ def _expand(inputs, attrs, num_outputs):
     if attrs["axis"] == 1:
         y = op("BatchNormalization", x, gamma, beta, mean, var, epsilon=float(attrs["epsilon"]))
     else:
-        y = op("Add", _scale(centered, op("Mul", gamma, _inv_std(var, attrs["epsilon"])),
-                             bshape), reshape_to(beta, bshape))
+        a = op("Mul", gamma, batch_norm_coefficients.inv_std_of(var, attrs["epsilon"]))
+        y = op("Add", _scale(centered, a, bshape), reshape_to(beta, bshape))
     return [y, mean, var]
 
 
