@@ -59,6 +59,38 @@ def test_interrupt_while_waiting_for_room_queues_nothing_and_sync_returns():
     ex.shutdown()
 
 
+class _NotifyInterruptedOnce(type(threading.Condition())):
+    """A Condition whose next notify_all() raises KeyboardInterrupt before it wakes anyone,
+    as a Ctrl-C arriving at its first bytecode would."""
+    interrupt = False
+
+    def notify_all(self):
+        if self.interrupt:
+            self.interrupt = False
+            raise KeyboardInterrupt
+        super().notify_all()
+
+
+def test_interrupt_in_the_notify_after_queueing_loses_no_run():
+    """The run was queued but the idle worker never notified: it still runs, delivers, and
+    sync() returns (the worker looks at the queue without a notify, WORKER_IDLE_WAKEUP_S)."""
+    ex = Executor()
+    ex._cond = _NotifyInterruptedOnce()
+    ex.run_sync(lambda: None)
+    ex.run_async(lambda: 0, lambda p, v: p.deliver(v)).register(lambda v: None)
+    ex.sync()       # the worker is started and now idle, waiting for a task
+    ran, delivered = [], []
+    ex._cond.interrupt = True
+    with pytest.raises(KeyboardInterrupt):
+        ex.run_async(lambda: ran.append(7), lambda p, v: p.deliver(v))
+    assert _finishes(ex.sync), "sync() hung: the queued run was never taken"
+    assert ran == [7] and ex.in_flight == 0
+    ex.run_async(lambda: 8, lambda p, v: p.deliver(v)).register(delivered.append)
+    ex.sync()
+    assert delivered == [8]
+    ex.shutdown()
+
+
 def test_interrupted_wait_for_a_queued_sync_run_lets_it_finish_and_reports_its_error(
         monkeypatch, capsys):
     ex = Executor()

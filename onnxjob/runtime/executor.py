@@ -12,7 +12,9 @@ leaves the bookkeeping wrong: a run counts as in flight exactly while it sits in
 queue or runs, and it enters the queue with one `deque.append` (atomic for signals), so
 an interrupted call either queued its run, which then finishes and delivers as usual, or
 queued nothing. An interrupted wait for a queued synchronous run leaves the run to finish;
-an error it raises is reported like an asynchronous run's.
+an error it raises is reported like an asynchronous run's. A Ctrl-C that cuts short the
+notify after a queueing append can leave the worker unwoken: it looks at the queue every
+WORKER_IDLE_WAKEUP_S anyway.
 """
 import collections
 import contextlib
@@ -22,6 +24,8 @@ import threading
 import traceback
 
 MAX_IN_FLIGHT = 2
+# how often an idle worker looks at the queue without being notified
+WORKER_IDLE_WAKEUP_S = 0.5
 
 # What `Executor.try_inline` returns when the run must take `run_sync`'s full path.
 NOT_INLINE = object()
@@ -220,7 +224,10 @@ class Executor:
         while True:
             with self._cond:
                 while not self._tasks:
-                    self._cond.wait()
+                    # (a bounded wait: a Ctrl-C in the main thread inside _submit's
+                    # notify_all, after the append, can leave this wait unwoken with a task
+                    # queued, and the next sync() would wait for it forever)
+                    self._cond.wait(WORKER_IDLE_WAKEUP_S)
                 task = self._tasks.popleft()
                 self._running = task is not None
                 self._cond.notify_all()     # room in the queue
