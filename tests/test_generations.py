@@ -150,3 +150,32 @@ def test_transpose_keeps_the_batch_axis_where_asked():
     np.testing.assert_array_equal(job(x), x.T)
     assert seen == {"x": 0, "moved": 1, "kept": 0}
     flow.clear_default_session()
+
+
+DEPRECATED_NAMES = '''
+import {module} as flow
+flow.optimizer.PolynomialSchduler(0.1, 10)
+flow.distribute.mirrored_strategy()
+'''
+
+
+@pytest.mark.parametrize("module, root", [
+    ("oneflow", "oneflow."),
+    ("oneflow.compatible.single_client", "oneflow.compatible.single_client.")])
+def test_deprecated_names_warn_in_the_program_s_own_spelling(tmp_path, capsys, module, root):
+    # OneFlow printed the deprecated and the new path under the module it ran from, then
+    # the calling line (ops/optimizer.py's PolynomialSchduler, framework/distribute.py)
+    path = tmp_path / "program.py"
+    path.write_text(DEPRECATED_NAMES.format(module=module))
+    install_oneflow_alias()
+    try:
+        runpy.run_path(str(path))
+    finally:
+        uninstall_oneflow_alias()
+    out = capsys.readouterr().out
+    assert (f"WARNING: {root}optimizer.PolynomialSchduler will be removed in the future, use "
+            f"{root}optimizer.PolynomialScheduler instead.") in out
+    assert (f"WARNING: {root}distribute.mirrored_strategy will be removed in the future, use "
+            f"{root}scope.mirrored_view instead.") in out
+    assert f'File "{path}", line 3' in out and f'File "{path}", line 4' in out
+    assert "onnxjob" not in out

@@ -63,6 +63,7 @@ written for OneFlow <= 0.4 (`written_for_0_4`) and gets <= 0.4's update.
 import functools
 import inspect
 import sys
+import traceback
 
 from onnxjob.source_info import _is_internal, user_location
 
@@ -87,6 +88,22 @@ def written_for_0_4():
     root = sys.modules.get("oneflow")
     return type(root).__name__ == "_RootAlias" and \
         "oneflow.compatible.single_client" not in sys.modules
+
+
+def print_deprecated(old, new):
+    """Print OneFlow's warning that `old` (a path under its lazy API, e.g.
+    "optimizer.PolynomialSchduler") will be removed for `new`, then the calling line of the
+    user's code, as OneFlow's deprecated names did. The paths are spelled as the program
+    imported OneFlow: `oneflow.` for OneFlow <= 0.4, `oneflow.compatible.single_client.`
+    for 0.5."""
+    root = "oneflow." if written_for_0_4() else "oneflow.compatible.single_client."
+    print("WARNING:", root + old, "will be removed in the future, use {} instead.".format(
+        root + new))
+    frame = sys._getframe(1)
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is not None:
+        print(traceback.format_stack(frame, limit=1)[0])
 
 
 def two_generations(old_params, is_old):

@@ -14,9 +14,9 @@ reads, which changes no value), `distribute`, `split_axis`, `parallel_size`,
 `has_batch_axis()`, `disable_boxing`, `with_boxing_disabled`, `lbi`, `blob_name`,
 `job_name`, `IdenticalTo`).
 """
-import traceback
 import types
 
+from onnxjob.compat.generations import print_deprecated
 from onnxjob.errors import missing_api
 from onnxjob.frontend import scope
 from onnxjob.graph.split_batch import Split, kind_while_tracing
@@ -88,10 +88,7 @@ def assert_is_valid_distribute(distribute):
 
 
 def _deprecated(name, replacement):
-    print("WARNING:", f"oneflow.compatible.single_client.distribute.{name}",
-          "will be removed in the future, use {} instead.".format(
-              f"oneflow.compatible.single_client.scope.{replacement}"))
-    print(traceback.format_stack()[-3])
+    print_deprecated(f"distribute.{name}", f"scope.{replacement}")
 
 
 def mirrored_strategy():

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from onnxjob import dtypes
+from onnxjob.compat.generations import print_deprecated
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import reshape_to
 from onnxjob.graph.tracer import as_blob, op
@@ -219,9 +220,7 @@ class PolynomialSchduler(PolynomialScheduler):
 
     def __init__(self, base_lr, steps, end_learning_rate=0.0001, power=1.0, cycle=False,
                  warmup=None):
-        print("WARNING: oneflow.compatible.single_client.optimizer.PolynomialSchduler will be "
-              "removed in the future, use oneflow.compatible.single_client.optimizer."
-              "PolynomialScheduler instead.")
+        print_deprecated("optimizer.PolynomialSchduler", "optimizer.PolynomialScheduler")
         super().__init__(base_lr, steps, end_learning_rate, power, cycle, warmup)
 
 
