@@ -345,3 +345,26 @@ def test_two_ranks_skip_the_steps_one_process_skips(tmp_path):
         np.testing.assert_array_equal(two[name], one[name], err_msg=name)
     for name, value in one.items():
         np.testing.assert_allclose(two[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_a_cleared_session_frees_a_loss_scaled_job_s_trace():
+    """The trace of a job with a loss scale (its graph, every Blob) is freed with its
+    session: the scale's state was once kept in a table keyed by weak references to the
+    builder, whose Blobs kept the builder alive (a program defining such jobs in a loop,
+    e.g. one per test image, grew by the whole trace each time)."""
+    import gc
+    from onnxjob.graph.tracer import GraphBuilder
+
+    def builders():
+        gc.collect()
+        return sum(isinstance(o, GraphBuilder) for o in gc.get_objects())
+
+    flow.clear_default_session()
+    before = builders()
+    for _ in range(2):
+        job = dense_job(lambda: optim.SGD(optim.PiecewiseConstantScheduler([], [0.1]),
+                                          loss_scale_policy=optim.DynamicLossScalePolicy()))
+        job(X, T)
+        flow.clear_default_session()
+    del job
+    assert builders() == before

@@ -307,6 +307,10 @@ class GraphBuilder:
         self.fed_nodes = {}        # graph input name -> the host node reading its fed value
         self.losses = []
         self.optimizer = None
+        # the train step's records for Optimizer.apply (train/optimizer.py): the job's
+        # function_config and Optimizer.loss_scale's (scale, its state variables)
+        self.job_config = None
+        self.loss_scale_state = None
         self.gradients = {}        # id(Blob) -> its gradient Blob (filled by autodiff)
         self.loss_elem_count = 1   # autodiff's 1/N scale, undone for watch_diff
         self.grad_seed_scale = 1.0  # the backward's seed over OneFlow's (autodiff._seed_scale)

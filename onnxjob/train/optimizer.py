@@ -30,12 +30,6 @@ from onnxjob.train.lr_schedules import (  # noqa: F401  (re-exported as flow.opt
     PiecewiseConstantScheduler, PiecewiseScalingScheduler, PolynomialSchduler,
     PolynomialScheduler, warmup)
 
-# The function_config of each job being compiled, recorded by resolve_optimizer (the end
-# of the trace) for apply, which the compiler calls without it.
-_job_configs = weakref.WeakKeyDictionary()
-# The loss scale of each job being compiled (Optimizer.loss_scale), for apply's unscaling.
-_loss_scales = weakref.WeakKeyDictionary()
-
 
 class by_global_norm:
     """flow.optimizer.grad_clipping.by_global_norm(clip_norm).
@@ -303,24 +297,26 @@ class Optimizer:
             scale = float(np.float32(policy.loss_scale_factor))
         else:
             scale = None
-        _loss_scales[builder] = (scale, state)
+        # (on the builder: a table keyed by weak references to builders kept every
+        # builder alive, as the state's Blobs refer to theirs)
+        builder.loss_scale_state = (scale, state)
         return scale
 
     def apply(self, builder, grads, job_name, config=None):
         """Emit the train step's updates for `grads` ({variable name: gradient Blob}, already
         scaled by 1/elem_cnt(loss), or under a loss scale by loss_scale() alone) into
         `builder.state_updates`."""
-        config = config if config is not None else _job_configs.get(builder)
+        config = config if config is not None else builder.job_config
         before = set(builder.state_updates)
         dynamic = isinstance(self.loss_scale_policy, DynamicLossScalePolicy)
         if dynamic and self.train_step_lbn is not None:
             raise TraceError("a dynamic loss scale needs OneFlow's own train step: leave "
                              "train_step_lbn unset (OneFlow: Check failed: "
                              "!train_conf.has_dynamic_loss_scale_policy())")
-        if self.loss_scale_policy is not None and builder not in _loss_scales:
+        if self.loss_scale_policy is not None and builder.loss_scale_state is None:
             raise TraceError("internal: Optimizer.loss_scale() must be called before "
                              "autodiff.backward and apply()")
-        scale, scale_state = _loss_scales.get(builder, (None, None))
+        scale, scale_state = builder.loss_scale_state or (None, None)
         # OneFlow's order (generate_backward_and_optimizer_op_confs.cpp, v0.5.0): 1/elem_cnt
         # and unscale, count the non-finite values of the unscaled gradients, regularize,
         # then per optimizer clip and update. Here the scalar factors (1/elem_cnt, 1/scale,
@@ -916,7 +912,7 @@ def resolve_optimizer(builder, job):
     """The job's optimizer: from minimize(), or from the old function_config API.
 
     Records the job's function_config for apply(); raises for gradient accumulation."""
-    _job_configs[builder] = job.config
+    builder.job_config = job.config
     accumulation = job.config.train_conf.get("num_gradient_accumulation_steps", 1)
     if job.is_train and accumulation not in (None, 1):
         raise TraceError(
