@@ -20,7 +20,6 @@ reusable form (one builder, `.OpName(name)` and `.Input` per call), with
 `find_or_create_module(name, create)` caching a flow.nn.Module per job. The consistent
 variants are the plain ones: onnxjob runs a job on one device.
 """
-import weakref
 
 from onnxjob.errors import TraceError, UnsupportedAPIError
 from onnxjob.frontend.extras import unique_str
@@ -290,16 +289,12 @@ def consistent_user_op_module_builder(op_type_name):
     return UserOpModuleBuilder(op_type_name)
 
 
-# job being traced -> {module name: module}, as OneFlow keeps modules per job
-_modules = weakref.WeakKeyDictionary()
-
-
 def find_or_create_module(module_name, create, reuse=False):
     """The module `module_name` of the job being traced, made by `create()` (a
     flow.nn.Module) the first time; asking again needs reuse=True, as in OneFlow."""
     assert callable(create)
     builder = current_builder("flow.find_or_create_module")
-    modules, seen = _modules.setdefault(builder, ({}, set()))
+    modules, seen = builder.user_op_modules
     if module_name not in modules:
         module = create()
         assert isinstance(module, Module), (

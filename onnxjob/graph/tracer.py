@@ -311,6 +311,9 @@ class GraphBuilder:
         # function_config and Optimizer.loss_scale's (scale, its state variables)
         self.job_config = None
         self.loss_scale_state = None
+        # flow.find_or_create_module's ({module name: module}, names asked for), per job
+        # as OneFlow keeps them (frontend/user_op_builder.py)
+        self.user_op_modules = ({}, set())
         self.gradients = {}        # id(Blob) -> its gradient Blob (filled by autodiff)
         self.loss_elem_count = 1   # autodiff's 1/N scale, undone for watch_diff
         self.grad_seed_scale = 1.0  # the backward's seed over OneFlow's (autodiff._seed_scale)
