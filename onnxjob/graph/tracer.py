@@ -108,6 +108,12 @@ class Blob:
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def static_shape(self):
+        """The blob's shape in the job, under the name OneFlow's blobs had before 0.2
+        (remote_blob.py's ConsistentBlob.static_shape, whose `shape` returned it)."""
+        return self.shape
+
     def __repr__(self):
         return f"Blob(name={self.name!r}, shape={self.shape}, dtype={self.dtype.__name__})"
 
@@ -223,7 +229,6 @@ _BLOB_ATTRIBUTE_REASONS = {
     "blob_object": "OneFlow's eager runtime object",
     "sub_consistent_blob_list": "OneFlow's mirrored blobs split per device; onnxjob traces "
                                 "one device",
-    "static_shape": "OneFlow before 0.1 named `blob.shape` so; use blob.shape",
 }
 
 _warned_truth_lines = set()
