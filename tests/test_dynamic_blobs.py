@@ -110,6 +110,41 @@ def test_tensor_scatter_nd_update_with_fewer_updates_than_the_placeholder():
     np.testing.assert_array_equal(job([p], [i], [u])[0], expected)
 
 
+def test_gradients_into_a_table_from_as_many_dynamic_rows_as_it_has():
+    """The gradient of a gather from a 6-row table by at most 6 (here 4) dynamic indices,
+    and of tensor_scatter_nd_update's params where its at most 6 updates fill a 6-row
+    params: the zeros these gradients scatter into have the table's and the updates'
+    run-time rows, not those of the dynamic gradient whose static shape is the same."""
+    seen = {}
+
+    @flow.global_function(type="train", function_config=_mirrored())
+    def job(i: tp.ListNumpy.Placeholder((6, 1), dtype=flow.int32),
+            p: tp.ListNumpy.Placeholder((6, 2))) -> tp.ListNumpy:
+        table = flow.get_variable("table", (6, 2), initializer=flow.ones_initializer())
+        rows = flow.gather(table, flow.squeeze(i, axis=[1]))        # (<= 6, 2)
+        params = p + flow.get_variable("v", (1,), initializer=flow.zeros_initializer())
+        y = flow.tensor_scatter_nd_update(params, i, rows * 3.0)    # params (<= 6, 2)
+        flow.watch_diff(params, lambda d: seen.setdefault("dparams", d.numpy(0)))
+        loss = flow.math.reduce_sum(y * 2.0)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return y
+
+    i = np.int32([[4], [1], [5]])
+    p = np.arange(12, dtype=np.float32).reshape(6, 2)
+    y = job([i], [p])[0]
+    expected = p.copy()
+    expected[[4, 1, 5]] = 3.0
+    np.testing.assert_array_equal(y, expected)
+    dparams = np.full((6, 2), 2.0, np.float32)
+    dparams[[4, 1, 5]] = 0.0    # overwritten rows pass no gradient to params
+    np.testing.assert_array_equal(seen["dparams"], dparams)
+    # each looked-up row gets 3 * 2 = 6
+    table = flow.get_all_variables()["table"].numpy()
+    looked_up = np.repeat(np.float32([[0], [1], [0], [0], [1], [1]]), 2, axis=1)
+    np.testing.assert_allclose(table, 1.0 - 0.1 * 6.0 * looked_up, rtol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", [flow.int32, flow.int64])
 def test_argwhere_is_dynamic(dtype):
     @flow.global_function(type="predict")

@@ -312,7 +312,7 @@ def _slice_grad(n, g, need):
     bounds = _slice_args(n.inputs)
     rest = [None] * (len(n.inputs) - 1)
     if any(len(range(*b)) == 0 for b in bounds):
-        return [zeros_of(g[0], x.shape, g[0].np_dtype)] + rest
+        return [zeros_of(x, x.shape, g[0].np_dtype)] + rest
     gy = g[0]
     before, after = [], []
     for axis, ((start, stop, step), dim) in enumerate(zip(bounds, x.shape)):
@@ -407,10 +407,12 @@ def scatter_add_axis(gy, idx, axis, size):
             range(axis + r_idx, len(gy.shape)))
         gy = op("Transpose", gy, perm=gperm)
     rest = gy.shape[r_idx:]
-    if not isinstance(size, Blob):
+    if not isinstance(size, Blob) and not gy.is_dynamic:
         zeros = zeros_of(gy, (size,) + rest, gy.np_dtype)
-    else:   # a run-time size (int64 (1,) Blob): the rows of a dynamic data axis
-        shape = op("Concat", size, op("Shape", gy, start=r_idx), axis=0)
+    else:   # a run-time size (int64 (1,) Blob: a dynamic data axis) or a dynamic gy
+        # (its rows are the indices', not data's, even where the static sizes agree)
+        rows = size if isinstance(size, Blob) else int64_constant(gy, [size])
+        shape = op("Concat", rows, op("Shape", gy, start=r_idx), axis=0)
         zeros = op("ConstantOfShape", shape, value=np.zeros(1, gy.np_dtype))
     idx64 = idx if idx.np_dtype == np.int64 else op("Cast", idx, to=dtypes.int64.ir_dtype.value)
     idx64 = op("Unsqueeze", idx64, int64_constant(idx64, [-1]))
@@ -493,7 +495,9 @@ def _scatter_nd_grad(n, g, need):
     if need[0]:
         g_data = g[0]
         if attr_text(n.attrs, "reduction", "none") == "none":
-            g_data = op("ScatterND", g[0], idx, zeros_of(g[0], updates.shape, g[0].np_dtype))
+            # (zeros of updates' run-time shape: data's may agree with it statically only)
+            g_data = op("ScatterND", g[0], idx, zeros_of(updates, updates.shape,
+                                                         g[0].np_dtype))
     if need[2]:
         g_updates = op("GatherND", g[0], idx)
     return [g_data, None, g_updates]
