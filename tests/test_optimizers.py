@@ -681,12 +681,8 @@ def test_a_non_finite_gradient_of_one_small_variable_among_several_skips_the_ste
         np.testing.assert_array_equal(after[name].numpy(), before[name], err_msg=name)
 
 
-def test_gradient_accumulation_over_one_step_is_refused_and_one_works():
-    config = flow.FunctionConfig()
-    config.train.num_gradient_accumulation_steps(4)
-    with pytest.raises(TraceError, match="num_gradient_accumulation_steps.4. is not supported"):
-        train(lambda: optim.SGD(0.1, momentum=0), steps=1, config=config)
-    flow.clear_default_session()
+def test_gradient_accumulation_over_one_step_is_the_plain_step():
+    # (over several: tests/test_gradient_accumulation.py)
     config = flow.FunctionConfig()
     config.train.num_gradient_accumulation_steps(1)
     assert_steps(train(lambda: optim.SGD(0.1, momentum=0), config=config),

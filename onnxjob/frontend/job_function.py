@@ -16,7 +16,7 @@ from onnxjob.runtime import distributed
 from onnxjob.runtime.session import default_session, default_session_slot
 from onnxjob.train.optimizer import resolve_optimizer
 from onnxjob.source_info import user_location, warn_at_user_line
-from onnxjob.errors import UnsupportedAPIError
+from onnxjob.errors import TraceError, UnsupportedAPIError
 from onnxjob.compat.generations import written_for_0_4
 
 
@@ -151,7 +151,8 @@ class JobFunction:
         builder.job_function = self   # flow.current_global_function_desc()
         builder.placement_in_effect = scope.placement_tracker(
             self.config, getattr(builder.variable_registry, "device", None))
-        args = [_placeholders(builder, ann, pname, split)
+        micro = self._checked_accumulation_steps()
+        args = [_placeholders(builder, ann, pname, split, micro)
                 for pname, ann in zip(self.param_names, self.param_annotations)]
         qat.start(builder, self)   # function_config.enable_qat: fake quantization (ops/qat.py)
         ssp.start(builder, self)   # function_config.enable_ssp: stale variable reads
@@ -181,6 +182,26 @@ class JobFunction:
                        for ann in self.param_annotations)
         return mirrored and self.is_train and (
             process_config.gpu_device_num > 1 or distributed.enabled())
+
+    @property
+    def accumulation_steps(self):
+        """`function_config.train.num_gradient_accumulation_steps(n)` of a train job: each
+        call's placeholders hold n micro-batches, and its body is traced for one of them
+        (runtime/accumulation_step.py); 1 otherwise."""
+        steps = self.config.train_conf.get("num_gradient_accumulation_steps", 1)
+        return 1 if steps is None or not self.is_train else steps
+
+    def _checked_accumulation_steps(self):
+        steps = self.accumulation_steps
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise TraceError(f"function_config.train.num_gradient_accumulation_steps takes a "
+                             f"whole number >= 1, got {steps!r}", location=self.location)
+        if steps > 1 and (distributed.enabled() or self.mirrored_step):
+            raise TraceError(
+                f"function_config.train.num_gradient_accumulation_steps({steps}) is not "
+                "supported yet for a train step over data-parallel ranks or mirrored devices "
+                "(it runs in one process on one device)", location=self.location)
+        return steps
 
     @property
     def is_train(self):
@@ -315,22 +336,38 @@ def _fast_path_first(job):
     return caller
 
 
-def _placeholders(builder, annotation, name, split=False):
+def _placeholders(builder, annotation, name, split=False, micro=1):
     """The placeholder Blob(s) of one parameter (a tuple of them for Tuple[...]); with
-    `split` (data-parallel), a Numpy placeholder's batch must divide by the world size."""
+    `split` (data-parallel), a Numpy placeholder's batch must divide by the world size;
+    with `micro` > 1 (gradient accumulation) the placeholder is one of that many
+    micro-batches of the fed batch, which must divide by it (OneFlow's unpack)."""
     if typing.get_origin(annotation) is tuple:
-        return tuple(_placeholders(builder, a, f"{name}_{i}", split)
+        return tuple(_placeholders(builder, a, f"{name}_{i}", split, micro)
                      for i, a in enumerate(typing.get_args(annotation)))
     dynamic = issubclass(annotation, (tp.ListNumpyDef,))
     tensor_list = issubclass(annotation, tp.ListListNumpyDef)
     shape = annotation.shape
     if split and issubclass(annotation, tp.NumpyDef):
         distributed.local_batch(shape, f"placeholder {name!r}")
+    if micro > 1:
+        shape = micro_batch_shape(shape, micro, f"placeholder {name!r}")
     blob = builder.add_input(name, shape, annotation.np_dtype(), dynamic=dynamic,
                              tensor_list=tensor_list)
     blob.is_dynamic = dynamic or tensor_list
     builder.placeholders[blob.name] = blob
     return blob
+
+
+def micro_batch_shape(shape, steps, what):
+    """`shape` with its first dimension divided by `steps` (gradient accumulation's
+    micro-batches); raises TraceError when it does not divide."""
+    if not shape or shape[0] % steps:
+        raise TraceError(
+            f"{what} of shape {tuple(shape)}: function_config.train."
+            f"num_gradient_accumulation_steps({steps}) splits each call's batch into {steps} "
+            f"micro-batches along the first axis, which must divide by {steps} (OneFlow's "
+            "unpack: Check failed: in_shape.At(0) % unpack_num == 0)")
+    return (shape[0] // steps,) + tuple(shape[1:])
 
 
 def _flat_placeholder_names(args):
@@ -367,7 +404,8 @@ class _BoundRun:
 
     def __call__(self):
         compiled = self.runtime.compiled
-        if compiled.loss_count_output is not None:     # a mirrored train step
+        if compiled.loss_count_output is not None and compiled.accumulation_steps == 1:
+            # a mirrored train step
             per_device = self.runtime.run_devices(self.device_feeds)
         else:
             per_device = [self.runtime.run(feeds) for feeds in self.device_feeds]

@@ -40,7 +40,12 @@ class CompiledGraph:
         # variable -> output of its gradient (data-parallel train jobs only)
         self.gradient_outputs = gradient_outputs or {}
         # the loss's element count, an output of a mirrored step (runtime/mirrored_step.py)
+        # and of an accumulating one (runtime/accumulation_step.py)
         self.loss_count_output = None
+        # function_config.train.num_gradient_accumulation_steps, and the variables each
+        # micro-batch updates in turn (batch norms' moving statistics)
+        self.accumulation_steps = 1
+        self.moving_statistics = frozenset()
         # the variables whose next value may be written over their value (graph/in_place.py)
         self.in_place = frozenset()
         # where an eager body read a blob's value ("file:line"), else None (compile_job)
@@ -115,8 +120,11 @@ def compile_job(job, variable_registry=None, seed=None, value_reader=None):
                            seed=seed)
     builder.value_reader = value_reader
     builder.device = getattr(variable_registry, "device", None)
-    grads = {}      # the gradients made outputs: a data-parallel or mirrored step
-    mirrored = getattr(job, "mirrored_step", False)
+    grads = {}      # the gradients made outputs: a data-parallel, mirrored or accumulating step
+    accumulation = getattr(job, "accumulation_steps", 1)
+    accumulation = accumulation if isinstance(accumulation, int) else 1   # (trace says why)
+    # (an accumulating step runs per micro-batch as a mirrored one per device)
+    mirrored = getattr(job, "mirrored_step", False) or accumulation > 1
     data_parallel = job.is_train and getattr(variable_registry, "data_parallel", False) \
         and not mirrored
     loss_count = None
@@ -130,6 +138,9 @@ def compile_job(job, variable_registry=None, seed=None, value_reader=None):
                 raise
             # the body failed on the zeros it read: it runs with its values at each call
             return DeclaringTrace(builder.values_read)
+        # the batch norms' moving statistics, which each micro-batch of an accumulating
+        # step updates in turn (runtime/accumulation_step.py)
+        moving_statistics = frozenset(builder.moving_averages)
         moving_averages.flush(builder)
         optimizer = builder.optimizer
         # As OneFlow, minimize() makes any job a train job: it sets the job config's
@@ -186,6 +197,8 @@ def compile_job(job, variable_registry=None, seed=None, value_reader=None):
                              state_outputs, watch_named, has_sequences, is_train, sources,
                              gradient_outputs, serialized)
     compiled.loss_count_output = loss_count_output
+    compiled.accumulation_steps = accumulation
+    compiled.moving_statistics = moving_statistics
     compiled.in_place = in_place
     compiled.values_read = builder.values_read
     return compiled

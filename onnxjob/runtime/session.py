@@ -16,8 +16,9 @@ import zlib
 import numpy as np
 import onnx
 
-from onnxjob.runtime import (arena_reserve, backend, cuda_graph, data_parallel, distributed,
-                             eager_values, in_place, mirrored_step, out_of_memory)
+from onnxjob.runtime import (accumulation_step, arena_reserve, backend, cuda_graph,
+                             data_parallel, distributed, eager_values, in_place, mirrored_step,
+                             out_of_memory)
 from onnxjob.runtime.executor import Executor, interrupt_deferred
 from onnxjob.runtime.lru import LeastRecentlyUsed
 from onnxjob.graph.compiler import compile_job
@@ -62,6 +63,18 @@ class JobRuntime:
             # refuses a graph without outputs)
             self.ort_session = None
             self._run = _nothing_to_compute
+            return
+        if compiled.accumulation_steps > 1:
+            # gradient accumulation: the step runs part A once per micro-batch, each with
+            # its own data readers' values (runtime/accumulation_step.py)
+            self.ort_session = None
+            pipeline, self._pipeline = self._pipeline, None
+            self._run = accumulation_step.AccumulationStep(
+                onnx.load_from_string(self.model_bytes), compiled, self.store,
+                lambda model: backend.create_session(model, self.device, is_train=True,
+                                                     cuda_options=self._cuda_options()),
+                self.device, pipeline.next_feeds if pipeline is not None else None).run
+            self._micro_pipeline = pipeline
             return
         if compiled.loss_count_output is not None:
             self.ort_session = None
@@ -199,8 +212,9 @@ class JobRuntime:
         return self.run_devices([feeds])[0]
 
     def close(self):
-        if self._pipeline is not None:
-            self._pipeline.close()
+        for pipeline in (self._pipeline, getattr(self, "_micro_pipeline", None)):
+            if pipeline is not None:
+                pipeline.close()
 
     def _run_cuda(self, feeds):
         binding = self.ort_session.io_binding()

@@ -911,17 +911,8 @@ def _old_api_scheduler(lr, decay, w):
 def resolve_optimizer(builder, job):
     """The job's optimizer: from minimize(), or from the old function_config API.
 
-    Records the job's function_config for apply(); raises for gradient accumulation."""
+    Records the job's function_config for apply()."""
     builder.job_config = job.config
-    accumulation = job.config.train_conf.get("num_gradient_accumulation_steps", 1)
-    if job.is_train and accumulation not in (None, 1):
-        raise TraceError(
-            f"function_config.train.num_gradient_accumulation_steps({accumulation}) is not "
-            "supported: OneFlow splits each call's batch into that many micro-batches, runs "
-            "forward and backward once per micro-batch and sums the gradients before one "
-            "update, but onnxjob traces the body once for the whole batch (batch-coupled ops "
-            "such as batch normalization and the loss normalization would differ). Use 1, or "
-            "a batch of one micro-batch per call", location=job.location)
     if builder.optimizer is not None:
         return builder.optimizer
     if job.config.train_conf and builder.losses:

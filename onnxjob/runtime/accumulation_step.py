@@ -1,0 +1,106 @@
+"""One train step with gradient accumulation over micro-batches, as OneFlow runs it.
+
+`function_config.train.num_gradient_accumulation_steps(n)`: OneFlow's
+GradientAccumulationRewritePass (v0.5.0) unpacks each placeholder into n micro-batches
+along its first axis, repeats each data reader n times per call (each reads its own
+`batch_size`), runs forward and backward once per micro-batch with the same variables,
+adds the micro-batches' gradients (the `repeat` op's gradient, `acc`) and scales them by
+one over the loss's element count times n (autograd.cpp's ScaleModelDiffByLossInstanceNum
+over the loss's time shape), applies one update, and packs each returned blob: the
+micro-batches' values concatenated along the first axis (0-d values stacked). Batch
+normalization normalizes each micro-batch by its own statistics and updates its moving
+statistics once per micro-batch, in turn (NormalizationExponentialAverageAutoTickPass).
+
+Here the train graph, traced for one micro-batch, is cut at its gradients as a mirrored
+step's (runtime/mirrored_step.py): part A (forward and backward) runs once per
+micro-batch, part B (the update) once on sum_k(g_k * c_k) / sum_k(c_k), c_k the loss's
+element count (the same for every micro-batch: OneFlow's scaling). Part A's moving
+statistics are stored after each micro-batch, for the next to read; its other state (the
+train step's counter) is the first micro-batch's, as the step is one step.
+"""
+import numpy as np
+
+from onnxjob.runtime import backend
+from onnxjob.runtime.data_parallel import _extract, part_feeds, state_by_part
+
+
+class AccumulationStep:
+    """`run(feeds)` -> the user outputs and watched values of one call, packed over its
+    micro-batches. `feeds` holds each placeholder's whole batch; `next_source_feeds()`
+    gives the data readers' values of one micro-batch (runtime/pipeline.py), or None."""
+
+    def __init__(self, model, compiled, store, create_session, device, next_source_feeds):
+        self._store, self._device = store, device
+        self._steps = compiled.accumulation_steps
+        self._placeholders = set(compiled.placeholder_names)
+        self._next_source_feeds = next_source_feeds
+        self._grads = list(compiled.gradient_outputs.values())
+        self._count = compiled.loss_count_output
+        self._user = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
+        state_a, self._state_b = state_by_part(model, compiled)
+        self._chained = [(v, o) for v, o in state_a if v in compiled.moving_statistics]
+        self._once = [(v, o) for v, o in state_a if v not in compiled.moving_statistics]
+        graph_inputs = [i.name for i in model.graph.input]
+        self._outputs_a = (self._user + self._grads + [self._count] +
+                           [o for _, o in self._chained + self._once])
+        self._a = create_session(_extract(model, graph_inputs,
+                                          self._outputs_a).SerializeToString())
+        self._b = create_session(_extract(model, graph_inputs + self._grads,
+                                          [o for _, o in self._state_b]).SerializeToString())
+        self._variable_of = {i: v for v, i in compiled.variable_inputs.items()}
+        self._inputs_a = [i.name for i in self._a.get_inputs()]
+        self._inputs_b = [i.name for i in self._b.get_inputs()]
+
+    def _micro_batches(self, feeds):
+        """The feeds of each micro-batch: every placeholder's rows split in `steps` equal
+        parts (the job's argument checks gave them the placeholder's shape), each with the
+        data readers' next values."""
+        steps = self._steps
+        parts = [dict() for _ in range(steps)]
+        for name, value in feeds.items():
+            if name in self._placeholders:
+                for part, rows in zip(parts, np.split(np.asarray(value), steps)):
+                    part[name] = rows
+            else:
+                for part in parts:
+                    part[name] = value
+        if self._next_source_feeds is not None:
+            for part in parts:
+                part.update(self._next_source_feeds(part))
+        return parts
+
+    def run(self, feeds):
+        n_user, n_grads = len(self._user), len(self._grads)
+        n_chained = len(self._chained)
+        per_micro, sums, total, once = [], None, 0.0, None
+        micro_batches = self._micro_batches(feeds)
+        for micro in micro_batches:
+            results = self._a.run(self._outputs_a, part_feeds(
+                self._inputs_a, micro, self._store, self._variable_of))
+            per_micro.append(results[:n_user])
+            count = float(np.asarray(results[n_user + n_grads]))
+            weighted = [np.asarray(g, np.float64) * count
+                        for g in results[n_user:n_user + n_grads]]
+            sums = weighted if sums is None else [s + w for s, w in zip(sums, weighted)]
+            total += count
+            state = results[n_user + n_grads + 1:]
+            for (variable, _), value in zip(self._chained, state[:n_chained]):
+                self._store[variable] = backend.from_host(value, self._device)
+            if once is None:
+                once = state[n_chained:]
+        grads = {name: (s / total).astype(g.dtype) for name, s, g in
+                 zip(self._grads, sums, results[n_user:n_user + n_grads])}
+        results_b = self._b.run(None, part_feeds(self._inputs_b, micro_batches[0], self._store,
+                                                 self._variable_of, grads))
+        for (variable, _), value in zip(self._once, once):
+            self._store[variable] = backend.from_host(value, self._device)
+        for (variable, _), value in zip(self._state_b, results_b):
+            self._store[variable] = backend.from_host(value, self._device)
+        return [pack(values) for values in zip(*per_micro)]
+
+
+def pack(values):
+    """OneFlow's pack of one returned blob over the micro-batches: concatenated along the
+    first axis, 0-d values stacked into a vector."""
+    arrays = [np.asarray(v) for v in values]
+    return np.stack(arrays) if arrays[0].ndim == 0 else np.concatenate(arrays)

@@ -1,0 +1,198 @@
+"""function_config.train.num_gradient_accumulation_steps(n), as OneFlow runs it
+(runtime/accumulation_step.py): each call's batch is n micro-batches, each forward and
+backward runs on one of them (its own batch statistics), the gradients are added and
+scaled by one over the loss's element count times n, one update is applied, and the
+returned values are the micro-batches' concatenated."""
+import numpy as np
+import pytest
+
+import onnxjob as flow
+import onnxjob.typing as tp
+from onnxjob.errors import TraceError
+from onnxjob.io import ofrecord
+
+ROWS, FEATURES, UNITS, STEPS = 6, 3, 4, 2
+RNG = np.random.default_rng(3)
+W0 = RNG.normal(size=(FEATURES, UNITS)).astype(np.float32)
+B0 = RNG.normal(size=UNITS).astype(np.float32)
+GAMMA0 = RNG.uniform(0.5, 1.5, UNITS).astype(np.float32)
+BETA0 = RNG.normal(size=UNITS).astype(np.float32)
+BATCHES = [(RNG.normal(size=(ROWS, FEATURES)).astype(np.float32),
+            RNG.normal(size=(ROWS, UNITS)).astype(np.float32)) for _ in range(3)]
+LR, MOMENTUM, BN_MOMENTUM = 0.1, 0.9, 0.9
+
+
+def accumulating_job(steps=STEPS):
+    config = flow.FunctionConfig()
+    config.train.num_gradient_accumulation_steps(steps)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((ROWS, FEATURES)),
+            t: tp.Numpy.Placeholder((ROWS, UNITS))) -> tp.Numpy:
+        w = flow.get_variable("w", (FEATURES, UNITS), initializer=flow.zeros_initializer())
+        b = flow.get_variable("b", (UNITS,), initializer=flow.zeros_initializer())
+        y = flow.layers.batch_normalization(flow.matmul(x, w) + b, axis=1,
+                                            momentum=BN_MOMENTUM, epsilon=1e-5, name="bn")
+        loss = flow.math.reduce_sum(flow.math.square(y - t), axis=1)   # one per row
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LR]),
+                           momentum=MOMENTUM).minimize(loss)
+        return loss
+
+    flow.load_variables({"w": W0, "b": B0, "bn-gamma": GAMMA0, "bn-beta": BETA0})
+    return job
+
+
+def torch_accumulation(torch, batches, steps):
+    """PyTorch's accumulation loop over the same model: each micro-batch's summed loss
+    divided by the whole batch's row count, backward, then one SGD step per batch."""
+    linear = torch.nn.Linear(FEATURES, UNITS)
+    norm = torch.nn.BatchNorm1d(UNITS, momentum=1 - BN_MOMENTUM, eps=1e-5)
+    with torch.no_grad():
+        linear.weight.copy_(torch.from_numpy(W0.T))
+        linear.bias.copy_(torch.from_numpy(B0))
+        norm.weight.copy_(torch.from_numpy(GAMMA0))
+        norm.bias.copy_(torch.from_numpy(BETA0))
+    params = list(linear.parameters()) + list(norm.parameters())
+    sgd = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+    losses = []
+    for x, t in batches:
+        sgd.zero_grad()
+        for xs, ts in zip(np.split(x, steps), np.split(t, steps)):
+            y = norm(linear(torch.from_numpy(xs)))
+            loss = ((y - torch.from_numpy(ts)) ** 2).sum(1)
+            (loss.sum() / len(x)).backward()
+            losses.append(loss.detach().numpy())
+        sgd.step()
+    return np.concatenate(losses), {
+        "w": linear.weight.detach().numpy().T, "b": linear.bias.detach().numpy(),
+        "bn-gamma": norm.weight.detach().numpy(), "bn-beta": norm.bias.detach().numpy(),
+        "bn-moving_mean": norm.running_mean.numpy(),
+        "bn-moving_variance": norm.running_var.numpy()}
+
+
+def test_accumulated_steps_train_as_pytorch_s_accumulation_loop():
+    torch = pytest.importorskip("torch", reason="PyTorch is the reference")
+    flow.clear_default_session()
+    job = accumulating_job()
+    losses = np.concatenate([job(x, t) for x, t in BATCHES])
+    expected_losses, expected = torch_accumulation(torch, BATCHES, STEPS)
+    # the returned losses are the micro-batches' packed: one per row of each call
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-4, atol=1e-5)
+    variables = flow.get_all_variables()
+    for name, value in expected.items():
+        np.testing.assert_allclose(variables[name].numpy(), value, rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+    # one update per call: the train step counted 3, not 6
+    steps = [v.numpy() for k, v in variables.items() if "TrainStep" in k]
+    assert steps and int(np.asarray(steps[0]).reshape(-1)[0]) == len(BATCHES)
+
+
+def test_micro_batches_differ_from_one_whole_batch():
+    """Each micro-batch normalizes by its own statistics: the accumulated step is not the
+    whole batch's (what this test's twin would miss if it compared the wrong thing)."""
+    torch = pytest.importorskip("torch", reason="PyTorch is the reference")
+    _, accumulated = torch_accumulation(torch, BATCHES[:1], STEPS)
+    _, whole = torch_accumulation(torch, BATCHES[:1], 1)
+    assert np.abs(accumulated["w"] - whole["w"]).max() > 1e-3
+
+
+def test_a_scalar_loss_comes_back_once_per_micro_batch():
+    config = flow.FunctionConfig()
+    config.train.num_gradient_accumulation_steps(3)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((6, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_mean(flow.matmul(x, w))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    loss = job(x)
+    # each micro-batch's mean, stacked (OneFlow's pack of a scalar)
+    np.testing.assert_allclose(loss, [x[i:i + 2].sum(1).mean() for i in (0, 2, 4)])
+    # the gradient: the micro-batches' mean gradients added, over 3 (the loss's count 1 x 3)
+    w = flow.get_all_variables()["w"].numpy()
+    np.testing.assert_allclose(w[:, 0], 1.0 - 0.5 * x.mean(0), rtol=1e-6)
+
+
+def test_data_readers_read_one_batch_per_micro_batch(tmp_path):
+    records = [{"value": np.float32([i])} for i in range(8)]
+    ofrecord.write_dataset(str(tmp_path), records, part_name_suffix_length=-1)
+    config = flow.FunctionConfig()
+    config.train.num_gradient_accumulation_steps(2)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train", function_config=config)
+    def job() -> tp.Numpy:
+        rows = flow.data.ofrecord_reader(str(tmp_path), batch_size=2, data_part_num=1)
+        value = flow.data.ofrecord_raw_decoder(rows, "value", shape=(1,), dtype=flow.float)
+        w = flow.get_variable("w", (1,), initializer=flow.ones_initializer())
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(value * w)
+        return value
+
+    # the reader's batch_size is a micro-batch's: each call reads 2 of them
+    np.testing.assert_array_equal(job()[:, 0], [0, 1, 2, 3])
+    np.testing.assert_array_equal(job()[:, 0], [4, 5, 6, 7])
+    # the gradient of mean(value * w) over both calls' rows: 1.5, then 5.5
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), [1 - 0.1 * 7.0],
+                               rtol=1e-6)
+
+
+def test_a_batch_that_does_not_divide_into_micro_batches_names_the_steps():
+    config = flow.FunctionConfig()
+    config.train.num_gradient_accumulation_steps(4)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((6, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+        loss = flow.matmul(x, w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5])).minimize(loss)
+        return loss
+
+    with pytest.raises(TraceError, match=r"shape \(6, 2\).*num_gradient_accumulation_steps"
+                                         r"\(4\).*must divide by 4"):
+        job(np.zeros((6, 2), np.float32))
+
+
+@pytest.mark.parametrize("steps", [0, 2.0])
+def test_a_number_of_steps_that_is_not_a_whole_number_is_refused(steps):
+    config = flow.FunctionConfig()
+    config.train.num_gradient_accumulation_steps(steps)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((2, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+        loss = flow.matmul(x, w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5])).minimize(loss)
+        return loss
+
+    with pytest.raises(TraceError, match="takes a whole number >= 1"):
+        job(np.zeros((2, 2), np.float32))
+
+
+def test_accumulation_over_mirrored_devices_is_refused_naming_the_flag():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # gpu_device_num(n > 1) on one device says so
+        flow.config.gpu_device_num(2)
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+    config.train.num_gradient_accumulation_steps(2)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.ListNumpy.Placeholder((4, 2))) -> tp.ListNumpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+        loss = flow.matmul(x, w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5])).minimize(loss)
+        return loss
+
+    x = np.zeros((4, 2), np.float32)
+    with pytest.raises(TraceError, match=r"num_gradient_accumulation_steps\(2\) is not "
+                                         "supported yet .* mirrored devices"):
+        job([x, x])
