@@ -196,3 +196,22 @@ def test_accumulation_over_mirrored_devices_is_refused_naming_the_flag():
     with pytest.raises(TraceError, match=r"num_gradient_accumulation_steps\(2\) is not "
                                          "supported yet .* mirrored devices"):
         job([x, x])
+
+
+def test_a_mirrored_input_whose_rows_do_not_divide_names_the_input():
+    """A tp.ListNumpy placeholder takes fewer rows than its shape; they too must divide
+    into the micro-batches."""
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+    config.train.num_gradient_accumulation_steps(2)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.ListNumpy.Placeholder((4, 2))) -> tp.ListNumpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+        loss = flow.matmul(x, w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5])).minimize(loss)
+        return loss
+
+    np.testing.assert_array_equal(job([np.ones((2, 2), np.float32)])[0], [[2], [2]])
+    with pytest.raises(ValueError, match=r"input 'x' of shape \(3, 2\).*must divide by 2"):
+        job([np.ones((3, 2), np.float32)])

@@ -59,7 +59,13 @@ class AccumulationStep:
         parts = [dict() for _ in range(steps)]
         for name, value in feeds.items():
             if name in self._placeholders:
-                for part, rows in zip(parts, np.split(np.asarray(value), steps)):
+                value = np.asarray(value)
+                if value.ndim == 0 or len(value) % steps:
+                    raise ValueError(
+                        f"input {name!r} of shape {value.shape}: gradient accumulation over "
+                        f"{steps} micro-batches splits the first axis, which must divide "
+                        f"by {steps}")
+                for part, rows in zip(parts, np.split(value, steps)):
                     part[name] = rows
             else:
                 for part in parts:
