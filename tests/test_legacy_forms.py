@@ -382,6 +382,42 @@ def test_no_job_can_be_defined_once_the_session_runs():
     np.testing.assert_array_equal(foo(np.ones(2, np.float32)), [1, 1])
 
 
+def test_a_job_made_a_train_job_by_minimize_trains_as_one_declared_so():
+    """A job declared without type="train" (OneFlow's `global_function(func_config)`, a
+    predict job) becomes a train job when its body calls minimize(), as in OneFlow; the max
+    pool and the sparse cross entropy traced before that call still have gradients
+    (OneFlow-Benchmark's 2021 benchmarks/cnn_benchmark/of_cnn_benchmarks.py)."""
+    x = RNG.normal(size=(2, 1, 6, 6)).astype(np.float32)
+    y = np.array([1, 2], np.int32)
+
+    def trained(job_type):
+        flow.clear_default_session()
+        decorate = (flow.global_function(job_type) if job_type else
+                    flow.global_function(flow.FunctionConfig()))
+
+        def job(x: tp.Numpy.Placeholder((2, 1, 6, 6)),
+                y: tp.Numpy.Placeholder((2,), dtype=flow.int32)) -> tp.Numpy:
+            w = flow.get_variable("w", (3, 1, 3, 3), initializer=flow.constant_initializer(0.1))
+            h = flow.nn.max_pool2d(flow.nn.conv2d(x, w, 1, "SAME"), 2, 2, "VALID")
+            logits = flow.layers.dense(flow.reshape(h, (2, -1)), 3, name="fc",
+                                       kernel_initializer=flow.constant_initializer(0.05))
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
+                               momentum=0).minimize(loss)
+            return loss
+
+        train = decorate(job)
+        losses = [train(x, y) for _ in range(2)]
+        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}
+
+    losses, variables = trained(None)
+    expected_losses, expected = trained("train")
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-6)
+    assert losses[1].mean() < losses[0].mean()
+    for name, value in expected.items():
+        np.testing.assert_allclose(variables[name], value, rtol=1e-6, err_msg=name)
+
+
 # -- 3. modules and names --------------------------------------------------------------------
 
 @pytest.fixture

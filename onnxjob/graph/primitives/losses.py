@@ -21,11 +21,10 @@ def _sce_infer(inputs, attrs, num_outputs):
 
 
 def _sce_grad(n, g, need):
-    """d loss_i / d logits_ij = softmax_ij - onehot_ij (the log-prob output gives softmax)."""
-    if len(n.outputs) < 2:
-        raise NotImplementedError("SoftmaxCrossEntropyLoss needs its log_prob output for a gradient")
+    """d loss_i / d logits_ij = softmax_ij - onehot_ij (the log-prob output gives softmax;
+    a loss traced without it, before minimize() made its job a train job, computes it)."""
     logits, labels = n.inputs[:2]
-    if g[1] is not None:
+    if len(n.outputs) > 1 and g[1] is not None:
         raise NotImplementedError("gradient through SoftmaxCrossEntropyLoss's log_prob output")
     depth = logits.shape[1]
     if labels.np_dtype != np.int64:  # onnxruntime's OneHot kernels take int64 indices
@@ -33,7 +32,8 @@ def _sce_grad(n, g, need):
     onehot = op("OneHot", labels, int64_constant(labels, [depth]),
                 as_blob(np.array([0, 1], dtype=logits.np_dtype), like=logits), axis=1)
     gy = op("Unsqueeze", g[0], int64_constant(g[0], [1]))
-    return [op("Mul", op("Sub", op("Exp", n.outputs[1]), onehot), gy), None]
+    probs = op("Exp", n.outputs[1]) if len(n.outputs) > 1 else op("Softmax", logits, axis=1)
+    return [op("Mul", op("Sub", probs, onehot), gy), None]
 
 
 register("SoftmaxCrossEntropyLoss", _sce_infer, _sce_grad)

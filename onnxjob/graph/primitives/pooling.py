@@ -40,11 +40,13 @@ def _pool_infer(inputs, attrs, num_outputs):
 
 
 def _max_pool_grad(n, g, need):
-    """Route gy to the arg-max positions recorded in MaxPool's Indices output."""
-    if len(n.outputs) < 2:
-        raise NotImplementedError("MaxPool without its Indices output has no gradient rule")
+    """Route gy to the arg-max positions recorded in MaxPool's Indices output (a pool
+    traced without it, before minimize() made its job a train job, pools again for them)."""
     x = n.inputs[0]
-    y, idx = n.outputs
+    if len(n.outputs) > 1:
+        idx = n.outputs[1]
+    else:
+        _, idx = op("MaxPool", x, num_outputs=2, **n.attrs)
     k, strides, dil, pads, _ = _pool_geometry(n.attrs, x)
     non_overlapping = strides == k and not any(pads) and all(d == 1 for d in dil)
     if non_overlapping and not n.attrs.get("ceil_mode", 0) and x.np_dtype == np.float32:
