@@ -211,8 +211,31 @@ def test_tensor_buffer_to_list_of_tensors_dynamic_out_on_entries_made_each_run()
     a, b = np.ones((1, 2, 3), np.float32), np.full((1, 4, 1), 2.0, np.float32)
     first, second = run([[a, b]])
     assert np.array_equal(first[0], a[0]) and np.array_equal(second[0], b[0])
-    with pytest.raises(RecordError, match=r"not at most \(4, 4\)"):
-        run([[np.ones((1, 5, 1), np.float32), b]])
+    # as OneFlow's kernel: at most out_shape's element count, any axis longer
+    longer = np.arange(5, dtype=np.float32).reshape(1, 5, 1)
+    first, _ = run([[longer, b]])
+    np.testing.assert_array_equal(first[0], longer[0])
+    with pytest.raises(RecordError, match=r"\(5, 4\) float32, which does not have the rank "
+                                          r"and at most the element count of \(4, 4\)"):
+        run([[np.ones((1, 5, 4), np.float32), b]])
+
+
+def test_tensor_buffer_to_list_of_tensors_reads_an_entry_of_the_same_count_as_out_shape():
+    """Without dynamic_out OneFlow's kernel checks the element count and copies the entry
+    into out_shape, row-major."""
+    def body(x):
+        return tuple(flow.tensor_buffer_to_list_of_tensors(
+            flow.tensor_list_to_tensor_buffer(x), (4, 4), flow.float32, False))
+    run = job(body, tp.ListListNumpy.Placeholder((2, 4, 4)),
+              ret=Tuple[tp.ListNumpy, tp.ListNumpy])
+    a = np.arange(16, dtype=np.float32).reshape(1, 2, 8)
+    b = np.ones((1, 4, 4), np.float32)
+    first, second = run([[a, b]])
+    np.testing.assert_array_equal(first[0], a[0].reshape(4, 4))
+    np.testing.assert_array_equal(second[0], b[0])
+    with pytest.raises(RecordError, match=r"\(3, 3\) float32, which does not have the "
+                                          r"element count of \(4, 4\)"):
+        run([[np.ones((1, 3, 3), np.float32), b]])
 
 
 def test_a_tensor_list_made_on_the_host_goes_back_into_a_tensor_buffer():

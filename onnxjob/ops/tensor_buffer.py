@@ -116,24 +116,37 @@ class _ConstantEntries(HostNode):
         self.entries = entries
 
 
+def _bound_text(dynamic_out):
+    return ("does not have the rank and at most the element count of" if dynamic_out else
+            "does not have the element count of")
+
+
 def tensor_buffer_to_list_of_tensors(x, out_shape, out_dtype, dynamic_out=False, name=None):
-    """One blob of `out_shape` and `out_dtype` per entry of tensor buffer `x` (row-major).
-    dynamic_out=True lets an entry be smaller than out_shape (OneFlow's dynamic blob): the
-    blob then has the entry's own shape (fixed when the entries are known at trace time, a
-    flow.gen_tensor_buffer or a GraphTensorBuffer; else each run's, a dynamic blob);
-    otherwise each entry is out_shape."""
+    """One blob of `out_shape` and `out_dtype` per entry of tensor buffer `x` (row-major),
+    as OneFlow's kernel: with dynamic_out=True an entry of out_shape's rank and at most its
+    element count (any axis may be longer) gives a blob of the entry's own shape (fixed
+    when the entries are known at trace time, a flow.gen_tensor_buffer or a
+    GraphTensorBuffer; else each run's, a dynamic blob); otherwise an entry of exactly
+    out_shape's element count is read as out_shape (row-major)."""
     api = "flow.tensor_buffer_to_list_of_tensors"
     np_dtype = dtypes.to_numpy(out_dtype)
     out_shape = tuple(int(d) for d in out_shape)
+
+    def fits(shape, varies):
+        """Whether an entry of `shape` gives an output (OneFlow's CHECKs on the counts)."""
+        if varies:
+            return len(shape) == len(out_shape) and math.prod(shape) <= math.prod(out_shape)
+        return math.prod(shape) == math.prod(out_shape)
+
     if isinstance(x, GraphTensorBuffer):
         n = math.prod(x.shape)
         if x.data.np_dtype != np_dtype:
             raise TraceError(f"{api}: the entries hold {x.data.np_dtype}, not {np_dtype}")
-        if x.instance_shape != out_shape and not (
-                dynamic_out and len(x.instance_shape) == len(out_shape)
-                and all(a <= b for a, b in zip(x.instance_shape, out_shape))):
-            raise TraceError(f"{api}: the entries are {x.instance_shape}, not {out_shape}")
-        flat = reshape(x.data, [n] + list(x.instance_shape))
+        if not fits(x.instance_shape, dynamic_out):
+            raise TraceError(f"{api}: the entries are {x.instance_shape}, which "
+                             f"{_bound_text(dynamic_out)} {out_shape}")
+        shape = x.instance_shape if dynamic_out else out_shape
+        flat = reshape(x.data, [n] + list(shape))
         parts = [flat] if n == 1 else split(flat, n, axis=0)
         return [squeeze(p, axis=[0]) for p in parts]
     _host_buffer(x, api)
@@ -143,25 +156,24 @@ def tensor_buffer_to_list_of_tensors(x, out_shape, out_dtype, dynamic_out=False,
         shape = out_shape
         if known is not None:
             where, entry = known[i]
-            fits = entry.ndim == len(out_shape) and all(
-                a <= b for a, b in zip(entry.shape, out_shape))
-            if entry.shape != out_shape and not (dynamic_out and fits):
-                raise TraceError(f"{api}: entry {i} is {entry.shape}, larger than or not "
-                                 f"{out_shape}")
-            shape = entry.shape
+            if not fits(entry.shape, dynamic_out):
+                raise TraceError(f"{api}: entry {i} is {entry.shape}, which "
+                                 f"{_bound_text(dynamic_out)} {out_shape}")
+            shape = entry.shape if dynamic_out else out_shape
 
-        # entries read each run, with dynamic_out: a dynamic blob of at most out_shape
+        # entries read each run, with dynamic_out: a dynamic blob of the entry's shape
         varies = dynamic_out and known is None
 
         def take(batch, i=i, shape=shape, varies=varies):
             where, array = batch[i]
             array = np.asarray(array)
-            fits = array.ndim == len(shape) and all(a <= b for a, b in zip(array.shape, shape))
-            if not (array.shape == shape or (varies and fits)) or array.dtype != np_dtype:
-                bound = "at most " if varies else ""
+            ok = fits(array.shape, True) if varies else \
+                math.prod(array.shape) == math.prod(shape)
+            if not ok or array.dtype != np_dtype:
                 raise RecordError(f"{where}: {api}: the entry is {array.shape} "
-                                  f"{array.dtype}, not {bound}{shape} {np_dtype}")
-            return array
+                                  f"{array.dtype}, which {_bound_text(varies)} {shape} "
+                                  f"{np_dtype}")
+            return array if varies else array.reshape(shape)
         outs.append(to_blob(f"{name or 'TensorBufferToListOfTensors'}_{i}", take, [x], shape,
                             np_dtype, api, dynamic=varies))
     return outs
