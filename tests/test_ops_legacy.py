@@ -301,6 +301,23 @@ def test_unpack_pack():
     check_finite_differences(fn, [x.astype(np.float64)], [True], np.random.default_rng(1))
 
 
+def test_several_unpacks_and_repeats_of_one_count_step_together():
+    """OneFlow runs an op over inputs of one time shape once per time step, however many
+    unpacks made them (test/models/alexnet_with_unpack.py unpacks its images and labels)."""
+    x = RNG.random((6, 4)).astype(np.float32)
+    y = RNG.random((6, 4)).astype(np.float32)
+    both = lambda a, b: flow.pack(flow.math.reduce_sum(flow.unpack(a, 3) * flow.unpack(b, 3),
+                                                       axis=1), 3)
+    np.testing.assert_allclose(forward(both, x, y), (x * y).sum(1), rtol=1e-6)
+    check_finite_differences(both, [x.astype(np.float64), y.astype(np.float64)], [True, True],
+                             np.random.default_rng(2))
+    summed = forward(lambda a, b: flow.acc(flow.repeat(a, 2) * flow.repeat(b, 2), 2), x, y)
+    np.testing.assert_allclose(summed, 2 * x * y, rtol=1e-6)
+    z = RNG.random((4, 4)).astype(np.float32)      # 2 micro-batches of 2 rows, as x's 3
+    with pytest.raises(TraceError, match="pack_num 3 differs from the unpack_num 2, 3"):
+        forward(lambda a, c: flow.pack(flow.unpack(a, 3) + flow.unpack(c, 2), 3), x, z)
+
+
 def test_time_shape_errors_name_the_line():
     x = np.zeros((6, 4), np.float32)
     with pytest.raises(TraceError, match=THIS_FILE):

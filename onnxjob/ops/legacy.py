@@ -212,13 +212,15 @@ def distributed_partial_fc_sample(weight, label, num_sample, name=None):
 # the n results along axis 0. onnxjob traces one graph per job, so it replays the traced
 # ops between the two ends once per time step (_replay below).
 
-def _cone(start, end):
-    """The traced nodes that lead from Blob `start` to Blob `end`, in trace order."""
+def _cone(starts, end):
+    """The traced nodes that lead from the Blobs `starts` (one Blob or a list) to Blob
+    `end`, in trace order; None when `end` depends on none of them."""
+    starts = starts if isinstance(starts, list) else [starts]
     builder = end.builder
     index = {id(n): i for i, n in enumerate(builder.nodes)}
-    depends = {id(start)}
+    depends = {id(s) for s in starts}
     cone = []
-    first = index.get(id(start.producer), -1) + 1
+    first = min(index.get(id(s.producer), -1) for s in starts) + 1
     for node in builder.nodes[first:index[id(end.producer)] + 1]:
         if any(id(b) in depends for b in node.inputs):
             cone.append(node)
@@ -228,10 +230,11 @@ def _cone(start, end):
     return cone
 
 
-def _replay(cone, start, replacement, end, api):
-    """Emit the nodes of `cone` again with `replacement` in place of `start`; returns the
-    copy of `end`. Random ops get fresh seeds, as each OneFlow time step draws anew."""
-    copies = {id(start): replacement}
+def _replay(cone, replacements, end):
+    """Emit the nodes of `cone` again with `replacements` ({id(Blob): Blob}) in place of
+    those Blobs; returns the copy of `end`. Random ops get fresh seeds, as each OneFlow
+    time step draws anew."""
+    copies = dict(replacements)
     for node in cone:
         attrs = dict(node.attrs)
         if "seed" in attrs:
@@ -244,17 +247,24 @@ def _replay(cone, start, replacement, end, api):
     return copies[id(end)]
 
 
-def _time_source(y, kind, api):
-    """The Blob that `kind` (repeat / unpack) made and that y depends on, with its count."""
+def _time_sources(y, kind, api, n):
+    """[(Blob, its source)] of the `kind` results (repeat / unpack) y depends on: one or
+    more, each of count `n` (OneFlow runs the ops over inputs of one time shape once per
+    time step, whatever number of unpacks made them); they are closed here."""
     builder = y.builder
     sources = getattr(builder, "_time_sources", {})
-    found = [(blob, n, src) for blob, n, k, src in sources.values() if k == kind
+    found = [(blob, count, src) for blob, count, k, src in sources.values() if k == kind
              and (blob is y or _cone(blob, y) is not None)]
-    if len(found) != 1:
-        what = "no" if not found else "more than one"
-        raise TraceError(f"{api}: its input depends on {what} flow.{kind} result; onnxjob "
-                         f"supports exactly one flow.{kind} before each {api}")
-    return found[0]
+    if not found:
+        raise TraceError(f"{api}: its input depends on no flow.{kind} result")
+    counts = sorted({count for _, count, _ in found})
+    if counts != [n]:
+        closing = "pack_num" if kind == "unpack" else "max_acc_num"
+        raise TraceError(f"{api}: {closing} {n} differs from the {kind}_num "
+                         f"{', '.join(map(str, counts))} of the flow.{kind} it closes")
+    for blob, _, _ in found:
+        del sources[id(blob)]
+    return [(blob, src) for blob, _, src in found]
 
 
 def _mark(blob, source, n, kind):
@@ -279,15 +289,12 @@ def acc(one, max_acc_num, name=None):
     api = "flow.acc"
     _blob(one, api, "one")
     n = _positive_int(max_acc_num, api, "max_acc_num")
-    source, repeats, _ = _time_source(one, "repeat", api)
-    if repeats != n:
-        raise TraceError(f"{api}: max_acc_num {n} differs from the repeat_num {repeats} of "
-                         "the flow.repeat it closes")
-    cone = _cone(source, one) if source is not one else []
-    del one.builder._time_sources[id(source)]
+    sources = [blob for blob, _ in _time_sources(one, "repeat", api, n)]
+    cone = _cone(sources, one) or []
+    same = {id(blob): blob for blob in sources}
     total = one
     for _ in range(n - 1):
-        total = op("Add", total, _replay(cone, source, source, one, api))
+        total = op("Add", total, _replay(cone, same, one) if cone else one)
     return _named(total if n > 1 else op("Identity", one), name)
 
 
@@ -312,18 +319,18 @@ def pack(input, pack_num, name=None):
     api = "flow.pack"
     _blob(input, api, "input")
     n = _positive_int(pack_num, api, "pack_num")
-    source, parts, whole = _time_source(input, "unpack", api)
-    if parts != n:
-        raise TraceError(f"{api}: pack_num {n} differs from the unpack_num {parts} of the "
-                         "flow.unpack it closes")
-    size = whole.shape[0] // n
-    cone = _cone(source, input) if source is not input else []
-    del input.builder._time_sources[id(source)]
+    sources = _time_sources(input, "unpack", api, n)
+    cone = _cone([blob for blob, _ in sources], input) or []
+
+    def micro_batch(whole, i):
+        size = whole.shape[0] // n
+        return op("Slice", whole, int64_constant(whole, [i * size]),
+                  int64_constant(whole, [(i + 1) * size]), int64_constant(whole, [0]))
     steps = [input]
     for i in range(1, n):
-        micro = op("Slice", whole, int64_constant(whole, [i * size]),
-                   int64_constant(whole, [(i + 1) * size]), int64_constant(whole, [0]))
-        steps.append(_replay(cone, source, micro, input, api) if cone else micro)
+        replacements = {id(blob): micro_batch(whole, i) for blob, whole in sources}
+        # (no cone: the input is an unpack's own result)
+        steps.append(_replay(cone, replacements, input) if cone else replacements[id(input)])
     if len(input.shape) == 0:
         steps = [reshape_to(s, (1,)) for s in steps]
     return op("Concat", *steps, axis=0, name=name)
