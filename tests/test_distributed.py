@@ -63,7 +63,7 @@ LOSSES = {"batch_shapes": """
     loss = flow.math.reduce_sum(
         flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)) / BATCH
     loss = loss + 0.01 * flow.math.reduce_sum(w * w)"""}
-SHAPES = {"resnet50": (2, 3, 224, 224), "batch_shapes": (6, 1, 28, 28)}   # (batch, C, H, W)
+SHAPES = {"resnet50": (4, 3, 224, 224), "batch_shapes": (6, 1, 28, 28)}   # (batch, C, H, W)
 LEARNING_RATES = {"resnet50": 0.01, "batch_shapes": 0.01}
 # ResNet50 compares after one step: in the second, a ReLU input that rounds to the other
 # side of 0 in one of the runs moves its channel's gradients (by < 1e-5 absolute, measured)
