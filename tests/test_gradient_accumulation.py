@@ -142,18 +142,26 @@ def test_data_readers_read_one_batch_per_micro_batch(tmp_path):
                                rtol=1e-6)
 
 
-def test_a_batch_that_does_not_divide_into_micro_batches_names_the_steps():
+def linear_job(steps, rows, mirrored=False):
+    """A train job of x @ w (w of ones) accumulating over `steps` micro-batches of a
+    (rows, 2) placeholder (tp.ListNumpy under the mirrored view with `mirrored`)."""
     config = flow.FunctionConfig()
-    config.train.num_gradient_accumulation_steps(4)
-    flow.clear_default_session()
+    config.train.num_gradient_accumulation_steps(steps)
+    kind = tp.ListNumpy if mirrored else tp.Numpy
+    if mirrored:
+        config.default_logical_view(flow.scope.mirrored_view())
 
     @flow.global_function(type="train", function_config=config)
-    def job(x: tp.Numpy.Placeholder((6, 2))) -> tp.Numpy:
+    def job(x: kind.Placeholder((rows, 2))) -> kind:
         w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
         loss = flow.matmul(x, w)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5])).minimize(loss)
         return loss
+    return job
 
+
+def test_a_batch_that_does_not_divide_into_micro_batches_names_the_steps():
+    job = linear_job(4, 6)
     with pytest.raises(TraceError, match=r"shape \(6, 2\).*num_gradient_accumulation_steps"
                                          r"\(4\).*must divide by 4"):
         job(np.zeros((6, 2), np.float32))
@@ -161,17 +169,7 @@ def test_a_batch_that_does_not_divide_into_micro_batches_names_the_steps():
 
 @pytest.mark.parametrize("steps", [0, 2.0])
 def test_a_number_of_steps_that_is_not_a_whole_number_is_refused(steps):
-    config = flow.FunctionConfig()
-    config.train.num_gradient_accumulation_steps(steps)
-    flow.clear_default_session()
-
-    @flow.global_function(type="train", function_config=config)
-    def job(x: tp.Numpy.Placeholder((2, 2))) -> tp.Numpy:
-        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
-        loss = flow.matmul(x, w)
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5])).minimize(loss)
-        return loss
-
+    job = linear_job(steps, 2)
     with pytest.raises(TraceError, match="takes a whole number >= 1"):
         job(np.zeros((2, 2), np.float32))
 
@@ -181,17 +179,7 @@ def test_accumulation_over_mirrored_devices_is_refused_naming_the_flag():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")     # gpu_device_num(n > 1) on one device says so
         flow.config.gpu_device_num(2)
-    config = flow.FunctionConfig()
-    config.default_logical_view(flow.scope.mirrored_view())
-    config.train.num_gradient_accumulation_steps(2)
-
-    @flow.global_function(type="train", function_config=config)
-    def job(x: tp.ListNumpy.Placeholder((4, 2))) -> tp.ListNumpy:
-        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
-        loss = flow.matmul(x, w)
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5])).minimize(loss)
-        return loss
-
+    job = linear_job(2, 4, mirrored=True)
     x = np.zeros((4, 2), np.float32)
     with pytest.raises(TraceError, match=r"num_gradient_accumulation_steps\(2\) is not "
                                          "supported yet .* mirrored devices"):
@@ -201,17 +189,7 @@ def test_accumulation_over_mirrored_devices_is_refused_naming_the_flag():
 def test_a_mirrored_input_whose_rows_do_not_divide_names_the_input():
     """A tp.ListNumpy placeholder takes fewer rows than its shape; they too must divide
     into the micro-batches."""
-    config = flow.FunctionConfig()
-    config.default_logical_view(flow.scope.mirrored_view())
-    config.train.num_gradient_accumulation_steps(2)
-
-    @flow.global_function(type="train", function_config=config)
-    def job(x: tp.ListNumpy.Placeholder((4, 2))) -> tp.ListNumpy:
-        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
-        loss = flow.matmul(x, w)
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5])).minimize(loss)
-        return loss
-
+    job = linear_job(2, 4, mirrored=True)
     np.testing.assert_array_equal(job([np.ones((2, 2), np.float32)])[0], [[2], [2]])
     with pytest.raises(ValueError, match=r"input 'x' of shape \(3, 2\).*must divide by 2"):
         job([np.ones((3, 2), np.float32)])

@@ -21,35 +21,21 @@ train step's counter) is the first micro-batch's, as the step is one step.
 import numpy as np
 
 from onnxjob.runtime import backend
-from onnxjob.runtime.data_parallel import _extract, part_feeds, state_by_part
+from onnxjob.runtime.mirrored_step import MirroredStep
 
 
-class AccumulationStep:
+class AccumulationStep(MirroredStep):
     """`run(feeds)` -> the user outputs and watched values of one call, packed over its
     micro-batches. `feeds` holds each placeholder's whole batch; `next_source_feeds()`
-    gives the data readers' values of one micro-batch (runtime/pipeline.py), or None."""
+    gives the data readers' values of one micro-batch (runtime/pipeline.py), or None.
+    (The graph's cut and its two sessions are the mirrored step's.)"""
 
     def __init__(self, model, compiled, store, create_session, device, next_source_feeds):
-        self._store, self._device = store, device
+        super().__init__(model, compiled, store, create_session, device)
         self._steps = compiled.accumulation_steps
         self._placeholders = set(compiled.placeholder_names)
         self._next_source_feeds = next_source_feeds
-        self._grads = list(compiled.gradient_outputs.values())
-        self._count = compiled.loss_count_output
-        self._user = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
-        state_a, self._state_b = state_by_part(model, compiled)
-        self._chained = [(v, o) for v, o in state_a if v in compiled.moving_statistics]
-        self._once = [(v, o) for v, o in state_a if v not in compiled.moving_statistics]
-        graph_inputs = [i.name for i in model.graph.input]
-        self._outputs_a = (self._user + self._grads + [self._count] +
-                           [o for _, o in self._chained + self._once])
-        self._a = create_session(_extract(model, graph_inputs,
-                                          self._outputs_a).SerializeToString())
-        self._b = create_session(_extract(model, graph_inputs + self._grads,
-                                          [o for _, o in self._state_b]).SerializeToString())
-        self._variable_of = {i: v for v, i in compiled.variable_inputs.items()}
-        self._inputs_a = [i.name for i in self._a.get_inputs()]
-        self._inputs_b = [i.name for i in self._b.get_inputs()]
+        self._moving = compiled.moving_statistics
 
     def _micro_batches(self, feeds):
         """The feeds of each micro-batch: every placeholder's rows split in `steps` equal
@@ -77,12 +63,10 @@ class AccumulationStep:
 
     def run(self, feeds):
         n_user, n_grads = len(self._user), len(self._grads)
-        n_chained = len(self._chained)
-        per_micro, sums, total, once = [], None, 0.0, None
+        per_micro, sums, total, first_state = [], None, 0.0, None
         micro_batches = self._micro_batches(feeds)
         for micro in micro_batches:
-            results = self._a.run(self._outputs_a, part_feeds(
-                self._inputs_a, micro, self._store, self._variable_of))
+            results = self._a.run(self._outputs_a, self._feeds(self._inputs_a, micro))
             per_micro.append(results[:n_user])
             count = float(np.asarray(results[n_user + n_grads]))
             weighted = [np.asarray(g, np.float64) * count
@@ -90,16 +74,16 @@ class AccumulationStep:
             sums = weighted if sums is None else [s + w for s, w in zip(sums, weighted)]
             total += count
             state = results[n_user + n_grads + 1:]
-            for (variable, _), value in zip(self._chained, state[:n_chained]):
-                self._store[variable] = backend.from_host(value, self._device)
-            if once is None:
-                once = state[n_chained:]
+            for (variable, _), value in zip(self._state_a, state):
+                if variable in self._moving:    # read by the next micro-batch
+                    self._store[variable] = backend.from_host(value, self._device)
+            first_state = state if first_state is None else first_state
         grads = {name: (s / total).astype(g.dtype) for name, s, g in
                  zip(self._grads, sums, results[n_user:n_user + n_grads])}
-        results_b = self._b.run(None, part_feeds(self._inputs_b, micro_batches[0], self._store,
-                                                 self._variable_of, grads))
-        for (variable, _), value in zip(self._once, once):
-            self._store[variable] = backend.from_host(value, self._device)
+        results_b = self._b.run(None, self._feeds(self._inputs_b, micro_batches[0], grads))
+        for (variable, _), value in zip(self._state_a, first_state):
+            if variable not in self._moving:
+                self._store[variable] = backend.from_host(value, self._device)
         for (variable, _), value in zip(self._state_b, results_b):
             self._store[variable] = backend.from_host(value, self._device)
         return [pack(values) for values in zip(*per_micro)]
