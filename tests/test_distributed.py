@@ -312,7 +312,10 @@ def test_a_stalled_rank_is_named(tmp_path):
 
 
 def test_the_batch_must_divide_by_the_world_size(monkeypatch):
+    from onnxjob.runtime import distributed
     monkeypatch.setenv("WORLD_SIZE", "3")
+    # (the ranks' shared seed, drawn as the session starts, as rank 0 draws it)
+    monkeypatch.setattr(distributed, "broadcast_from_rank0", lambda values: values)
     import onnxjob.typing as tp
 
     @flow.global_function(type="train")
@@ -507,3 +510,63 @@ def test_the_cuda_form_under_mixed_precision_splits_over_the_ranks(rank_0_of_2, 
     def the_rewrites(model):
         assert {"LayerNormalization", "MatMul"} <= {n.op_type for n in model.graph.node}
     _split_cuda_form_for_rank_0(monkeypatch, define_job, the_rewrites)
+
+
+RANDOM_STEPS = '''
+import json
+import os
+import sys
+import numpy as np
+import onnxjob as flow
+import onnxjob.typing as tp
+
+
+@flow.global_function(type="train")
+def own_data() -> tp.Numpy:
+    # a job that reads its own data is computed whole on every rank: its random values
+    # (decode_random, dropout over them) must be every rank's
+    x = flow.data.decode_random((6,), flow.float, batch_size=8,
+                                initializer=flow.random_uniform_initializer())
+    x = flow.nn.dropout(x, rate=0.5)
+    w = flow.get_variable("w", (6, 1), initializer=flow.ones_initializer())
+    loss = flow.math.reduce_mean(flow.matmul(x, w))
+    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                       momentum=0).minimize(loss)
+    return loss
+
+
+@flow.global_function(type="train")
+def fed(x: tp.Numpy.Placeholder((8, 64))) -> tp.Numpy:
+    # the fed batch is split: each rank's rows draw their own dropout masks
+    v = flow.get_variable("v", (1,), initializer=flow.zeros_initializer())
+    y = flow.nn.dropout(x + v, rate=0.5)
+    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                       momentum=0).minimize(flow.math.reduce_sum(y, axis=1))
+    return y
+
+
+losses = [float(own_data()) for _ in range(3)]
+w = flow.get_all_variables()["w"].numpy().ravel().tolist()
+kept = fed(np.ones((8, 64), np.float32)) != 0
+print("RANK", os.environ.get("RANK"), json.dumps([losses, w, kept.astype(int).tolist()]),
+      file=sys.stderr)
+'''
+
+
+def test_ranks_draw_alike_what_they_compute_whole_and_apart_on_their_own_rows(tmp_path):
+    """Without flow.config.seed the ranks share their jobs' seeds (rank 0's entropy): a job
+    reading its own data, computed whole on every rank, shuffled or dropped out the same
+    way on each (the ranks' weights drifted apart before); random values over a rank's
+    own rows of a fed batch are moved by the rank and differ."""
+    script = tmp_path / "random_steps.py"
+    script.write_text(RANDOM_STEPS)
+    done = run(script, 2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = sorted(line for line in done.stderr.splitlines() if line.startswith("RANK "))
+    assert len(lines) == 2, done.stderr[-3000:]
+    rank0, rank1 = (json.loads(line.split(" ", 2)[2]) for line in lines)
+    assert rank0[:2] == rank1[:2]           # losses and weights of the whole-batch job
+    kept = np.array(rank0[2])               # the gathered batch: 4 rows from each rank
+    assert (kept == np.array(rank1[2])).all()
+    assert 0.3 < kept.mean() < 0.7
+    assert (kept[:4] != kept[4:]).any()     # the ranks' rows drew different masks

@@ -6,6 +6,7 @@ rank's rows: `rw.rows`; a partial one made whole by a collective: `rw.whole`), a
 with `rw.finish(node, output kinds)`; `rw.fail(why)` stops the split naming the node.
 """
 import numpy as np
+import onnx
 from onnx import TensorProto, helper
 
 from onnxjob.graph.primitives.collectives import DOMAIN
@@ -105,6 +106,25 @@ def unary(rw, node):
     if kind in PARTIAL and not linear:
         node.input[0] = rw.whole(node.input[0])
     _same_kind(rw, node)
+
+
+_RANDOM_LIKE = "Dropout RandomNormalLike RandomUniformLike BernoulliLike Bernoulli"
+# ONNX seeds are float32 attributes, exact below 2**24 (ops/random.py folds them so)
+_SEED_RANGE = 2 ** 24
+
+
+def random_like(rw, node):
+    """Random values shaped like their input: on a rank's rows, each rank draws its own
+    (the seed moved by the rank: the ranks share the job's seeds, runtime/session.py, so
+    that values computed whole on every rank agree, which rows of one process would not
+    repeat)."""
+    unary(rw, node)
+    if rw.rank and isinstance(rw.kinds.get(node.output[0]), Split):
+        for a in node.attribute:
+            if a.name == "seed" and a.type == onnx.AttributeProto.FLOAT:
+                a.f = float((int(a.f) * 1000003 + rw.rank * 7919) % _SEED_RANGE)
+            elif a.name == "seed" and a.type == onnx.AttributeProto.INT:
+                a.i = (a.i * 1000003 + rw.rank * 7919) % 2 ** 31
 
 
 # -- reductions and ops along an axis ------------------------------------------------------------
@@ -590,8 +610,7 @@ _ELEMENTWISE = ("Add Sub Mul Div Pow Max Min Sum Mean Where Equal Greater Less G
 _UNARY = ("Relu Exp Log Sigmoid Tanh Sqrt Reciprocal Abs Neg Cast Identity Erf Softplus "
           "Softsign LeakyRelu Elu Selu Celu Gelu HardSigmoid HardSwish Mish Clip Not IsNaN "
           "IsInf Floor Ceil Round Sign Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh "
-          "Atanh ThresholdedRelu Shrink CastLike Dropout RandomNormalLike RandomUniformLike "
-          "BernoulliLike Bernoulli")
+          "Atanh ThresholdedRelu Shrink CastLike")
 _REDUCE = ("ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 "
            "ReduceSumSquare ReduceLogSum ReduceLogSumExp")
 _IMAGES = ("MaxPool AveragePool GlobalAveragePool GlobalMaxPool LpPool GlobalLpPool LRN "
@@ -599,7 +618,7 @@ _IMAGES = ("MaxPool AveragePool GlobalAveragePool GlobalMaxPool LpPool GlobalLpP
 
 RULES = {}
 for names, rule in ((_ELEMENTWISE, elementwise), (_UNARY, unary), (_REDUCE, reduce),
-                    (_IMAGES, images_op)):
+                    (_IMAGES, images_op), (_RANDOM_LIKE, random_like)):
     RULES.update((("", name), rule) for name in names.split())
 RULES.update({
     ("", "Softmax"): along_axis(-1), ("", "LogSoftmax"): along_axis(-1),

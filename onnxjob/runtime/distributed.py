@@ -36,6 +36,7 @@ import contextlib
 import datetime
 import functools
 import os
+import secrets
 import sys
 
 import numpy as np
@@ -196,6 +197,12 @@ def broadcast_from_rank0(arrays):
             dist.broadcast(tensor, src=0)
         out[name] = tensor.cpu().numpy()
     return out
+
+
+def shared_seed():
+    """A random 62-bit number, the same on every rank (rank 0's draw)."""
+    drawn = np.array([secrets.randbits(62)], np.int64)
+    return int(broadcast_from_rank0({"seed": drawn})["seed"][0])
 
 
 def _by_dtype(arrays):

@@ -304,6 +304,7 @@ class Session(VariableRegistry):
         self.runtimes = {}
         self.is_running = False
         self.seed = None                # flow.config.seed as the session started
+        self._job_seed_base = None      # the jobs' random nodes' seed (see start)
         self.device = None
         self.tf32 = None
         self.data_parallel = False      # a rank of a data-parallel run (runtime/distributed.py)
@@ -364,9 +365,16 @@ class Session(VariableRegistry):
             self.tf32 = tf32
             backend.set_memory_limit(memory_limit_mbyte)
             self.data_parallel = distributed.enabled()
+            self._job_seed_base = seed
             if self.data_parallel:
                 # binds a rank on CUDA to its GPU before any variable is placed there
                 distributed.use_device(self.device)
+                if seed is None:
+                    # the ranks' random nodes draw alike (rank 0's entropy): what every
+                    # rank computes whole (a job reading its own data shuffles it, drops
+                    # out of it, decode_random) must agree, or their weights drift apart;
+                    # a rank's own rows draw apart (graph/split_rules.py's random_like)
+                    self._job_seed_base = distributed.shared_seed()
             compiled = [(job, graph) for job, graph in
                         ((job, self._first_trace(job)) for job in self.jobs.values())
                         if not self._traced_at_each_call(job, graph)]
@@ -463,9 +471,10 @@ class Session(VariableRegistry):
         self._init_variables(self.seed)
 
     def _job_seed(self, job):
-        """The seed of `job`'s random nodes: flow.config.seed's, per job name (None:
-        fresh entropy)."""
-        return None if self.seed is None else (self.seed ^ zlib.crc32(job.name.encode()))
+        """The seed of `job`'s random nodes: flow.config.seed's (on data-parallel ranks
+        without one, a seed the ranks share), per job name (None: fresh entropy)."""
+        base = self._job_seed_base
+        return None if base is None else (base ^ zlib.crc32(job.name.encode()))
 
     def _take_rank0_values(self, names):
         """Variables `names` as rank 0 drew them (data-parallel ranks start equal)."""
