@@ -22,9 +22,10 @@ BATCHES = [(RNG.normal(size=(ROWS, FEATURES)).astype(np.float32),
 LR, MOMENTUM, BN_MOMENTUM = 0.1, 0.9, 0.9
 
 
-def accumulating_job(steps=STEPS):
+def accumulating_job(steps=STEPS, loss_scale_policy=None, amp=False):
     config = flow.FunctionConfig()
     config.train.num_gradient_accumulation_steps(steps)
+    config.enable_auto_mixed_precision(amp)
 
     @flow.global_function(type="train", function_config=config)
     def job(x: tp.Numpy.Placeholder((ROWS, FEATURES)),
@@ -35,7 +36,7 @@ def accumulating_job(steps=STEPS):
                                             momentum=BN_MOMENTUM, epsilon=1e-5, name="bn")
         loss = flow.math.reduce_sum(flow.math.square(y - t), axis=1)   # one per row
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LR]),
-                           momentum=MOMENTUM).minimize(loss)
+                           momentum=MOMENTUM, loss_scale_policy=loss_scale_policy).minimize(loss)
         return loss
 
     flow.load_variables({"w": W0, "b": B0, "bn-gamma": GAMMA0, "bn-beta": BETA0})
@@ -85,6 +86,43 @@ def test_accumulated_steps_train_as_pytorch_s_accumulation_loop():
     # one update per call: the train step counted 3, not 6
     steps = [v.numpy() for k, v in variables.items() if "TrainStep" in k]
     assert steps and int(np.asarray(steps[0]).reshape(-1)[0]) == len(BATCHES)
+
+
+def test_a_loss_scale_unscales_the_accumulated_gradients():
+    """A dynamic loss scale (a power of two, no overflow here) scales each micro-batch's
+    backward and unscales the sum: the same steps as without it (to rounding: the
+    unscaling is folded into the update's other factors)."""
+    def trained(policy):
+        flow.clear_default_session()
+        job = accumulating_job(loss_scale_policy=policy)
+        losses = [job(x, t) for x, t in BATCHES]
+        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()
+                        if not k.startswith("System-")}
+    plain_losses, plain = trained(None)
+    scaled_losses, scaled = trained(flow.optimizer.loss_scale.dynamic_loss_scale(
+        initial_loss_scale=2.0 ** 10, increment_period=2000))
+    np.testing.assert_allclose(np.concatenate(scaled_losses), np.concatenate(plain_losses),
+                               rtol=1e-6)
+    assert sorted(scaled) == sorted(plain)
+    for name, value in plain.items():
+        np.testing.assert_allclose(scaled[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_mixed_precision_accumulates_as_float32_does():
+    """Under mixed precision (half forward and backward, float32 gradients) the same
+    accumulated steps, to half precision's rounding."""
+    def trained(amp):
+        flow.clear_default_session()
+        job = accumulating_job(amp=amp, loss_scale_policy=(
+            flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=2.0 ** 10)
+            if amp else None))
+        [job(x, t) for x, t in BATCHES]
+        return {k: v.numpy() for k, v in flow.get_all_variables().items()
+                if not k.startswith("System-")}
+    half, full = trained(True), trained(False)
+    for name, value in full.items():
+        np.testing.assert_allclose(half[name], value, rtol=1e-3, atol=1e-4, err_msg=name)
+    assert np.abs(full["w"] - W0).max() > 0.05      # (the steps moved w by more than that)
 
 
 def test_micro_batches_differ_from_one_whole_batch():
