@@ -82,5 +82,11 @@ def missing_api(namespace, reasons=None, default=None):
     return __getattr__
 
 
+class JobRunError(OnnxJobError, RuntimeError):
+    """An op of a job's graph failed on one call's values (a run-time shape that does not
+    fit, an index out of range): the message names the job, the op and the line of the
+    job body that made it, then onnxruntime's own message."""
+
+
 class CheckpointError(OnnxJobError, RuntimeError):
     """A checkpoint on disk is missing, malformed or does not fit the variables."""

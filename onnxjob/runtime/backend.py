@@ -37,7 +37,7 @@ check_one_onnxruntime()
 import onnxruntime as ort  # noqa: E402  (after the check above)
 
 from onnxjob import settings  # noqa: E402
-from onnxjob.errors import DeviceUnavailableError, TraceError  # noqa: E402
+from onnxjob.errors import DeviceUnavailableError, JobRunError, TraceError  # noqa: E402
 from onnxjob.runtime import (  # noqa: E402
     arena_reserve, cuda_libraries, custom_op_libraries, device_values, graph_order,
     session_cache)
@@ -692,6 +692,24 @@ def memory_failure(error):
             int(failed.group(1)) if failed else None,
             "available": int(bound.group(1)) if bound else None,
             "op": running.groups() if running else None}
+
+
+def run_error(error, job_name, model):
+    """onnxruntime's failure of a node while running `model` (an onnx_ir Model), as a
+    JobRunError at the user's line of the op (None when the message names no node of it:
+    e.g. a node onnxruntime's optimizer made)."""
+    running = _RUNNING_NODE.search(str(error))
+    if not running:
+        return None
+    op_type, name = running.groups()
+    for node in model.graph:
+        if node.name == name:
+            where = node.metadata_props.get("source")
+            if where is None:
+                return None
+            return JobRunError(f"{where}: job {job_name!r}: {op_type} failed on this call's "
+                               f"values: {str(error).strip()}")
+    return None
 
 
 def session_error(error, model):

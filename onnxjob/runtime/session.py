@@ -204,7 +204,10 @@ class JobRuntime:
         except Exception as e:   # onnxruntime's own exception types
             failure = backend.memory_failure(e)
             if failure is None:
-                raise
+                explained = backend.run_error(e, self.job.name, self.compiled.model)
+                if explained is None:
+                    raise
+                raise explained from e
             raise out_of_memory.device_memory_error(
                 self.job.name, self.device, failure, self.compiled, self._in_place) from e
 
