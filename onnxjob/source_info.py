@@ -19,14 +19,18 @@ def _is_internal(filename):
     return os.path.abspath(filename).startswith(_SKIP_PREFIXES)
 
 
+def user_stack_frame():
+    """The innermost caller frame outside onnxjob, or None."""
+    frame = sys._getframe(1)
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 def user_frame():
     """(filename, lineno) of the innermost caller frame outside onnxjob, or None."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if not _is_internal(frame.f_code.co_filename):
-            return frame.f_code.co_filename, frame.f_lineno
-        frame = frame.f_back
-    return None
+    frame = user_stack_frame()
+    return None if frame is None else (frame.f_code.co_filename, frame.f_lineno)
 
 
 def called_from_user(depth):

@@ -65,7 +65,7 @@ import inspect
 import sys
 import traceback
 
-from onnxjob.source_info import _is_internal, user_location
+from onnxjob.source_info import user_location, user_stack_frame
 
 
 def written_for_0_4():
@@ -76,9 +76,7 @@ def written_for_0_4():
     counts as <= 0.4 when the process imported `oneflow` through the alias and never
     `oneflow.compatible.single_client`."""
     package = sys.modules.get("onnxjob")     # (not imported here: it imports this module)
-    frame = sys._getframe(1)
-    while frame is not None and _is_internal(frame.f_code.co_filename):
-        frame = frame.f_back
+    frame = user_stack_frame()
     if frame is not None:
         values = list(frame.f_globals.values())
         if any(v is package for v in values):
@@ -99,9 +97,7 @@ def print_deprecated(old, new):
     root = "oneflow." if written_for_0_4() else "oneflow.compatible.single_client."
     print("WARNING:", root + old, "will be removed in the future, use {} instead.".format(
         root + new))
-    frame = sys._getframe(1)
-    while frame is not None and _is_internal(frame.f_code.co_filename):
-        frame = frame.f_back
+    frame = user_stack_frame()
     if frame is not None:
         print(traceback.format_stack(frame, limit=1)[0])
 

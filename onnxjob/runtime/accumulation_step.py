@@ -20,8 +20,7 @@ train step's counter) is the first micro-batch's, as the step is one step.
 """
 import numpy as np
 
-from onnxjob.runtime import backend
-from onnxjob.runtime.mirrored_step import MirroredStep
+from onnxjob.runtime.mirrored_step import MirroredStep, add_weighted
 
 
 class AccumulationStep(MirroredStep):
@@ -62,31 +61,21 @@ class AccumulationStep(MirroredStep):
         return parts
 
     def run(self, feeds):
-        n_user, n_grads = len(self._user), len(self._grads)
-        per_micro, sums, total, first_state = [], None, 0.0, None
+        outputs, sums, total = [], None, 0.0
         micro_batches = self._micro_batches(feeds)
         for micro in micro_batches:
-            results = self._a.run(self._outputs_a, self._feeds(self._inputs_a, micro))
-            per_micro.append(results[:n_user])
-            count = float(np.asarray(results[n_user + n_grads]))
-            weighted = [np.asarray(g, np.float64) * count
-                        for g in results[n_user:n_user + n_grads]]
-            sums = weighted if sums is None else [s + w for s, w in zip(sums, weighted)]
+            user, grads, count, state = self._forward_backward(micro)
+            outputs.append(user)
+            sums = add_weighted(sums, grads, count)
             total += count
-            state = results[n_user + n_grads + 1:]
-            for (variable, _), value in zip(self._state_a, state):
-                if variable in self._moving:    # read by the next micro-batch
-                    self._store[variable] = backend.from_host(value, self._device)
-            first_state = state if first_state is None else first_state
-        grads = {name: (s / total).astype(g.dtype) for name, s, g in
-                 zip(self._grads, sums, results[n_user:n_user + n_grads])}
-        results_b = self._b.run(None, self._feeds(self._inputs_b, micro_batches[0], grads))
-        for (variable, _), value in zip(self._state_a, first_state):
-            if variable not in self._moving:
-                self._store[variable] = backend.from_host(value, self._device)
-        for (variable, _), value in zip(self._state_b, results_b):
-            self._store[variable] = backend.from_host(value, self._device)
-        return [pack(values) for values in zip(*per_micro)]
+            # the moving statistics now, for the next micro-batch to read; the rest (the
+            # train step's counter) the first micro-batch's, after the update
+            self._store_all(self._state_a, state, self._moving.__contains__)
+            if len(outputs) == 1:
+                first_grads, first_state = grads, state
+        self._update(micro_batches[0], sums, total, first_grads)
+        self._store_all(self._state_a, first_state, lambda v: v not in self._moving)
+        return [pack(values) for values in zip(*outputs)]
 
 
 def pack(values):

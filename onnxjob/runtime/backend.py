@@ -702,29 +702,30 @@ def run_error(error, job_name, model):
     if not running:
         return None
     op_type, name = running.groups()
-    for node in model.graph:
-        if node.name == name:
-            where = node.metadata_props.get("source")
-            if where is None:
-                return None
-            return JobRunError(f"{where}: job {job_name!r}: {op_type} failed on this call's "
-                               f"values: {str(error).strip()}")
-    return None
+    node = _node_named(model, name)
+    where = node.metadata_props.get("source") if node is not None else None
+    if where is None:
+        return None
+    return JobRunError(f"{where}: job {job_name!r}: {op_type} failed on this call's values: "
+                       f"{str(error).strip()}")
+
+
+def _node_named(model, name):
+    """The node of `model`'s graph named `name`, or None."""
+    return next((node for node in model.graph if node.name == name), None)
 
 
 def session_error(error, model):
     """onnxruntime's refusal of a job graph, as a TraceError at the user's line of the op
     it names (or None when the message names no node of `model`)."""
     found = _NODE_NAME.search(str(error))
-    if not found:
+    node = _node_named(model, found.group(1)) if found else None
+    if node is None:
         return None
-    for node in model.graph:
-        if node.name == found.group(1):
-            types = ", ".join(str(v.type) if v is not None else "-" for v in node.inputs)
-            return TraceError(f"onnxruntime cannot run {node.op_type} on inputs ({types}): "
-                              f"{str(error).strip()}",
-                              location=node.metadata_props.get("source", "<unknown>"))
-    return None
+    types = ", ".join(str(v.type) if v is not None else "-" for v in node.inputs)
+    return TraceError(f"onnxruntime cannot run {node.op_type} on inputs ({types}): "
+                      f"{str(error).strip()}",
+                      location=node.metadata_props.get("source", "<unknown>"))
 
 
 def to_device(array, device, fresh=False):

@@ -49,6 +49,29 @@ class MirroredStep:
     def _feeds(self, names, feeds, extra=None):
         return part_feeds(names, feeds, self._store, self._variable_of, extra)
 
+    def _forward_backward(self, feeds):
+        """Part A on one device's or micro-batch's `feeds`: (user outputs and watched
+        values, gradients, the loss's element count, the state part A updates)."""
+        results = self._a.run(self._outputs_a, self._feeds(self._inputs_a, feeds))
+        n_user, n_grads = len(self._user), len(self._grads)
+        return (results[:n_user], results[n_user:n_user + n_grads],
+                float(np.asarray(results[n_user + n_grads])), results[n_user + n_grads + 1:])
+
+    def _update(self, feeds, sums, total, like):
+        """Part B on sum_d(g_d * c_d) / sum_d(c_d) (`sums` and `total`), in the dtypes of
+        the gradients `like`; stores the state it makes."""
+        grads = {name: (s / total).astype(g.dtype)
+                 for name, s, g in zip(self._grads, sums, like)}
+        self._store_all(self._state_b, self._b.run(None, self._feeds(self._inputs_b, feeds,
+                                                                      grads)))
+
+    def _store_all(self, items, values, which=None):
+        """Store `values` as the variables of `items` ((variable, output) pairs), those
+        that `which(variable)` accepts where it is given."""
+        for (variable, _), value in zip(items, values):
+            if which is None or which(variable):
+                self._store[variable] = backend.from_host(value, self._device)
+
     def run_devices(self, device_feeds):
         rank, ranks = distributed.world() if distributed.enabled() else (0, 1)
         if ranks > 1 and len(device_feeds) == ranks:
@@ -59,31 +82,28 @@ class MirroredStep:
                 f"per rank) or of one (this rank's own), got {len(device_feeds)}")
         else:
             mine = device_feeds
-        n_user, n_grads = len(self._user), len(self._grads)
-        per_device, sums, total = [], None, 0.0
+        outputs, sums, total = [], None, 0.0
         for feeds in mine:
-            results = self._a.run(self._outputs_a, self._feeds(self._inputs_a, feeds))
-            per_device.append(results)
-            count = float(np.asarray(results[n_user + n_grads]))
-            weighted = [np.asarray(g, np.float64) * count
-                        for g in results[n_user:n_user + n_grads]]
-            sums = weighted if sums is None else [s + w for s, w in zip(sums, weighted)]
+            user, grads, count, state = self._forward_backward(feeds)
+            outputs.append(user)
+            sums = add_weighted(sums, grads, count)
             total += count
-        first_state = per_device[0][n_user + n_grads + 1:]
+            if len(outputs) == 1:
+                first_grads, first_state = grads, state
         if ranks > 1:
             summed = distributed.total(sums + [np.array([total])])
             sums, total = summed[:-1], float(summed[-1][0])
             state = distributed.broadcast_from_rank0(dict(enumerate(first_state)))
             first_state = [state[i] for i in range(len(first_state))]
-        grads = {name: (s / total).astype(g.dtype) for name, s, g in
-                 zip(self._grads, sums, per_device[0][n_user:n_user + n_grads])}
-        results_b = self._b.run(None, self._feeds(self._inputs_b, mine[0], grads))
-        for (variable, _), value in zip(self._state_a, first_state):
-            self._store[variable] = backend.from_host(value, self._device)
-        for (variable, _), value in zip(self._state_b, results_b):
-            self._store[variable] = backend.from_host(value, self._device)
-        outputs = [results[:n_user] for results in per_device]
+        self._update(mine[0], sums, total, first_grads)
+        self._store_all(self._state_a, first_state)
         if ranks > 1 and len(device_feeds) == ranks:
             outputs = [out for gathered in distributed.all_gather_objects(outputs)
                        for out in gathered]
         return outputs
+
+
+def add_weighted(sums, grads, count):
+    """`sums` (float64 arrays, or None for none yet) plus `grads` * `count`."""
+    weighted = [np.asarray(g, np.float64) * count for g in grads]
+    return weighted if sums is None else [s + w for s, w in zip(sums, weighted)]

@@ -68,13 +68,12 @@ class JobRuntime:
             # gradient accumulation: the step runs part A once per micro-batch, each with
             # its own data readers' values (runtime/accumulation_step.py)
             self.ort_session = None
-            pipeline, self._pipeline = self._pipeline, None
+            pipeline = self._pipeline
             self._run = accumulation_step.AccumulationStep(
                 onnx.load_from_string(self.model_bytes), compiled, self.store,
                 lambda model: backend.create_session(model, self.device, is_train=True,
                                                      cuda_options=self._cuda_options()),
                 self.device, pipeline.next_feeds if pipeline is not None else None).run
-            self._micro_pipeline = pipeline
             return
         if compiled.loss_count_output is not None:
             self.ort_session = None
@@ -194,7 +193,8 @@ class JobRuntime:
         returns the user outputs and watched values (variables are updated in place).
         A run that cannot get memory raises DeviceMemoryError (runtime/out_of_memory.py)
         and changes no variable."""
-        if self._pipeline is not None:
+        if self._pipeline is not None and self.compiled.accumulation_steps == 1:
+            # (an accumulating step reads its micro-batches' values itself)
             feeds.update(self._pipeline.next_feeds(feeds))
         frozen = self._frozen.session_for_call() if self._frozen is not None else None
         try:
@@ -215,9 +215,8 @@ class JobRuntime:
         return self.run_devices([feeds])[0]
 
     def close(self):
-        for pipeline in (self._pipeline, getattr(self, "_micro_pipeline", None)):
-            if pipeline is not None:
-                pipeline.close()
+        if self._pipeline is not None:
+            self._pipeline.close()
 
     def _run_cuda(self, feeds):
         binding = self.ort_session.io_binding()
