@@ -3,7 +3,8 @@
     python -m onnxjob run script.py [ARGS...]           run a script written for OneFlow
                                                         (or a folder or zip with __main__.py)
     python -m onnxjob run -m package.module [ARGS...]   ... a module, as `python -m` runs it
-    python -m onnxjob run --nproc N script.py [ARGS...] N data-parallel ranks (onnxjob/launch.py)
+    python -m onnxjob run --nproc N script.py [ARGS...] N data-parallel ranks (onnxjob/launch.py;
+                                                        `--nproc N -m package.module` too)
                                                         (or flow.config.cpu_device_num(N) in
                                                         the script: onnxjob/frontend/ranks.py)
     python -m onnxjob export script.py:job -o m.onnx    write a job function as an .onnx file
@@ -94,6 +95,22 @@ def export_job(parser, target, output, checkpoint, dynamic_batch=False):
     print(f"wrote {output}")
 
 
+def _module_run(argv):
+    """(ranks, module, its arguments) of `run [--nproc N] -m MODULE [ARGS...]` (as torchrun
+    takes `--nproc_per_node N -m MODULE`), else None: everything after MODULE is the
+    module's, so argparse must not see it."""
+    if argv[:1] != ["run"]:
+        return None
+    rest, nproc = argv[1:], 1
+    if rest[:1] == ["--nproc"] and len(rest) > 1 and rest[1].isdigit():
+        rest, nproc = rest[2:], int(rest[1])
+    elif rest[:1] and rest[0].startswith("--nproc=") and rest[0][8:].isdigit():
+        rest, nproc = rest[1:], int(rest[0][8:])
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return nproc, rest[1], rest[2:]
+    return None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m onnxjob")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -114,9 +131,14 @@ def main(argv=None):
     table.add_argument("--markdown", action="store_true",
                        help="print the Markdown table of docs/settings.md (no current values)")
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:2] == ["run", "-m"] and len(argv) > 2:
+    module_run = _module_run(argv)
+    if module_run is not None:
         # the module's own arguments follow it, as after `python -m MODULE`
-        run_module(argv[2], argv[3:])
+        nproc, module, module_args = module_run
+        if nproc > 1:
+            from onnxjob.launch import launch
+            sys.exit(launch(["-m", module, *module_args], nproc))
+        run_module(module, module_args)
         return
     args = parser.parse_args(argv)
     if args.command == "settings":
@@ -125,7 +147,7 @@ def main(argv=None):
         return
     if args.command == "run" and args.nproc > 1:
         from onnxjob.launch import launch
-        sys.exit(launch(_script_path(parser, args.script), args.args, args.nproc))
+        sys.exit(launch([_script_path(parser, args.script), *args.args], args.nproc))
     if args.command == "run":
         run_script(_script_path(parser, args.script), args.args)
     else:

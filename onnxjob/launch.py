@@ -148,11 +148,12 @@ def stop(processes):
             p.wait()
 
 
-def launch(script, args, nproc):
-    """Run `nproc` ranks of `script`; returns the exit status for the launcher."""
+def launch(run_args, nproc):
+    """Run `nproc` ranks of `python -m onnxjob run *run_args` (a script and its arguments,
+    or `-m`, a module and its arguments); returns the exit status for the launcher."""
     _stop_signals_raise()
     port = free_port()
-    ranks = [start_rank([sys.executable, "-m", "onnxjob", "run", script, *args],
+    ranks = [start_rank([sys.executable, "-m", "onnxjob", "run", *run_args],
                         {**os.environ, **rank_environment(rank, rank, nproc, "127.0.0.1", port)})
              for rank in range(nproc)]
     try:

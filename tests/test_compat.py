@@ -42,7 +42,8 @@ def test_run_resolves_every_oneflow_import_spelling(tmp_path):
     assert f"argv ['--flag', 'x'] main __main__ path0 {tmp_path}" in done.stdout
 
 
-def test_run_m_runs_a_module_of_a_package_as_python_m_does(tmp_path):
+@pytest.mark.parametrize("ranks", [[], ["--nproc", "2"]])
+def test_run_m_runs_a_module_of_a_package_as_python_m_does(tmp_path, ranks):
     # OneFlow programs started as `python3 -m gpt-2.src.train`: relative imports need the
     # package, found from the current directory (here a package name with a hyphen)
     package = tmp_path / "gpt-2"
@@ -51,16 +52,21 @@ def test_run_m_runs_a_module_of_a_package_as_python_m_does(tmp_path):
         init.write_text("")
     write(package / "src" / "helpers.py", "UNITS = 3\n")
     write(package / "src" / "train.py", """
+        import os
         import sys
         import oneflow as flow
         from .helpers import UNITS
         assert flow.nn is __import__("onnxjob").nn
         print("argv", sys.argv[1:], "main", __name__, "units", UNITS,
-              "file", sys.argv[0].endswith("train.py"))
+              "file", sys.argv[0].endswith("train.py"), "rank", os.environ.get("RANK"))
     """)
-    done = run_onnxjob("run", "-m", "gpt-2.src.train", "--seq_len=16", "x", cwd=tmp_path)
+    # (with --nproc, as torchrun's `--nproc_per_node N -m MODULE`: each rank runs it)
+    done = run_onnxjob("run", *ranks, "-m", "gpt-2.src.train", "--seq_len=16", "x",
+                       cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "argv ['--seq_len=16', 'x'] main __main__ units 3 file True" in done.stdout
+    line = "argv ['--seq_len=16', 'x'] main __main__ units 3 file True rank"
+    assert (done.stdout.count(f"{line} 0") + done.stdout.count(f"{line} 1") == 2 if ranks
+            else f"{line} None" in done.stdout)
 
 
 def test_an_unknown_oneflow_name_names_it_and_the_users_line(tmp_path):

@@ -1,5 +1,5 @@
 """function_config.train.num_gradient_accumulation_steps(n), as OneFlow runs it
-(runtime/accumulation_step.py): each call's batch is n micro-batches, each forward and
+(runtime/micro_batches.py): each call's batch is n micro-batches, each forward and
 backward runs on one of them (its own batch statistics), the gradients are added and
 scaled by one over the loss's element count times n, one update is applied, and the
 returned values are the micro-batches' concatenated."""
@@ -22,14 +22,20 @@ BATCHES = [(RNG.normal(size=(ROWS, FEATURES)).astype(np.float32),
 LR, MOMENTUM, BN_MOMENTUM = 0.1, 0.9, 0.9
 
 
-def accumulating_job(steps=STEPS, loss_scale_policy=None, amp=False):
+def accumulating_job(steps=STEPS, loss_scale_policy=None, amp=False, rows=ROWS,
+                     mirrored=False):
+    """Linear + BatchNorm1d with a per-row loss, accumulating over `steps` micro-batches
+    of `rows` (tp.ListNumpy placeholders under the mirrored view with `mirrored`)."""
     config = flow.FunctionConfig()
     config.train.num_gradient_accumulation_steps(steps)
     config.enable_auto_mixed_precision(amp)
+    kind = tp.ListNumpy if mirrored else tp.Numpy
+    if mirrored:
+        config.default_logical_view(flow.scope.mirrored_view())
 
     @flow.global_function(type="train", function_config=config)
-    def job(x: tp.Numpy.Placeholder((ROWS, FEATURES)),
-            t: tp.Numpy.Placeholder((ROWS, UNITS))) -> tp.Numpy:
+    def job(x: kind.Placeholder((rows, FEATURES)),
+            t: kind.Placeholder((rows, UNITS))) -> kind:
         w = flow.get_variable("w", (FEATURES, UNITS), initializer=flow.zeros_initializer())
         b = flow.get_variable("b", (UNITS,), initializer=flow.zeros_initializer())
         y = flow.layers.batch_normalization(flow.matmul(x, w) + b, axis=1,
@@ -212,16 +218,39 @@ def test_a_number_of_steps_that_is_not_a_whole_number_is_refused(steps):
         job(np.zeros((2, 2), np.float32))
 
 
-def test_accumulation_over_mirrored_devices_is_refused_naming_the_flag():
+def test_accumulation_over_mirrored_devices_weights_every_micro_batch_of_every_device():
+    """A mirrored view over two devices, two micro-batches each: four forward and backward
+    passes, each with its own batch statistics, and one update on their gradients, as one
+    device accumulating over the same four micro-batches; each device's losses are its
+    micro-batches' packed, and the moving statistics those of the first device's
+    micro-batches in turn (the replica OneFlow's checkpoints save)."""
     import warnings
+    (x0, t0), (x1, t1) = BATCHES[:2]
+
+    def trained(job, *args):
+        out = job(*args)
+        return out, {k: v.numpy() for k, v in flow.get_all_variables().items()
+                     if not k.startswith("System-")}
+    flow.clear_default_session()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")     # gpu_device_num(n > 1) on one device says so
         flow.config.gpu_device_num(2)
-    job = linear_job(2, 4, mirrored=True)
-    x = np.zeros((4, 2), np.float32)
-    with pytest.raises(TraceError, match=r"num_gradient_accumulation_steps\(2\) is not "
-                                         "supported yet .* mirrored devices"):
-        job([x, x])
+    losses, mirrored = trained(accumulating_job(mirrored=True), [x0, x1], [t0, t1])
+    flow.clear_default_session()
+    whole_losses, one_device = trained(accumulating_job(steps=2 * STEPS, rows=2 * ROWS),
+                                       np.concatenate([x0, x1]), np.concatenate([t0, t1]))
+    assert [np.shape(v) for v in losses] == [(ROWS,), (ROWS,)]
+    np.testing.assert_allclose(np.concatenate(losses), whole_losses, rtol=1e-5)
+    moving = {"bn-moving_mean", "bn-moving_variance"}
+    for name, value in one_device.items():
+        if name not in moving:
+            np.testing.assert_allclose(mirrored[name], value, rtol=1e-5, atol=1e-6,
+                                       err_msg=name)
+    flow.clear_default_session()
+    _, first_device = trained(accumulating_job(), x0, t0)
+    for name in moving:
+        np.testing.assert_allclose(mirrored[name], first_device[name], rtol=1e-6, err_msg=name)
+        assert np.abs(mirrored[name] - one_device[name]).max() > 1e-4
 
 
 def test_a_mirrored_input_whose_rows_do_not_divide_names_the_input():

@@ -187,7 +187,7 @@ class JobFunction:
     def accumulation_steps(self):
         """`function_config.train.num_gradient_accumulation_steps(n)` of a train job: each
         call's placeholders hold n micro-batches, and its body is traced for one of them
-        (runtime/accumulation_step.py); 1 otherwise."""
+        (runtime/micro_batches.py); 1 otherwise."""
         steps = self.config.train_conf.get("num_gradient_accumulation_steps", 1)
         return 1 if steps is None or not self.is_train else steps
 
@@ -196,11 +196,6 @@ class JobFunction:
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise TraceError(f"function_config.train.num_gradient_accumulation_steps takes a "
                              f"whole number >= 1, got {steps!r}", location=self.location)
-        if steps > 1 and (distributed.enabled() or self.mirrored_step):
-            raise TraceError(
-                f"function_config.train.num_gradient_accumulation_steps({steps}) is not "
-                "supported yet for a train step over data-parallel ranks or mirrored devices "
-                "(it runs in one process on one device)", location=self.location)
         return steps
 
     @property
@@ -257,8 +252,9 @@ class JobFunction:
         if not session.is_running:
             self._start_session(session, device_feeds)
         if self.is_train and session.data_parallel and not self.mirrored_step:
-            device_feeds = [{name: distributed.local_rows(value) for name, value in feeds.items()}
-                            for feeds in device_feeds]
+            steps = self.accumulation_steps
+            device_feeds = [{name: distributed.local_rows(value, steps)
+                             for name, value in feeds.items()} for feeds in device_feeds]
         if self.reads_values or self._eager_inputs_changed(session, device_feeds):
             runtime = self._runtime_with_values(session, device_feeds)
         else:
@@ -347,10 +343,11 @@ def _placeholders(builder, annotation, name, split=False, micro=1):
     dynamic = issubclass(annotation, (tp.ListNumpyDef,))
     tensor_list = issubclass(annotation, tp.ListListNumpyDef)
     shape = annotation.shape
-    if split and issubclass(annotation, tp.NumpyDef):
-        distributed.local_batch(shape, f"placeholder {name!r}")
     if micro > 1:
         shape = micro_batch_shape(shape, micro, f"placeholder {name!r}")
+    if split and issubclass(annotation, tp.NumpyDef):
+        what = f"placeholder {name!r}" + (f" (one of {micro} micro-batches)" if micro > 1 else "")
+        distributed.local_batch(shape, what)
     blob = builder.add_input(name, shape, annotation.np_dtype(), dynamic=dynamic,
                              tensor_list=tensor_list)
     blob.is_dynamic = dynamic or tensor_list
@@ -404,8 +401,8 @@ class _BoundRun:
 
     def __call__(self):
         compiled = self.runtime.compiled
-        if compiled.loss_count_output is not None and compiled.accumulation_steps == 1:
-            # a mirrored train step
+        if compiled.loss_count_output is not None and len(self.device_feeds) > 1:
+            # a mirrored train step over several devices
             per_device = self.runtime.run_devices(self.device_feeds)
         else:
             per_device = [self.runtime.run(feeds) for feeds in self.device_feeds]

@@ -40,7 +40,7 @@ class CompiledGraph:
         # variable -> output of its gradient (data-parallel train jobs only)
         self.gradient_outputs = gradient_outputs or {}
         # the loss's element count, an output of a mirrored step (runtime/mirrored_step.py)
-        # and of an accumulating one (runtime/accumulation_step.py)
+        # and of an accumulating one (runtime/micro_batches.py)
         self.loss_count_output = None
         # function_config.train.num_gradient_accumulation_steps, and the variables each
         # micro-batch updates in turn (batch norms' moving statistics)
@@ -123,10 +123,11 @@ def compile_job(job, variable_registry=None, seed=None, value_reader=None):
     grads = {}      # the gradients made outputs: a data-parallel, mirrored or accumulating step
     accumulation = getattr(job, "accumulation_steps", 1)
     accumulation = accumulation if isinstance(accumulation, int) else 1   # (trace says why)
-    # (an accumulating step runs per micro-batch as a mirrored one per device)
-    mirrored = getattr(job, "mirrored_step", False) or accumulation > 1
+    mirrored_view = getattr(job, "mirrored_step", False)
     data_parallel = job.is_train and getattr(variable_registry, "data_parallel", False) \
-        and not mirrored
+        and not mirrored_view
+    # (on one device an accumulating step runs per micro-batch as a mirrored one per device)
+    mirrored = mirrored_view or (accumulation > 1 and not data_parallel)
     loss_count = None
     if data_parallel:
         builder.data_parallel_ranks = distributed.world()[1]
@@ -139,7 +140,7 @@ def compile_job(job, variable_registry=None, seed=None, value_reader=None):
             # the body failed on the zeros it read: it runs with its values at each call
             return DeclaringTrace(builder.values_read)
         # the batch norms' moving statistics, which each micro-batch of an accumulating
-        # step updates in turn (runtime/accumulation_step.py)
+        # step updates in turn (runtime/micro_batches.py)
         moving_statistics = frozenset(builder.moving_averages)
         moving_averages.flush(builder)
         optimizer = builder.optimizer

@@ -15,6 +15,7 @@ import onnx.utils
 
 from onnxjob.graph.split_batch import MEAN, SUM, WHOLE, Split, split_batch
 from onnxjob.runtime import backend, distributed, value_paths
+from onnxjob.runtime.micro_batches import micro_batches, pack
 from onnxjob.runtime.staged import StagedSession
 
 
@@ -76,7 +77,7 @@ class DataParallelStep:
     CPU, OrtValues on the rank's GPU."""
 
     def __init__(self, model_bytes, compiled, store, create_session, job_name, config,
-                 device="cpu"):
+                 device="cpu", next_source_feeds=None):
         model = onnx.load_from_string(model_bytes)
         self._store = store
         self._grads = list(compiled.gradient_outputs.values())
@@ -99,7 +100,11 @@ class DataParallelStep:
         self._bucket_bytes = float(config.get("all_reduce_group_min_mbyte", 16)) * 2 ** 20
         self._half = bool(config.get("all_reduce_fp16", False))
         self._path = value_paths.for_device(device, backend.cuda_device_id())
-        self.run = self._run_device if self._path.device_resident else self._run_host
+        # gradient accumulation (runtime/micro_batches.py): part A runs once per micro-batch
+        self._steps = compiled.accumulation_steps
+        self._placeholders = set(compiled.placeholder_names)
+        self._next_source_feeds = next_source_feeds
+        self._moving = compiled.moving_statistics
         self._a = StagedSession(part_a, create_session, self._path)
         self._b = create_session(_extract(model, graph_inputs + self._grads,
                                           [o for _, o in self._state_b]).SerializeToString())
@@ -117,38 +122,67 @@ class DataParallelStep:
         return _BucketedReducer(self._reduced_kinds, self._bucket_bytes, self._half,
                                 self._path.total_async)
 
-    def _run_host(self, feeds):
-        """A step on the CPU: NumPy arrays in and out of the collectives."""
-        n_user = len(self._user)
-        reducer = self._reducer()
-        results_a = self._a.run(self._feeds(self._inputs_a, feeds), reducer.add)
-        reduced = reducer.finish()
-        grads = {name: reduced[name] for name in self._grads}
-        results_b = self._b.run(None, self._feeds(self._inputs_b, feeds, grads))
-        for variable, output in self._state_a:
-            self._store[variable] = reduced[output]
-        for (variable, _), value in zip(self._state_b, results_b):
-            self._store[variable] = value
-        return [self._whole(v, kind) for v, kind in zip(results_a[:n_user], self._kinds)]
-
-    def _run_device(self, feeds):
-        """A step whose gradients stay on the device: part A's outputs are torch tensors
-        over onnxruntime's buffers, reduced there, and part B reads the sums by DLPack."""
-        path, n_user = self._path, len(self._user)
-        reducer = self._reducer()
-        results_a = self._a.run(self._feeds(self._inputs_a, feeds, stored=_as_stored),
-                                reducer.add)
-        reduced = reducer.finish()
-        grads = {name: reduced[name] for name in self._grads}
-        inputs_b = {name: path.feed(value) for name, value in
-                    self._feeds(self._inputs_b, feeds, grads, stored=_as_stored).items()}
-        new = dict(zip(self._outputs_b, path.run(self._b, self._outputs_b, inputs_b)))
+    def run(self, feeds):
+        """One step on this rank's rows `feeds` (with gradient accumulation, each
+        micro-batch's share of this rank in turn, concatenated:
+        distributed.local_rows): the user outputs as one process on the whole batch
+        returns them."""
+        resident = self._path.device_resident
+        # on CUDA part A's outputs are torch tensors over onnxruntime's buffers, reduced
+        # there, and part B reads the sums by DLPack; on the CPU they are NumPy arrays
+        stored = _as_stored if resident else backend.host_array
+        keep = self._path.stored if resident else _as_stored
+        parts = [feeds] if self._steps == 1 else micro_batches(
+            feeds, self._steps, self._placeholders, self._next_source_feeds)
+        outputs, grads, state = self._forward_backward(parts, stored, keep)
+        inputs_b = self._feeds(self._inputs_b, parts[0], grads, stored=stored)
+        if resident:
+            inputs_b = {name: self._path.feed(value) for name, value in inputs_b.items()}
+            new = self._path.run(self._b, self._outputs_b, inputs_b)
+        else:
+            new = self._b.run(None, inputs_b)
+        # the state part A made (batch norm's moving statistics: the last micro-batch's,
+        # the rest, e.g. the step counter, the first's) with part B's, in one step
         self._store.replace_all(
             [v for v, _ in self._state_a] + [v for v, _ in self._state_b],
-            [path.stored(reduced[o]) for _, o in self._state_a] +
-            [path.stored(new[o]) for _, o in self._state_b])
-        return [self._whole(path.host(v), kind)
-                for v, kind in zip(results_a[:n_user], self._kinds)]
+            [keep(state[o]) for _, o in self._state_a] + [keep(value) for value in new])
+        host = self._path.host if resident else _as_stored
+        per_part = [[self._whole(host(v), kind) for v, kind in zip(values, self._kinds)]
+                    for values in outputs]
+        return per_part[0] if self._steps == 1 else [pack(v) for v in zip(*per_part)]
+
+    def _forward_backward(self, parts, stored, keep):
+        """Part A on each micro-batch's feeds of `parts` in turn (one without gradient
+        accumulation), each with its collectives: (each part's user outputs, the
+        gradients summed over the ranks and averaged over the parts, the reduced state of
+        part A). Each micro-batch's moving statistics are stored for the next to read;
+        the gradients are added on this rank and reduced once, in the last part's
+        buckets (OneFlow's acc before the model's all-reduce)."""
+        outputs, pending, state = [], {}, {}
+        grads, steps = set(self._grads), len(parts)
+        for k, feeds in enumerate(parts):
+            last, reducer = k == steps - 1, self._reducer()
+
+            def add(values, last=last, reducer=reducer):
+                for name, value in values.items():
+                    if name in grads and steps > 1:
+                        value = value if name not in pending else pending.pop(name) + value
+                        if not last:
+                            pending[name] = value
+                            continue
+                        value = value / steps
+                    reducer.add({name: value})
+            results = self._a.run(self._feeds(self._inputs_a, feeds, stored=stored), add)
+            reduced = reducer.finish()
+            outputs.append(results[:len(self._user)])
+            for variable, output in self._state_a:
+                if k == 0 or variable in self._moving:
+                    state[output] = reduced[output]
+            if not last:
+                moving = [(v, o) for v, o in self._state_a if v in self._moving]
+                self._store.replace_all([v for v, _ in moving],
+                                        [keep(state[o]) for _, o in moving])
+        return outputs, {name: reduced[name] for name in self._grads}, state
 
     def _whole(self, value, kind):
         """A step output as the whole batch's (as one process on the whole batch returns it)."""

@@ -314,9 +314,14 @@ def barrier():
         _torch_distributed()[1].barrier()
 
 
-def local_rows(array):
-    """This rank's share of a global batch (rows along the first axis)."""
+def local_rows(array, micro_batches=1):
+    """This rank's share of a global batch (rows along the first axis). Split in
+    `micro_batches` equal parts (gradient accumulation), this rank's share of each part,
+    concatenated: the rank's k-th micro-batch is its share of the batch's k-th, so that the
+    ranks together step as one process does on the whole batch."""
     rank, size = world()
+    if micro_batches > 1 and array.ndim and array.shape[0] % (micro_batches * size) == 0:
+        return np.concatenate([local_rows(part) for part in np.split(array, micro_batches)])
     share = array.shape[0] // size
     return array[rank * share:(rank + 1) * share]
 

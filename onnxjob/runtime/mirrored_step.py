@@ -14,6 +14,11 @@ outputs it too); the combined gradient is sum_d(g_d * c_d) / sum_d(c_d). State t
 forward pass updates (batch norm's moving statistics) is taken from the first device, the
 replica OneFlow's checkpoints save.
 
+With gradient accumulation (runtime/micro_batches.py) each device list element is split
+into the micro-batches, part A runs once per micro-batch of each element, all weighted
+as above, and each device's returned values are packed over its micro-batches; one
+device's accumulating step (a consistent-view job) is the step of one element.
+
 Across data-parallel ranks (runtime/distributed.py) each rank runs its own list elements:
 given one element per rank (the list OneFlow's master process passes), rank r runs element
 r; given one element, a rank runs it as its own device's (each rank feeding its own data,
@@ -24,13 +29,21 @@ import numpy as np
 
 from onnxjob.runtime import backend, distributed
 from onnxjob.runtime.data_parallel import _extract, part_feeds, state_by_part
+from onnxjob.runtime.micro_batches import micro_batches, pack
 
 
 class MirroredStep:
     """`run_devices([feeds per device])` -> [user outputs and watched values per device]."""
 
-    def __init__(self, model, compiled, store, create_session, device):
+    def __init__(self, model, compiled, store, create_session, device,
+                 next_source_feeds=None):
         self._store, self._device = store, device
+        # gradient accumulation: the micro-batches of each device list element, each with
+        # the data readers' next values (`next_source_feeds`, runtime/pipeline.py)
+        self._steps = compiled.accumulation_steps
+        self._placeholders = set(compiled.placeholder_names)
+        self._next_source_feeds = next_source_feeds
+        self._moving = compiled.moving_statistics
         self._grads = list(compiled.gradient_outputs.values())
         self._count = compiled.loss_count_output
         self._user = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
@@ -82,21 +95,34 @@ class MirroredStep:
                 f"per rank) or of one (this rank's own), got {len(device_feeds)}")
         else:
             mine = device_feeds
-        outputs, sums, total = [], None, 0.0
-        for feeds in mine:
-            user, grads, count, state = self._forward_backward(feeds)
-            outputs.append(user)
-            sums = add_weighted(sums, grads, count)
-            total += count
-            if len(outputs) == 1:
-                first_grads, first_state = grads, state
+        steps = self._steps
+        parts = [[feeds] if steps == 1 else micro_batches(
+            feeds, steps, self._placeholders, self._next_source_feeds) for feeds in mine]
+        outputs, sums, total = [[] for _ in mine], None, 0.0
+        for k in range(steps):
+            for device, device_parts in enumerate(parts):
+                user, grads, count, state = self._forward_backward(device_parts[k])
+                outputs[device].append(user)
+                sums = add_weighted(sums, grads, count)
+                total += count
+                if device == 0 and k == 0:
+                    first_grads, first_state = grads, state
+                if device == 0 and steps > 1:
+                    # the moving statistics now, for the next micro-batch to read
+                    self._store_all(self._state_a, state, self._moving.__contains__)
+                    last_state = state
+        if steps > 1:   # the moving statistics the last's, the rest (the step counter) the first's
+            first_state = [last if variable in self._moving else first for (variable, _), first,
+                           last in zip(self._state_a, first_state, last_state)]
         if ranks > 1:
             summed = distributed.total(sums + [np.array([total])])
             sums, total = summed[:-1], float(summed[-1][0])
             state = distributed.broadcast_from_rank0(dict(enumerate(first_state)))
             first_state = [state[i] for i in range(len(first_state))]
-        self._update(mine[0], sums, total, first_grads)
+        self._update(parts[0][0], sums, total, first_grads)
         self._store_all(self._state_a, first_state)
+        outputs = [values[0] if steps == 1 else [pack(v) for v in zip(*values)]
+                   for values in outputs]
         if ranks > 1 and len(device_feeds) == ranks:
             outputs = [out for gathered in distributed.all_gather_objects(outputs)
                        for out in gathered]

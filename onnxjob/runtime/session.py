@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 import onnx
 
-from onnxjob.runtime import (accumulation_step, arena_reserve, backend, cuda_graph,
+from onnxjob.runtime import (arena_reserve, backend, cuda_graph,
                              data_parallel, distributed, eager_values, in_place, mirrored_step,
                              out_of_memory)
 from onnxjob.runtime.executor import Executor, interrupt_deferred
@@ -64,25 +64,18 @@ class JobRuntime:
             self.ort_session = None
             self._run = _nothing_to_compute
             return
-        if compiled.accumulation_steps > 1:
-            # gradient accumulation: the step runs part A once per micro-batch, each with
-            # its own data readers' values (runtime/accumulation_step.py)
-            self.ort_session = None
-            pipeline = self._pipeline
-            self._run = accumulation_step.AccumulationStep(
-                onnx.load_from_string(self.model_bytes), compiled, self.store,
-                lambda model: backend.create_session(model, self.device, is_train=True,
-                                                     cuda_options=self._cuda_options()),
-                self.device, pipeline.next_feeds if pipeline is not None else None).run
-            return
+        # gradient accumulation: the step runs part A once per micro-batch, each with its
+        # own data readers' values (runtime/micro_batches.py)
+        next_source_feeds = self._pipeline.next_feeds if self._pipeline is not None else None
         if compiled.loss_count_output is not None:
-            self.ort_session = None
+            # a mirrored step, or one device's accumulating step (runtime/mirrored_step.py);
             # (the job's CUDA options too: TF32 as the session chose, the arena)
+            self.ort_session = None
             step = mirrored_step.MirroredStep(
                 onnx.load_from_string(self.model_bytes), compiled, self.store,
                 lambda model: backend.create_session(model, self.device, is_train=True,
                                                      cuda_options=self._cuda_options()),
-                self.device)
+                self.device, next_source_feeds)
             self._run = self._one_device_of_mirrored
             self.run_devices = step.run_devices
             return
@@ -94,7 +87,7 @@ class JobRuntime:
             self._run = data_parallel.DataParallelStep(
                 self.model_bytes, compiled, self.store,
                 lambda model: backend.create_session(model, self.device, True, options),
-                job.name, job.config, self.device).run
+                job.name, job.config, self.device, next_source_feeds).run
             return
         self._graph = None
         self._uncaptured = None     # a plain session for feeds the captured graphs do not fit
