@@ -131,6 +131,43 @@ def test_mixed_precision_accumulates_as_float32_does():
     assert np.abs(full["w"] - W0).max() > 0.05      # (the steps moved w by more than that)
 
 
+@pytest.mark.parametrize("amp", [False, True])
+def test_the_device_path_accumulates_as_the_host_path(monkeypatch, amp):
+    """One device's accumulation with its gradients and state kept on the device (on a
+    GPU; here through the same IOBinding runs with CPU OrtValues): the same losses and
+    weights as the host path, whose float64 sums it replaces by a float32 running mean."""
+    from onnxjob.runtime import device_accumulation, mirrored_step
+
+    def trained(on_device):
+        monkeypatch.setattr(device_accumulation, "applies",
+                            lambda device, ranks, elements: on_device)
+        calls = []
+        monkeypatch.setattr(mirrored_step.MirroredStep, "_accumulate_on_device",
+                            _counted(mirrored_step.MirroredStep._accumulate_on_device, calls))
+        flow.clear_default_session()
+        job = accumulating_job(steps=3, amp=amp, loss_scale_policy=(
+            flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=2.0 ** 10)
+            if amp else None))
+        losses = np.concatenate([job(x, t) for x, t in BATCHES])
+        assert len(calls) == (len(BATCHES) if on_device else 0)
+        return losses, {k: v.numpy() for k, v in flow.get_all_variables().items()}
+    device_losses, on_device = trained(True)
+    host_losses, on_host = trained(False)
+    np.testing.assert_allclose(device_losses, host_losses, rtol=1e-6, atol=1e-7)
+    assert sorted(on_device) == sorted(on_host)
+    for name, value in on_host.items():
+        np.testing.assert_allclose(on_device[name], value, rtol=1e-5, atol=1e-7, err_msg=name)
+    # (micro-batches of two rows: batch norm leaves small gradients, which moved w so)
+    assert np.abs(on_host["w"] - W0).max() > 1e-3
+
+
+def _counted(function, calls):
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        return function(*args, **kwargs)
+    return wrapped
+
+
 def test_micro_batches_differ_from_one_whole_batch():
     """Each micro-batch normalizes by its own statistics: the accumulated step is not the
     whole batch's (what this test's twin would miss if it compared the wrong thing)."""

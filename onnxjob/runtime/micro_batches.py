@@ -28,7 +28,7 @@ def micro_batches(feeds, steps, placeholders, next_source_feeds=None):
     `placeholders`) rows split in `steps` equal parts (the job's argument checks gave them
     the placeholder's shape), the other feeds repeated, and each with the data readers'
     next values (`next_source_feeds(part)`, runtime/pipeline.py) where there are readers."""
-    parts = [dict() for _ in range(steps)]
+    parts = [{} for _ in range(steps)]
     for name, value in feeds.items():
         if name in placeholders:
             value = np.asarray(value)

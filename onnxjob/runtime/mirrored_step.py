@@ -27,7 +27,7 @@ state comes from rank 0, and with one element per rank every rank returns all of
 """
 import numpy as np
 
-from onnxjob.runtime import backend, distributed
+from onnxjob.runtime import backend, device_accumulation, distributed
 from onnxjob.runtime.data_parallel import _extract, part_feeds, state_by_part
 from onnxjob.runtime.micro_batches import micro_batches, pack
 
@@ -58,9 +58,14 @@ class MirroredStep:
         self._variable_of = {i: v for v, i in compiled.variable_inputs.items()}
         self._inputs_a = [i.name for i in self._a.get_inputs()]
         self._inputs_b = [i.name for i in self._b.get_inputs()]
+        # one device's accumulation on the device (runtime/device_accumulation.py), made
+        # at its first step
+        self._make_device_runs = lambda: device_accumulation.DeviceRuns(
+            self, device, create_session, [_output_type(model, g) for g in self._grads])
+        self._device_runs = None
 
-    def _feeds(self, names, feeds, extra=None):
-        return part_feeds(names, feeds, self._store, self._variable_of, extra)
+    def _feeds(self, names, feeds, extra=None, stored=backend.host_array):
+        return part_feeds(names, feeds, self._store, self._variable_of, extra, stored)
 
     def _forward_backward(self, feeds):
         """Part A on one device's or micro-batch's `feeds`: (user outputs and watched
@@ -96,6 +101,9 @@ class MirroredStep:
         else:
             mine = device_feeds
         steps = self._steps
+        if steps > 1 and device_accumulation.applies(self._device, ranks, len(mine)):
+            return [self._accumulate_on_device(micro_batches(
+                mine[0], steps, self._placeholders, self._next_source_feeds))]
         parts = [[feeds] if steps == 1 else micro_batches(
             feeds, steps, self._placeholders, self._next_source_feeds) for feeds in mine]
         outputs, sums, total = [[] for _ in mine], None, 0.0
@@ -127,6 +135,38 @@ class MirroredStep:
             outputs = [out for gathered in distributed.all_gather_objects(outputs)
                        for out in gathered]
         return outputs
+
+
+    def _accumulate_on_device(self, parts):
+        """One device's accumulating step over the micro-batches' feeds `parts`, its
+        gradients and state kept on the device (runtime/device_accumulation.py): the
+        user outputs and watched values, packed over the micro-batches."""
+        if self._device_runs is None:
+            self._device_runs = self._make_device_runs()
+        runs, outputs, mean, total = self._device_runs, [], None, 0.0
+        moving = [i for i, (v, _) in enumerate(self._state_a) if v in self._moving]
+        for feeds in parts:
+            user, grads, count, state = runs.forward_backward(feeds)
+            outputs.append(user)
+            mean = runs.running_mean(mean, grads, total, count)
+            total += count
+            # the moving statistics now, for the next micro-batch to read; the rest (the
+            # train step's counter) the first micro-batch's, after the update
+            for i in moving:
+                self._store[self._state_a[i][0]] = runs.stored(state[i])
+            if len(outputs) == 1:
+                first_state = state
+        new = runs.update(parts[0], mean)
+        kept = [state[i] if i in moving else first_state[i] for i in range(len(state))]
+        self._store.replace_all(
+            [v for v, _ in self._state_a] + [v for v, _ in self._state_b],
+            [runs.stored(value) for value in kept + new])
+        return [pack(values) for values in zip(*outputs)]
+
+
+def _output_type(model, name):
+    """The element type of graph output `name` of `model` (an onnx ModelProto)."""
+    return next(o.type.tensor_type.elem_type for o in model.graph.output if o.name == name)
 
 
 def add_weighted(sums, grads, count):
