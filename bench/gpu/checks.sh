@@ -28,7 +28,7 @@
 #   shared-arena  the CUDA tests and memory rows with one shared CUDA arena, the speed rows
 #              as shipped and shared, BERT's AMP row, the first ResNet50 call
 #   next       the open questions of the last notes in one call, most wanted first: the CUDA
-#              tests (variables in the shared arena), where a replayed ResNet50 AMP step's time goes (kernels by family), BERT's memory row
+#              tests (variables in the shared arena; accumulation on the device), where a replayed ResNet50 AMP step's time goes (kernels by family), BERT's memory row
 #              as shipped and without CUDA graphs, the ResNet50 speed rows, a first call
 #   forms      standard-ONNX formulations of the optimizer's axpby and the batch norm
 #              backward's per-row (half) and per-channel (float32) sums, timed side by side
@@ -168,6 +168,9 @@ case "$1" in
   next)
     timeout "$(left 100)" python3 -m pytest -q -s -p no:cacheprovider -rs tests/test_cuda.py \
       2>&1 | tee "$out/gpu_tests.log" | grep -E "device memory|passed|failed|FAILED|Error" | tail -20
+    # one GPU's accumulating step on the device (runtime/device_accumulation.py) vs the host
+    ONNXJOB_DEVICE=cuda timeout "$(left 140)" python3 -m pytest -q -p no:cacheprovider -rs \
+      tests/test_gradient_accumulation.py 2>&1 | tail -8 | tee -a "$out/gpu_tests.log"
     timeout "$(left 230)" python3 bench/gpu_kernels.py resnet50 --amp --by-family --top 25 2>&1 \
       | tee "$out/kernels.log"
     for variant in "" "ONNXJOB_CUDA_GRAPH=0"; do
@@ -185,6 +188,8 @@ case "$1" in
   first-look)
     timeout "$(left 100)" python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py 2>&1 \
       | tail -25 | tee "$out/gpu_tests.log"
+    ONNXJOB_DEVICE=cuda timeout "$(left 140)" python3 -m pytest -q -p no:cacheprovider -rs \
+      tests/test_gradient_accumulation.py 2>&1 | tail -8 | tee -a "$out/gpu_tests.log"
     timeout "$(left 300)" python3 bench/bench_gpu.py --memory-steps 3 --memory-timeout 150 \
       --rows resnet50-amp-memory,resnet50-memory,bert-amp-memory --json "$out/memory.json" 2>&1 \
       | tee "$out/memory.log"
