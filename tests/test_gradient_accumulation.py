@@ -199,6 +199,34 @@ def test_a_scalar_loss_comes_back_once_per_micro_batch():
     np.testing.assert_allclose(w[:, 0], 1.0 - 0.5 * x.mean(0), rtol=1e-6)
 
 
+def test_a_watch_sees_each_micro_batch_as_oneflow_s_watch_op_runs_per_micro_batch():
+    """flow.watch and flow.watch_diff in an accumulating body: their handlers run once per
+    micro-batch with that micro-batch's values (OneFlow packs only the returned blobs);
+    the returned value is packed."""
+    flow.clear_default_session()
+    seen, diffs = [], []
+    config = flow.FunctionConfig()
+    config.train.num_gradient_accumulation_steps(3)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((6, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+        y = flow.matmul(x, w)
+        flow.watch(y, lambda v: seen.append(v.numpy().copy()))
+        flow.watch_diff(y, lambda v: diffs.append(v.numpy().copy()))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0])).minimize(y)
+        return y
+
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    returned = job(x)
+    np.testing.assert_array_equal(returned, x.sum(1, keepdims=True))
+    assert [v.shape for v in seen] == [(2, 1)] * 3
+    np.testing.assert_array_equal(np.concatenate(seen), returned)
+    # (the backward's own diff of each micro-batch's loss of 2 rows: ones, as OneFlow's)
+    assert [v.shape for v in diffs] == [(2, 1)] * 3
+    np.testing.assert_array_equal(np.concatenate(diffs), np.ones((6, 1), np.float32))
+
+
 def test_data_readers_read_one_batch_per_micro_batch(tmp_path):
     records = [{"value": np.float32([i])} for i in range(8)]
     ofrecord.write_dataset(str(tmp_path), records, part_name_suffix_length=-1)

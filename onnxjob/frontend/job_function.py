@@ -13,6 +13,7 @@ from onnxjob import typing as tp
 from onnxjob.frontend.config import FunctionConfig, process_config, started_session
 from onnxjob.ops import qat
 from onnxjob.runtime import distributed
+from onnxjob.runtime.micro_batches import PerMicroBatch
 from onnxjob.runtime.session import default_session, default_session_slot
 from onnxjob.train.optimizer import resolve_optimizer
 from onnxjob.source_info import user_location, warn_at_user_line
@@ -409,7 +410,11 @@ class _BoundRun:
         outs = [list(values) for values in zip(*per_device)]
         n_user = len(compiled.output_names)
         for values, (_, handler, _) in zip(outs[n_user:], compiled.watch_outputs):
-            handler(values)
+            if isinstance(values[0], PerMicroBatch):    # once per micro-batch, as OneFlow
+                for micro in zip(*values):
+                    handler(list(micro))
+            else:
+                handler(values)
         return results.build(compiled.output_tree, outs[:n_user])
 
 

@@ -15,7 +15,7 @@ import onnx.utils
 
 from onnxjob.graph.split_batch import MEAN, SUM, WHOLE, Split, split_batch
 from onnxjob.runtime import backend, distributed, value_paths
-from onnxjob.runtime.micro_batches import micro_batches, pack
+from onnxjob.runtime.micro_batches import micro_batches, pack_outputs
 from onnxjob.runtime.staged import StagedSession
 
 
@@ -82,6 +82,7 @@ class DataParallelStep:
         self._store = store
         self._grads = list(compiled.gradient_outputs.values())
         self._user = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
+        self._returned = len(compiled.output_names)
         self._state_a, self._state_b = state_by_part(model, compiled)
         graph_inputs = [i.name for i in model.graph.input]
         part_a = _extract(model, graph_inputs, self._user + self._grads +
@@ -149,7 +150,7 @@ class DataParallelStep:
         host = self._path.host if resident else _as_stored
         per_part = [[self._whole(host(v), kind) for v, kind in zip(values, self._kinds)]
                     for values in outputs]
-        return per_part[0] if self._steps == 1 else [pack(v) for v in zip(*per_part)]
+        return per_part[0] if self._steps == 1 else pack_outputs(per_part, self._returned)
 
     def _forward_backward(self, parts, stored, keep):
         """Part A on each micro-batch's feeds of `parts` in turn (one without gradient

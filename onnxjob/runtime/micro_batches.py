@@ -19,7 +19,8 @@ rank's share of each micro-batch, the gradients added on the rank and all-reduce
 Part A's moving statistics are stored after each micro-batch, for the next to read; its
 other state (the train step's counter) is the first micro-batch's, as the call is one
 step. This module splits one call's feeds into the micro-batches and packs the returned
-values again."""
+values again; watched values (flow.watch, watch_diff) are not packed: OneFlow's watch op
+runs once per micro-batch, and so does its handler (`PerMicroBatch`)."""
 import numpy as np
 
 
@@ -53,3 +54,16 @@ def pack(values):
     first axis, 0-d values stacked into a vector."""
     arrays = [np.asarray(v) for v in values]
     return np.stack(arrays) if arrays[0].ndim == 0 else np.concatenate(arrays)
+
+
+class PerMicroBatch(list):
+    """A watched value of each micro-batch, in turn: the job calls the watch's handler
+    once per micro-batch (frontend/job_function.py)."""
+
+
+def pack_outputs(outputs, returned):
+    """One call's outputs from each micro-batch's `outputs` (lists of the returned values,
+    then the watched ones): the first `returned` packed, the watched ones PerMicroBatch."""
+    columns = list(zip(*outputs))
+    return ([pack(values) for values in columns[:returned]] +
+            [PerMicroBatch(values) for values in columns[returned:]])

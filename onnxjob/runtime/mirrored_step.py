@@ -29,7 +29,7 @@ import numpy as np
 
 from onnxjob.runtime import backend, device_accumulation, distributed
 from onnxjob.runtime.data_parallel import _extract, part_feeds, state_by_part
-from onnxjob.runtime.micro_batches import micro_batches, pack
+from onnxjob.runtime.micro_batches import micro_batches, pack_outputs
 
 
 class MirroredStep:
@@ -47,6 +47,7 @@ class MirroredStep:
         self._grads = list(compiled.gradient_outputs.values())
         self._count = compiled.loss_count_output
         self._user = list(compiled.output_names) + [w[0] for w in compiled.watch_outputs]
+        self._returned = len(compiled.output_names)
         self._state_a, self._state_b = state_by_part(model, compiled)
         graph_inputs = [i.name for i in model.graph.input]
         self._outputs_a = (self._user + self._grads + [self._count] +
@@ -129,7 +130,7 @@ class MirroredStep:
             first_state = [state[i] for i in range(len(first_state))]
         self._update(parts[0][0], sums, total, first_grads)
         self._store_all(self._state_a, first_state)
-        outputs = [values[0] if steps == 1 else [pack(v) for v in zip(*values)]
+        outputs = [values[0] if steps == 1 else pack_outputs(values, self._returned)
                    for values in outputs]
         if ranks > 1 and len(device_feeds) == ranks:
             outputs = [out for gathered in distributed.all_gather_objects(outputs)
@@ -161,7 +162,7 @@ class MirroredStep:
         self._store.replace_all(
             [v for v, _ in self._state_a] + [v for v, _ in self._state_b],
             [runs.stored(value) for value in kept + new])
-        return [pack(values) for values in zip(*outputs)]
+        return pack_outputs(outputs, self._returned)
 
 
 def _output_type(model, name):
