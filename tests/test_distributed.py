@@ -243,7 +243,7 @@ def test_gradient_buckets_and_half_all_reduce(tmp_path, net, config, rtol, atol)
         assert max(np.max(np.abs(two_ranks[n] - v)) for n, v in one_rank.items()) > 1e-6
 
 
-@pytest.mark.parametrize("net", ["conv_bn", "lenet"])
+@pytest.mark.parametrize("net", ["conv_bn", "mlp"])
 def test_gradient_accumulation_over_two_ranks_trains_as_one_process(tmp_path, net):
     """function_config.train.num_gradient_accumulation_steps(2): each rank runs its share
     of each micro-batch, the gradients are added on the ranks and reduced once; the losses
