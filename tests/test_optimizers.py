@@ -788,6 +788,47 @@ def test_old_api_primary_lr_and_add_loss(capsys):
                                rtol=1e-6)
 
 
+def test_minimize_replaces_the_losses_add_loss_declared_before_it():
+    """As OneFlow's minimize (SetTrainConf replaces the train conf and its losses, then
+    minimize adds its own): a loss given to add_loss and to minimize counts once, a loss
+    only given to add_loss before minimize not at all; the same loss added again after
+    minimize is refused, as OneFlow's autograd CHECK refuses it."""
+    def trained(body):
+        flow.clear_default_session()
+
+        @flow.global_function(type="train")
+        def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+            w = flow.get_variable("w", (4,), initializer=flow.constant_initializer(0.0))
+            body(w, a)
+            return w
+        flow.load_variables({"w": W0})
+        job(A)
+        return flow.get_all_variables()["w"].numpy()
+
+    sgd = optim.SGD(optim.PiecewiseConstantScheduler([], [0.1]), momentum=0)
+    expected = W0 - 0.1 * A * W0 / 4
+
+    def both(w, a):
+        loss = w * w * a * 0.5
+        flow.losses.add_loss(loss)
+        sgd.minimize(loss)
+
+    def earlier_other(w, a):
+        flow.losses.add_loss(flow.math.reduce_sum(w * 100.0))
+        sgd.minimize(w * w * a * 0.5)
+
+    np.testing.assert_allclose(trained(both), expected, rtol=1e-6)
+    np.testing.assert_allclose(trained(earlier_other), expected, rtol=1e-6)
+
+    def again_after(w, a):
+        loss = w * w * a * 0.5
+        sgd.minimize(loss)
+        flow.losses.add_loss(loss)
+
+    with pytest.raises(TraceError, match="already a loss of this job"):
+        trained(again_after)
+
+
 def test_old_api_adam_conf_defaults_to_bias_correction():
     job = old_api_job({"adam_conf": {}})
     flow.load_variables({"w": W0})

@@ -258,7 +258,10 @@ class Optimizer:
             member._job_variables[builder] = member._variable_names(builder)
         self._check_members(builder)
         builder.optimizer = self
-        builder.losses.extend(loss if isinstance(loss, (list, tuple)) else [loss])
+        # As OneFlow's minimize: SetTrainConf replaces the job's train_conf, losses
+        # declared before with flow.losses.add_loss included, then adds minimize's own
+        # (a loss passed to both counts once)
+        builder.losses[:] = loss if isinstance(loss, (list, tuple)) else [loss]
 
     def Variables(self):
         """The names of the variables this optimizer updates in the job being traced."""
@@ -922,8 +925,15 @@ def resolve_optimizer(builder, job):
 
 def add_loss(loss):
     """Old API: declare the loss of a job configured with config.train.* (OneFlow's
-    `flow.losses.add_loss`, still part of its 0.5 API, so no warning)."""
-    current_builder("flow.losses.add_loss").losses.append(loss)
+    `flow.losses.add_loss`, still part of its 0.5 API, so no warning). A later
+    `minimize` replaces what was declared here, as in OneFlow."""
+    losses = current_builder("flow.losses.add_loss").losses
+    if any(known is loss for known in losses):
+        # OneFlow aborts on it (autograd.cpp, ScaleModelDiffByLossInstanceNum: Check failed:
+        # loss_lbi2op_node.emplace(...).second); counted twice it would double the gradient
+        raise TraceError(f"flow.losses.add_loss: {getattr(loss, 'name', loss)!r} is already a "
+                         "loss of this job (minimize() declares its loss itself)")
+    losses.append(loss)
 
 
 __getattr__ = missing_api("flow.optimizer")
