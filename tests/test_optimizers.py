@@ -829,6 +829,28 @@ def test_minimize_replaces_the_losses_add_loss_declared_before_it():
         trained(again_after)
 
 
+def test_a_second_optimizer_s_minimize_replaces_the_first_as_in_oneflow():
+    """OneFlow accepts minimize() of two optimizers in one job and keeps the last (its
+    SetTrainConf replaces the train conf): only it updates, on its own loss; said once."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        w = flow.get_variable("w", (4,), initializer=flow.constant_initializer(0.0))
+        optim.SGD(optim.PiecewiseConstantScheduler([], [5.0])).minimize(
+            flow.math.reduce_sum(w * 100.0))
+        optim.SGD(optim.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(
+            w * w * a * 0.5)
+        return w
+
+    with pytest.warns(UserWarning, match=r"SGD.minimize\(\) replaces the SGD minimize\(\) "
+                                         "set earlier in this job"):
+        flow.load_variables({"w": W0})
+    job(A)
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), W0 - 0.1 * A * W0 / 4,
+                               rtol=1e-6)
+
+
 def test_old_api_adam_conf_defaults_to_bias_correction():
     job = old_api_job({"adam_conf": {}})
     flow.load_variables({"w": W0})

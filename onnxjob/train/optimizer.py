@@ -23,6 +23,7 @@ from onnxjob.frontend import initializers
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.primitives.shape_ops import concat_flat, concat_flat_constant
 from onnxjob.graph.tracer import current_builder, int64_constant, op
+from onnxjob.source_info import warn_at_user_line
 from onnxjob.train import flat_groups, update_rules as R
 from onnxjob.train.lr_schedules import (  # noqa: F401  (re-exported as flow.optimizer.*)
     CosineDecayScheduler, CosineScheduler, CustomScheduler, ExponentialScheduler,
@@ -252,8 +253,13 @@ class Optimizer:
         """Record this optimizer and `loss` (a Blob or a list of Blobs) on the current job."""
         builder = current_builder("Optimizer.minimize")
         if builder.optimizer is not None and builder.optimizer is not self:
-            raise TraceError("a job can have one optimizer; minimize() was already called "
-                             "(use flow.optimizer.CombinedOptimizer for several)")
+            # OneFlow's minimize replaces the job's whole train conf (SetTrainConf): the
+            # last optimizer updates, on its loss alone; a trap, so said (warnings shows
+            # a line once)
+            warn_at_user_line(
+                f"{type(self).__name__}.minimize() replaces the {type(builder.optimizer).__name__} "
+                "minimize() set earlier in this job, as in OneFlow: only this optimizer "
+                "updates, on this loss (flow.optimizer.CombinedOptimizer applies several)")
         for member in self._members():
             member._job_variables[builder] = member._variable_names(builder)
         self._check_members(builder)
