@@ -50,6 +50,25 @@ def test_xavier_and_kaiming_scales():
     assert conv.std() == pytest.approx(math.sqrt(2.0 / (32 * 25)), rel=0.03)
 
 
+def test_kaiming_takes_its_std_from_the_shape_given_and_the_data_format():
+    """As OneFlow's kaiming_initializer (initializer_util.py: _CalcFan, CalcGain): the fan
+    of the `shape` argument (its docstring passes an input's shape, (1, 256, 32, 32), for a
+    conv weight), fan-out counted channels first for NCHW, channels last for NHWC."""
+    weight = (64, 4, 3, 3)
+    given = sample(flow.kaiming_initializer((1, 256, 32, 32)), shape=weight)
+    assert given.std() == pytest.approx(math.sqrt(2.0 / (256 * 32 * 32)), rel=0.05)
+    fan_out = sample(flow.kaiming_initializer(weight, mode="fan_out", nonlinearity="relu"),
+                     shape=weight)
+    assert fan_out.std() == pytest.approx(math.sqrt(2.0 / (64 * 3 * 3)), rel=0.05)
+    last = sample(flow.kaiming_initializer((64, 3, 3, 4), mode="fan_out", data_format="NHWC",
+                                           distribution="random_uniform"), shape=weight)
+    limit = math.sqrt(3.0) * math.sqrt(2.0 / (64 * 3 * 3))
+    assert np.abs(last).max() <= limit and np.abs(last).max() > 0.95 * limit
+    # without a shape (OneFlow requires one), the variable's
+    own = sample(flow.kaiming_initializer(mode="fan_out", nonlinearity="relu"), shape=weight)
+    assert own.std() == pytest.approx(math.sqrt(2.0 / (64 * 3 * 3)), rel=0.05)
+
+
 def test_layer_defaults_dense_zero_conv_xavier():
     @flow.global_function()
     def job(x: tp.Numpy.Placeholder((2, 3, 8, 8))) -> tp.Numpy:

@@ -377,3 +377,27 @@ def test_hardsigmoid_gradient_is_zero_at_plus_and_minus_three_in_float16():
     job(x)
     sixth = np.float32(np.float16(1 / 6))
     np.testing.assert_allclose(grads["x"], [[0, sixth, sixth, sixth, 0, 0]], rtol=1e-3)
+
+
+def test_layer_variables_named_explicitly_stay_inside_the_namespace():
+    """weight_name= / gamma_name= and the like go to flow.get_variable, which prefixes the
+    namespace stack (OneFlow's layers.py and get_variable.py): the variable of
+    `weight_name="cw"` inside namespace "enc" is "enc-cw", the name a OneFlow checkpoint
+    holds (a load by the bare name skipped it and left the initial weights)."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 1, 3, 3))) -> tp.Numpy:
+        with flow.scope.namespace("enc"):
+            y = flow.layers.conv2d(x, 1, 3, name="c", weight_name="cw", use_bias=False,
+                                   kernel_initializer=flow.zeros_initializer())
+            return flow.layers.batch_normalization(
+                y, axis=1, training=False, name="bn", gamma_name="g", beta_name="b",
+                moving_mean_name="mm", moving_variance_name="mv")
+
+    x = np.ones((2, 1, 3, 3), np.float32)
+    job(x)
+    assert sorted(flow.get_all_variables()) == ["enc-b", "enc-cw", "enc-g", "enc-mm", "enc-mv"]
+    flow.load_variables({"enc-cw": np.ones((1, 1, 3, 3), np.float32)})
+    # (batch_normalization's default epsilon 0.001, moving variance 1)
+    np.testing.assert_allclose(job(x).ravel(), [9.0 / np.sqrt(1 + 1e-3)] * 2, rtol=1e-5)

@@ -89,14 +89,26 @@ def _uniform(shape, rng, draw, minval, maxval, integer):
 
 
 def _kaiming(shape, rng, draw, distribution, mode, nonlinearity, negative_slope, data_format):
-    fan_in, fan_out = _fans(shape, data_format)
-    fan = fan_in if mode == "fan_in" else fan_out
-    gain = {None: 1.0, "linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
-            "leaky_relu": math.sqrt(2.0 / (1 + negative_slope ** 2))}[nonlinearity]
-    std = gain / math.sqrt(fan)
+    std = _kaiming_std(shape, mode, nonlinearity, negative_slope, data_format)
     if distribution == "random_normal":
         return _normal(rng, 0.0, std, shape, draw)
     return _uniform_real(rng, -math.sqrt(3.0) * std, math.sqrt(3.0) * std, shape, draw)
+
+
+def _kaiming_std(shape, mode, nonlinearity, negative_slope, data_format):
+    """OneFlow's kaiming_initializer standard deviation (initializer_util.py, _CalcFan and
+    CalcGain): the fan from `shape` as `data_format` lays it out (channels first: fan-out
+    is out x the kernel's spatial sizes; channels last: out x the axes before the last)."""
+    if len(shape) == 2:
+        fan_in, fan_out = shape[1], shape[0]
+    else:
+        fan_in = int(np.prod(shape[1:]))
+        spatial = shape[2:] if str(data_format).startswith("NC") else shape[1:-1]
+        fan_out = shape[0] * int(np.prod(spatial))
+    fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
+    gain = {None: 1.0, "linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
+            "leaky_relu": math.sqrt(2.0 / (1 + negative_slope ** 2))}[nonlinearity]
+    return gain / math.sqrt(fan)
 
 
 def _constant(shape, np_dtype, value):
@@ -186,6 +198,16 @@ xavier_normal_initializer = glorot_normal_initializer
 
 def kaiming_initializer(shape=None, distribution="random_normal", mode="fan_in",
                         nonlinearity="leaky_relu", negative_slope=0.0, data_format="NCHW"):
+    """He et al.'s normal or uniform initializer. As OneFlow's, the standard deviation
+    comes from `shape` (the shape given here, which OneFlow requires, not the variable's:
+    its own docstring passes an input's shape) and `data_format`; without `shape`, from the
+    variable's shape."""
+    if shape is not None:
+        std = _kaiming_std(tuple(shape), mode, nonlinearity, negative_slope, data_format)
+        if distribution == "random_normal":
+            return random_normal_initializer(0.0, std)
+        bound = math.sqrt(3.0) * std
+        return random_uniform_initializer(-bound, bound)
     return Initializer("kaiming", distribution=distribution, mode=mode,
                        nonlinearity=nonlinearity, negative_slope=negative_slope,
                        data_format=data_format)

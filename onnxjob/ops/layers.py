@@ -63,9 +63,10 @@ def _layer_name(name, default, layer):
 
 
 def _named_variable(layer_name, own_name, part, *args, **kwargs):
-    """`own_name` if given, else `<layer_name>-<part>` (inside the namespace stack)."""
+    """`own_name` if given, else `<layer_name>-<part>`, inside the namespace stack either
+    way (OneFlow's layers pass `weight_name=` to get_variable, which prefixes the stack)."""
     if own_name is not None:
-        return _variable(own_name, *args, **kwargs)
+        return _variable(scope.full_name(own_name), *args, **kwargs)
     with scope.namespace(layer_name):
         return _variable(scope.full_name(part), *args, **kwargs)
 
