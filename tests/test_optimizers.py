@@ -851,6 +851,41 @@ def test_a_second_optimizer_s_minimize_replaces_the_first_as_in_oneflow():
                                rtol=1e-6)
 
 
+def test_an_optimizer_object_s_variables_are_fixed_by_the_first_job_as_in_oneflow():
+    """OneFlow's Optimizer.Variables() is computed once per object, in the first job
+    traced (by default that job's variables): one SGD object minimizing in two jobs with
+    their own variables trains the first job's only; the second's stay, with a warning.
+    A job sharing the first's variables trains them."""
+    flow.clear_default_session()
+    sgd = optim.SGD(optim.PiecewiseConstantScheduler([], [0.1]), momentum=0)
+
+    @flow.global_function(type="train")
+    def job_a() -> tp.Numpy:
+        a = flow.get_variable("a", (1,), initializer=flow.constant_initializer(1.0))
+        sgd.minimize(a * a)
+        return a
+
+    @flow.global_function(type="train")
+    def job_b() -> tp.Numpy:
+        b = flow.get_variable("b", (1,), initializer=flow.constant_initializer(1.0))
+        sgd.minimize(b * b)
+        return b
+
+    @flow.global_function(type="train")
+    def job_c() -> tp.Numpy:
+        a = flow.get_variable("a", (1,), initializer=flow.constant_initializer(1.0))
+        sgd.minimize(a * a)
+        return a
+
+    with pytest.warns(UserWarning, match=r"job 'job_b': this SGD object's variables were "
+                                         r"fixed in job 'job_a'.*'b' are not updated here"):
+        job_a()     # (the session starts: every job is traced, in definition order)
+    job_b(), job_c()
+    variables = flow.get_all_variables()
+    np.testing.assert_allclose(variables["b"].numpy(), [1.0])      # not trained
+    np.testing.assert_allclose(variables["a"].numpy(), [0.8 * 0.8])     # two steps
+
+
 def test_old_api_adam_conf_defaults_to_bias_correction():
     job = old_api_job({"adam_conf": {}})
     flow.load_variables({"w": W0})

@@ -245,6 +245,9 @@ class Optimizer:
         self.weight_decay_includes = _patterns(weight_decay_includes)
         self.weight_decay_excludes = _patterns(weight_decay_excludes)
         self._job_variables = weakref.WeakKeyDictionary()
+        # (names, job name, builder): the variables this object updates, fixed at its first
+        # use as OneFlow's Optimizer.Variables() fixes them (see _names)
+        self._fixed_variables = None
         # made by code written for OneFlow <= 0.4: Adam then updates as that release did
         self.written_for_0_4 = written_for_0_4()
 
@@ -261,7 +264,7 @@ class Optimizer:
                 "minimize() set earlier in this job, as in OneFlow: only this optimizer "
                 "updates, on this loss (flow.optimizer.CombinedOptimizer applies several)")
         for member in self._members():
-            member._job_variables[builder] = member._variable_names(builder)
+            member._names(builder)
         self._check_members(builder)
         builder.optimizer = self
         # As OneFlow's minimize: SetTrainConf replaces the job's train_conf, losses
@@ -280,8 +283,21 @@ class Optimizer:
         return [names] if isinstance(names, str) else list(names)
 
     def _names(self, builder):
+        """The names of the variables this optimizer updates in `builder`'s job. As
+        OneFlow's Optimizer.Variables(), the list is made once per optimizer object, in the
+        first job that uses it (by default that job's variables); an object shared by a
+        later job with other variables leaves those untrained there, as in OneFlow, and
+        says so once."""
         if builder not in self._job_variables:
-            self._job_variables[builder] = self._variable_names(builder)
+            if self._fixed_variables is None:
+                self._fixed_variables = (self._variable_names(builder), builder.job_name,
+                                         weakref.ref(builder))
+            names, first_job, first = self._fixed_variables
+            if first() is not builder:      # (another job, or this one in a later session)
+                _say_untrained(self, builder, names, first_job)
+                # (OneFlow's FilterCurModelLbi2ModelDiffLbiByName: the names this job has)
+                names = [n for n in names if n in builder.variable_specs]
+            self._job_variables[builder] = names
         return self._job_variables[builder]
 
     def _members(self):
@@ -927,6 +943,21 @@ def resolve_optimizer(builder, job):
     if job.config.train_conf and builder.losses:
         builder.optimizer = _from_old_api(job.config.train_conf)
     return builder.optimizer
+
+
+def _say_untrained(optimizer, builder, names, first_job):
+    """Warn where `optimizer`, whose variables job `first_job` fixed, leaves trainable
+    variables of `builder`'s job untrained."""
+    listed = set(names)
+    left = [n for n, spec in builder.variable_specs.items()
+            if spec.trainable and n not in listed]
+    if left:
+        shown = ", ".join(repr(n) for n in left[:5]) + (", ..." if len(left) > 5 else "")
+        warn_at_user_line(
+            f"job {builder.job_name!r}: this {type(optimizer).__name__} object's variables "
+            f"were fixed in job {first_job!r} (OneFlow computes Optimizer.Variables() once per "
+            f"object), so {shown} are not updated here, as in OneFlow; make the optimizer "
+            "inside each job function to update them")
 
 
 def add_loss(loss):
