@@ -147,7 +147,9 @@ def main():
                 tests=os.path.join(HERE, "..", "tests"), job=JOBS[args.model],
                 rounds=args.rounds, schedules=args.schedules.split(",")))
         command = [sys.executable, "-m", "onnxjob", "run", "--nproc", str(args.nproc), script]
-        env = {**os.environ, "ONNXJOB_DEVICE": args.device}
+        # (synchronized batch norm on any device: on CUDA ranks the default is each rank's
+        # own statistics, OneFlow's GPU batch norm, with no stage to schedule)
+        env = {**os.environ, "ONNXJOB_DEVICE": args.device, "ONNXJOB_SYNC_BATCH_NORM": "1"}
         if args.device == "cpu":
             env.update(ONNXJOB_NUM_THREADS="1", OMP_NUM_THREADS="1")
         out = subprocess.run(command, env=env, capture_output=True, text=True)

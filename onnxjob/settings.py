@@ -267,8 +267,9 @@ _TABLE = [
             "function_config.dump_passes wins"),
     Setting("CONV_WGRAD", Choice("gather", "im2col", "conv", "batch-last"), "gather",
             "Formulation of a group-1 convolution's weight gradient."),
-    Setting("SYNC_BATCH_NORM", Bool(), True,
-            "Data-parallel batch norm uses the whole batch's statistics; 0: each rank's own."),
+    Setting("SYNC_BATCH_NORM", Bool(), None,
+            "Data-parallel batch norm: 1 the whole batch's statistics, 0 each rank's own; "
+            "unset: as OneFlow, the whole batch's on CPU ranks, each rank's own on GPUs."),
     Setting("DIST_TIMEOUT", Seconds(), 120.0,
             "Seconds a data-parallel collective waits for the other ranks.", "", "120"),
     Setting("MNIST", Path(), None,

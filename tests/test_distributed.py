@@ -456,12 +456,12 @@ def test_a_mirrored_train_job_over_two_ranks_trains_as_two_devices_in_one_proces
 
 def _split_cuda_form_for_rank_0(monkeypatch, define_job, check_model):
     """Compile the data-parallel step `define_job()` defines for the CUDA EP (each rank's
-    own batch statistics), check its ONNX model with `check_model`, split it for rank 0
-    of 2 and run that part on the CPU EP: its gradients must come out partial sums, and
-    finite."""
+    own batch statistics: OneFlow's GPU batch norm, the default there), check its ONNX
+    model with `check_model`, split it for rank 0 of 2 and run that part on the CPU EP:
+    its gradients must come out partial sums, and finite."""
     import onnx
     import onnxruntime as ort
-    monkeypatch.setenv("ONNXJOB_SYNC_BATCH_NORM", "0")
+    monkeypatch.delenv("ONNXJOB_SYNC_BATCH_NORM", raising=False)
     from onnxjob.graph.compiler import compile_job
     from onnxjob.graph.split_batch import Split, split_batch
     from onnxjob.runtime import data_parallel
@@ -485,6 +485,38 @@ def _split_cuda_form_for_rank_0(monkeypatch, define_job, check_model):
              for i in part_a.graph.input}
     session = ort.InferenceSession(part_a.SerializeToString(), providers=["CPUExecutionProvider"])
     assert all(np.isfinite(g).all() for g in session.run(grads, feeds))
+
+
+@pytest.mark.parametrize("device,sync,collectives", [
+    ("cpu", None, True), ("cuda", None, False), ("cuda", "1", True), ("cpu", "0", False)])
+def test_batch_norm_statistics_over_ranks_follow_oneflow_s_device(rank_0_of_2, monkeypatch,
+                                                                  device, sync, collectives):
+    """Unset, ONNXJOB_SYNC_BATCH_NORM follows OneFlow: its CPU batch norm takes the moments
+    of the whole (consistent) batch, so CPU ranks share the whole batch's statistics (a
+    collective in the step); its GPU normalization op normalizes each device's rows, so
+    CUDA ranks keep their own (none). Set, it decides."""
+    import onnxjob.typing as tp
+    from onnxjob.graph.compiler import compile_job
+    from onnxjob.graph.primitives.collectives import DOMAIN
+    from onnxjob.runtime.session import default_session
+    if sync is None:
+        monkeypatch.delenv("ONNXJOB_SYNC_BATCH_NORM", raising=False)
+    else:
+        monkeypatch.setenv("ONNXJOB_SYNC_BATCH_NORM", sync)
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 3, 4, 4))) -> tp.Numpy:
+        y = flow.layers.batch_normalization(x, axis=1, name="bn")
+        loss = flow.math.reduce_mean(y * y)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    session = default_session()
+    session.device, session.data_parallel = device, True
+    model = compile_job(session.jobs["job"], session, 0).model
+    # (RankLocal, in the same domain, marks a rank's own value: not a collective)
+    assert any(n.domain == DOMAIN and n.op_type != "RankLocal"
+               for n in model.graph.all_nodes()) == collectives
 
 
 def test_the_cuda_form_of_a_conv_net_splits_over_the_ranks(rank_0_of_2, monkeypatch):

@@ -89,7 +89,10 @@ needs_gpu = pytest.mark.skipif(not _cuda_and_nccl(), reason="needs CUDA and NCCL
 
 # a GPU step against the CPU's: float32 on other kernels (cuDNN's convolutions), TF32 off
 RTOL, ATOL = 2e-4, 2e-5
-GPU_ENV = {"ONNXJOB_DEVICE": "cuda", "ONNXJOB_CUDA_TF32": "0", "ONNXJOB_DETERMINISTIC": "1"}
+# (synchronized batch norm, which CUDA ranks do not default to (OneFlow's GPU batch norm
+# normalizes each device's rows): compared with one process on the whole batch)
+GPU_ENV = {"ONNXJOB_DEVICE": "cuda", "ONNXJOB_CUDA_TF32": "0", "ONNXJOB_DETERMINISTIC": "1",
+           "ONNXJOB_SYNC_BATCH_NORM": "1"}
 # the script reports the process group's backend on stderr
 REPORT_BACKEND = """
 import atexit

@@ -45,7 +45,7 @@ def test_defaults(monkeypatch):
         "CUDA_GRAPH": True, "FREEZE_AFTER": 8, "PREFETCH": 2,
         "DECODE_THREADS": min(4, os.cpu_count() or 1), "CACHE_DIR": "/somewhere/onnxjob",
         "CACHE_MB": 1024, "DISABLE_PASSES": False, "SKIP_PASSES": (), "DUMP_PASSES": None,
-        "CONV_WGRAD": "gather", "SYNC_BATCH_NORM": True, "DIST_TIMEOUT": 120.0, "MNIST": None,
+        "CONV_WGRAD": "gather", "SYNC_BATCH_NORM": None, "DIST_TIMEOUT": 120.0, "MNIST": None,
         "CHECKPOINT_FAULT_POINT": None}
     assert {name: settings.get(name) for name in settings.SETTINGS} == expected
     monkeypatch.delenv("XDG_CACHE_HOME")

@@ -236,15 +236,25 @@ def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=Tr
     return qat.done(site, out)
 
 
+def rank_local_statistics(builder):
+    """Whether a data-parallel step's batch norm normalizes each rank's rows by their own
+    statistics. ONNXJOB_SYNC_BATCH_NORM=1 / 0 says; unset, as OneFlow does on the device:
+    its CPU layer takes the moments of the consistent (whole) batch, so CPU ranks share the
+    whole batch's statistics; on GPUs its normalization op normalizes each device's rows
+    (the op's sbp signature splits x, not the statistics), so CUDA ranks keep their own."""
+    if builder.data_parallel_ranks is None:
+        return False
+    sync = settings.get("SYNC_BATCH_NORM")
+    return not (builder.device != "cuda" if sync is None else sync)
+
+
 def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_mean,
                       moving_var):
     c, dt = x.shape[axis], x.np_dtype
     gamma = gamma if gamma is not None else as_blob(np.ones(c, dt), like=x)
     beta = beta if beta is not None else as_blob(np.zeros(c, dt), like=x)
-    # a data-parallel step normalizes with the whole batch's statistics (sync batch norm),
-    # unless ONNXJOB_SYNC_BATCH_NORM=0 asks for each rank's own (DDP without SyncBatchNorm)
     ranks = builder.data_parallel_ranks
-    local = ranks is not None and not settings.get("SYNC_BATCH_NORM")
+    local = rank_local_statistics(builder)
     y, mean, var = op("onnxjob.BatchNormTrain", x, gamma, beta, axis=axis,
                       epsilon=float(epsilon), ranks=ranks,
                       local_statistics=1 if local else None, num_outputs=3)

@@ -4,7 +4,6 @@ normalization_op.cpp, layer_norm_op.cpp, the loss ops, dropout_op.cpp, ...), bui
 flow.nn and the helpers behind it."""
 import numpy as np
 
-from onnxjob import settings
 from onnxjob.errors import TraceError
 from onnxjob.frontend.variables import assign
 from onnxjob.graph.tracer import as_blob, current_builder, op
@@ -14,7 +13,7 @@ from onnxjob.ops.linalg import matmul
 from onnxjob.ops.shapes import reshape
 from onnxjob.ops import conv, layer_norm_grads, legacy, losses, quantization
 from onnxjob.ops import math as fm
-from onnxjob.ops.layers import _batch_norm_inference
+from onnxjob.ops.layers import _batch_norm_inference, rank_local_statistics
 from onnxjob.ops.normalization import layer_norm
 from onnxjob.ops.user_ops.spec import registrar
 
@@ -187,7 +186,7 @@ def _normalization(x, a):
                                     x)}
     # a data-parallel step normalizes as flow.layers.batch_normalization does
     ranks = builder.data_parallel_ranks
-    local = ranks is not None and not settings.get("SYNC_BATCH_NORM")
+    local = rank_local_statistics(builder)
     y, mean, var = op("onnxjob.BatchNormTrain", v, gamma, beta, axis=axis, epsilon=float(eps),
                       ranks=ranks,
                       local_statistics=1 if local else None, num_outputs=3)
