@@ -97,6 +97,32 @@ def test_dropout_drops_in_train_jobs_only():
     assert np.array_equal(p(x), x)
 
 
+def test_dropout_noise_shape_is_refused_where_oneflow_refuses_it():
+    """OneFlow's dropout returns its input in predict jobs, then its random_mask_like
+    asserts on noise_shape: accepted there, refused in a train job (not ignored)."""
+    import onnxjob.typing as tp
+    from onnxjob.errors import TraceError
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def p(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        return flow.nn.dropout(x, rate=0.5, noise_shape=[4, 1])
+
+    x = np.ones((4, 3), np.float32)
+    assert np.array_equal(p(x), x)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def t(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.ones_initializer())
+        y = flow.nn.dropout(x * w, rate=0.5, noise_shape=[4, 1])
+        flow.optimizer.SGD(0.0, momentum=0).minimize(flow.math.reduce_sum(y))
+        return y
+
+    with pytest.raises(TraceError, match="noise_shape is not supported"):
+        t(x)
+
+
 def test_export_train_job_checks_and_computes_the_same_step(tmp_path):
     train_job, _ = define_jobs(mlp)
     images, labels = random_batch(5)

@@ -1,6 +1,7 @@
 """`flow.nn.dropout`: inverted dropout in train jobs."""
 import numpy as np
 
+from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.ops.random import op_seed
 
@@ -12,6 +13,12 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None):
     builder = current_builder("flow.nn.dropout")
     if not builder.is_train or rate == 0.0:
         return x
+    if noise_shape is not None:
+        # refused as OneFlow refuses it past the identity cases above (random_mask_like:
+        # assert 0, "noise_shape will be supported later."); ignored, it would drop out
+        # elementwise where a mask shared along some axes was asked for
+        raise TraceError("flow.nn.dropout: noise_shape is not supported (nor by OneFlow, "
+                         "whose random_mask_like asserts on it); leave it None")
     ratio = as_blob(np.array(rate, dtype=x.np_dtype), like=x)
     training = as_blob(np.array(True), like=x, dtype=bool)
     y, _mask = op("Dropout", x, ratio, training, num_outputs=2, name=name, seed=op_seed(seed))
