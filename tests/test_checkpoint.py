@@ -1,5 +1,6 @@
 """Checkpoints: OneFlow layout, round trips, resume, atomicity, and bad files."""
 import os
+import shutil
 import pathlib
 import selectors
 import signal
@@ -206,14 +207,20 @@ def test_legacy_checkpoint_without_meta_loads_with_the_variables_shape(tmp_path)
     assert np.array_equal(flow.get_all_variables()["output-bias"].numpy(), np.arange(10, dtype=np.float32))
 
 
-def test_symlinked_entries_are_not_followed(tmp_path):
+def test_symlinked_variable_folders_are_followed_as_oneflow_follows_them(tmp_path):
+    """OneFlow's _GetCheckpoint takes every entry whose `out` os.path.isfile finds, through
+    a symbolic link too (a folder composed of links to other snapshots' variables)."""
     define_jobs(mlp)
     flow.checkpoint.save(str(tmp_path / "c"))
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "out").write_bytes(b"\0" * 40)
-    os.symlink(outside, tmp_path / "c" / "output-bias-link")
-    assert "output-bias-link" not in flow.checkpoint.get(str(tmp_path / "c"))
+    before = flow.get_all_variables()["output-bias"].numpy()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (before + 1).astype("<f4").tofile(elsewhere / "out")
+    shutil.copy(tmp_path / "c" / "output-bias" / "meta", elsewhere / "meta")
+    shutil.rmtree(tmp_path / "c" / "output-bias")
+    os.symlink(elsewhere, tmp_path / "c" / "output-bias")
+    flow.load_variables(flow.checkpoint.get(str(tmp_path / "c")))
+    np.testing.assert_array_equal(flow.get_all_variables()["output-bias"].numpy(), before + 1)
 
 
 def test_a_folder_of_out_files_without_snapshot_done_or_meta_loads(tmp_path):

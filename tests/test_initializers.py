@@ -27,16 +27,37 @@ def test_normal_uniform_constant():
     assert u.min() >= -0.5 and u.max() <= 0.25 and u.mean() == pytest.approx(-0.125, abs=0.01)
     assert np.all(sample(flow.constant_initializer(3.5)) == 3.5)
     assert np.all(sample(flow.ones_initializer()) == 1) and np.all(sample(flow.zeros_initializer()) == 0)
+    # (OneFlow's model IO v2, the default since 0.3.2: rng.integers(min, max), max excluded)
     ints = sample(flow.random_uniform_initializer(0, 3, dtype=flow.int32), dtype=np.int32)
-    assert set(np.unique(ints)) == {0, 1, 2, 3}
+    assert set(np.unique(ints)) == {0, 1, 2}
 
 
 def test_constant_initializer_is_made_in_the_variables_dtype():
-    """No float detour: an int64 constant beyond float32's 24 bits stays exact."""
-    big = sample(flow.constant_initializer(2 ** 40 + 1), shape=(3,), dtype=np.int64)
+    """An integer constant given with an integer dtype stays exact (OneFlow's
+    ConstantIntInitializerConf); with the default float dtype it is OneFlow's float32
+    field's value (2**40 + 1 becomes 2**40, also in an int64 variable; 0.1 a float32 0.1
+    in a float64 one); ints fill ints, floats floats, with no cast pass after."""
+    big = sample(flow.constant_initializer(2 ** 40 + 1, dtype=flow.int64), shape=(3,),
+                 dtype=np.int64)
     assert big.dtype == np.int64 and np.all(big == 2 ** 40 + 1)
+    rounded = sample(flow.constant_initializer(2 ** 40 + 1), shape=(3,), dtype=np.int64)
+    assert np.all(rounded == 2 ** 40)
+    tenth = sample(flow.constant_initializer(0.1), shape=(2,), dtype=np.float64)
+    assert np.all(tenth == np.float64(np.float32(0.1)))
+    assert np.all(sample(flow.constant_initializer(2.5, dtype=flow.int32), shape=(2,)) == 2.0)
     zeros = sample(flow.zeros_initializer(), dtype=np.float64)
     assert zeros.dtype == np.float64 and zeros.shape == SHAPE and not zeros.any()
+
+
+def test_variance_scaling_fans_of_a_vector_are_oneflow_s():
+    """OneFlow's GenInitialFan on a (n,) variable: fan_in = prod(shape[1:]) = 1, fan_out =
+    n; fan_in uniform is U(-sqrt(3), sqrt(3)), glorot's U(+-sqrt(3 / ((1 + n) / 2)))."""
+    fan_in = sample(flow.variance_scaling_initializer(1.0, "fan_in", "random_uniform"),
+                    shape=(400,))
+    assert 0.95 * math.sqrt(3.0) < np.abs(fan_in).max() <= math.sqrt(3.0)
+    glorot = sample(flow.glorot_uniform_initializer(), shape=(400,))
+    limit = math.sqrt(3.0 / ((1 + 400) / 2))
+    assert 0.95 * limit < np.abs(glorot).max() <= limit
 
 
 def test_xavier_and_kaiming_scales():

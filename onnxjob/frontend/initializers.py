@@ -60,9 +60,10 @@ def _truncated(shape, rng, draw, mean, stddev):
 
 
 def _fans(shape, data_format):
-    if len(shape) < 2:
-        n = int(np.prod(shape)) if shape else 1
-        return n, n
+    if not shape:
+        return 1, 1
+    if len(shape) < 2:      # (OneFlow's GenInitialFan: prod(shape[1:]) is 1 for a vector)
+        return 1, shape[0]
     fan_in = int(np.prod(shape[1:]))
     fan_out = shape[0] * int(np.prod(shape[1:-1])) if len(shape) > 2 else shape[0]
     if len(shape) == 2:
@@ -84,7 +85,11 @@ def _variance_scaling(shape, rng, draw, scale, mode, distribution, data_format):
 
 def _uniform(shape, rng, draw, minval, maxval, integer):
     if integer:
-        return rng.integers(int(minval), int(maxval), size=shape, endpoint=True)
+        # as OneFlow's default (v2) model IO, RandomUniformIntInitializerImpl:
+        # rng.integers(min, max), max excluded (its legacy C++ kernel included it); an
+        # empty range, where NumPy raises, gives min
+        low, high = int(minval), int(maxval)
+        return rng.integers(low, max(high, low + 1), size=shape)
     return _uniform_real(rng, minval, maxval, shape, draw)
 
 
@@ -144,6 +149,11 @@ _SAMPLERS = {
 
 
 def constant_initializer(value=0, dtype=dtypes.float):
+    """`value` everywhere, stored as OneFlow's InitializerConf stores it: int(value) for an
+    integer `dtype` (ConstantIntInitializerConf), else a float32 (its float field)."""
+    if np.ndim(value) == 0 and not isinstance(value, bool):
+        integer = not dtypes.is_floating(dtypes.to_numpy(dtype))
+        value = int(value) if integer else float(np.float32(value))
     return Initializer("constant", value=value)
 
 

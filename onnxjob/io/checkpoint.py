@@ -93,7 +93,8 @@ def get(path):
     entries = {}
     for name in sorted(os.listdir(path)):
         sub = os.path.join(path, name)
-        if os.path.isdir(sub) and not os.path.islink(sub) and os.path.isfile(os.path.join(sub, "out")):
+        # (a symbolic link to a variable's folder counts, as OneFlow's os.path.isfile follows it)
+        if os.path.isdir(sub) and os.path.isfile(os.path.join(sub, "out")):
             entries[name] = FileBackedVariable(sub)
     return entries
 
