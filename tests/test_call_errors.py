@@ -201,6 +201,11 @@ def test_no_new_job_after_start_and_duplicates():
     with pytest.raises(RuntimeError, match="was replaced"):
         first(np.zeros((2, 3), np.float32))
     flow.clear_default_session()
+    # a job of the cleared session, with no job of its name in the new one: said so
+    with pytest.raises(RuntimeError, match=r"test_call_errors\.py:\d+: job function 'foo' "
+                                           "defined at .* belongs to a session that "
+                                           r"flow\.clear_default_session\(\) ended"):
+        foo(np.zeros((2, 3), np.float32))
     foo = job_numpy()
     foo(np.zeros((2, 3), np.float32))
     with pytest.raises(NotImplementedError, match="no avaliable function found"):

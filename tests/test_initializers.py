@@ -179,3 +179,46 @@ def test_initial_values_keep_their_shape_and_are_not_shared():
     assert values["scale"].numpy().shape == ()
     a, b = (flow.get_all_variables()[n].numpy() for n in ("zeros_a", "zeros_b"))
     assert not np.shares_memory(a, b)
+
+
+def test_a_variable_s_random_seed_gives_oneflow_s_values():
+    """get_variable(random_seed=n): OneFlow draws np.random.default_rng(n) per variable
+    with the InitializerConf's (float32) parameters, in float64, then casts: the same
+    values here, and two variables with one seed are equal."""
+    from typing import Tuple
+
+    def job() -> Tuple[tp.Numpy, tp.Numpy, tp.Numpy, tp.Numpy, tp.Numpy]:
+        normal = flow.random_normal_initializer(0.5, 0.1)
+        a = flow.get_variable("a", shape=(4, 3), initializer=normal, random_seed=1)
+        b = flow.get_variable("b", shape=(4, 3), initializer=normal, random_seed=1)
+        u = flow.get_variable("u", shape=(6,), random_seed=2,
+                              initializer=flow.random_uniform_initializer(-1.0, 1.0))
+        i = flow.get_variable("i", shape=(6,), dtype=flow.int32, random_seed=3,
+                              initializer=flow.random_uniform_initializer(0, 5, flow.int32))
+        t = flow.get_variable("t", shape=(50,), random_seed=4,
+                              initializer=flow.truncated_normal(0.1))
+        return a, b, u, i, t
+
+    flow.clear_default_session()
+    a, b, u, i, t = flow.global_function()(job)()
+    expected = np.random.default_rng(1).normal(float(np.float32(0.5)), float(np.float32(0.1)),
+                                               size=12).astype(np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(a, expected)
+    np.testing.assert_array_equal(b, a)
+    np.testing.assert_array_equal(u, np.random.default_rng(2).uniform(
+        -1.0, np.nextafter(1.0, np.inf), size=6).astype(np.float32))
+    np.testing.assert_array_equal(i, np.random.default_rng(3).integers(0, 5, size=6))
+    assert np.abs(t).max() < 0.2 and t.std() > 0.05
+    flow.clear_default_session()     # a new session: the same seeded values again
+    again = flow.global_function()(job)()
+    np.testing.assert_array_equal(again[0], a)
+    np.testing.assert_array_equal(again[4], t)
+
+
+def test_oneflow_s_initial_value_slices():
+    """OneFlow draws a variable in slices of at most 32 MiB along its outermost axis whose
+    trailing block is larger, never across an index of the axes before it."""
+    from onnxjob.frontend.seeded_values import slice_lengths
+    assert slice_lengths((3, 10, 1000000), 4) == [8000000, 2000000] * 3
+    assert slice_lengths((4, 3), 4) == [12]
+    assert slice_lengths((20000000,), 4) == [8388608, 8388608, 3222784]

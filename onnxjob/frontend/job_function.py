@@ -235,6 +235,11 @@ class JobFunction:
         if session.jobs.get(self.name) is not self and \
                 getattr(self, "session_ref", lambda: None)() is session:
             self._raise_replaced(session)
+        if self.name not in session.jobs:
+            raise RuntimeError(
+                f"{user_location()}: job function {self.name!r} defined at {self.location} "
+                "belongs to a session that flow.clear_default_session() ended, and the "
+                "current session has no job of that name: define it again after the clear")
         if kwargs:
             raise TypeError(f"{user_location()}: job {self.name!r} takes positional arguments "
                             f"only, got keywords {sorted(kwargs)}")

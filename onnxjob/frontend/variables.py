@@ -12,9 +12,11 @@ from onnxjob.source_info import user_location
 
 
 class VariableSpec:
-    """What a variable is: name, shape, dtype, initializer, trainability, regularizer."""
+    """What a variable is: name, shape, dtype, initializer, trainability, regularizer, and
+    the random seed of its initial value (get_variable's random_seed; None: the session's)."""
 
-    def __init__(self, name, shape, np_dtype, initializer, trainable=True, regularizer=None):
+    def __init__(self, name, shape, np_dtype, initializer, trainable=True, regularizer=None,
+                 random_seed=None):
         self.name = name
         self.shape = tuple(int(d) for d in shape)
         self.np_dtype = np.dtype(np_dtype)
@@ -25,6 +27,7 @@ class VariableSpec:
         self.initializer = initializer
         self.trainable = trainable
         self.regularizer = regularizer
+        self.random_seed = None if random_seed is None else int(random_seed)
 
 
 class Regularizer:
@@ -115,7 +118,7 @@ def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regul
             raise TraceError(f"flow.get_variable({name!r}): no initializer given; pass e.g. "
                              "initializer=flow.zeros_initializer()")
     spec = VariableSpec(full, shape, dtypes.to_numpy(dtype), initializer,
-                        True if trainable is None else bool(trainable), regularizer)
+                        True if trainable is None else bool(trainable), regularizer, random_seed)
     return variable_blob(spec, reuse=reuse)
 
 

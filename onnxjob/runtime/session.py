@@ -19,6 +19,7 @@ import onnx
 from onnxjob.runtime import (arena_reserve, backend, cuda_graph,
                              data_parallel, distributed, eager_values, in_place, mirrored_step,
                              out_of_memory)
+from onnxjob.frontend.seeded_values import seeded_values
 from onnxjob.runtime.executor import Executor, interrupt_deferred
 from onnxjob.runtime.lru import LeastRecentlyUsed
 from onnxjob.graph.compiler import compile_job
@@ -496,6 +497,11 @@ class Session(VariableRegistry):
 
         def draw(item):
             name, spec = item
+            if spec.random_seed is not None:    # get_variable's own seed: OneFlow's values
+                value = seeded_values(spec.initializer, spec.shape, spec.np_dtype,
+                                      spec.random_seed)
+                if value is not None:
+                    return value
             stream = np.random.SeedSequence(root.entropy, spawn_key=(zlib.crc32(name.encode()),))
             return spec.initializer.sample(spec.shape, spec.np_dtype, np.random.default_rng(stream))
 
