@@ -401,3 +401,32 @@ def test_layer_variables_named_explicitly_stay_inside_the_namespace():
     flow.load_variables({"enc-cw": np.ones((1, 1, 3, 3), np.float32)})
     # (batch_normalization's default epsilon 0.001, moving variance 1)
     np.testing.assert_allclose(job(x).ravel(), [9.0 / np.sqrt(1 + 1e-3)] * 2, rtol=1e-5)
+
+
+def test_get_variable_again_in_a_job_returns_its_variable_as_oneflow_does():
+    """OneFlow's get_variable returns the job's variable of that name as it is, whatever
+    shape is asked for the second time (it asserts only across jobs): the same here, with
+    a warning at the line; another job asking another shape is refused."""
+    from onnxjob.errors import TraceError
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job() -> tp.Numpy:
+        first = flow.get_variable("v", shape=(2,), initializer=flow.ones_initializer())
+        again = flow.get_variable("v", shape=(3,), initializer=flow.zeros_initializer())
+        return first + again
+
+    with pytest.warns(UserWarning, match=r"this job already has it as \(2,\) float32"):
+        np.testing.assert_array_equal(job(), [2.0, 2.0])
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def one() -> tp.Numpy:
+        return flow.get_variable("w", shape=(2,), initializer=flow.ones_initializer())
+
+    @flow.global_function()
+    def other() -> tp.Numpy:
+        return flow.get_variable("w", shape=(3,), initializer=flow.ones_initializer())
+
+    with pytest.raises(TraceError, match="already exists with shape"):
+        one()

@@ -8,7 +8,7 @@ from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.distribute import Distribute, assert_is_valid_distribute
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import current_builder
-from onnxjob.source_info import user_location
+from onnxjob.source_info import user_location, warn_at_user_line
 
 
 class VariableSpec:
@@ -70,7 +70,13 @@ def _variable(builder, spec, reuse):
                 "variable is not allowed when param reuse is False (two layers with one "
                 "name, e.g. flow.layers.dense's default 'Dense': give each its own name=)")
         existing = builder.variable_specs[spec.name]
-        _check_same(existing, spec)
+        if existing.shape != spec.shape or existing.np_dtype != spec.np_dtype:
+            # OneFlow returns the job's variable of that name as it is (get_variable.py:
+            # no check within a job; across jobs it asserts, as _check_same does); a trap
+            warn_at_user_line(
+                f"flow.get_variable({spec.name!r}, shape={spec.shape}, dtype={spec.np_dtype}): "
+                f"this job already has it as {existing.shape} {existing.np_dtype}, which is "
+                "returned, as in OneFlow")
         return builder.variables[spec.name]
     shared = builder.variable_registry.declare_variable(spec, _check_same)
     blob = builder.add_input(spec.name, spec.shape, spec.np_dtype)
