@@ -27,9 +27,12 @@ def test_normal_uniform_constant():
     assert u.min() >= -0.5 and u.max() <= 0.25 and u.mean() == pytest.approx(-0.125, abs=0.01)
     assert np.all(sample(flow.constant_initializer(3.5)) == 3.5)
     assert np.all(sample(flow.ones_initializer()) == 1) and np.all(sample(flow.zeros_initializer()) == 0)
-    # (OneFlow's model IO v2, the default since 0.3.2: rng.integers(min, max), max excluded)
-    ints = sample(flow.random_uniform_initializer(0, 3, dtype=flow.int32), dtype=np.int32)
+    # a variable's initial value excludes maxval (OneFlow's model IO v2, the default since
+    # 0.3.2: rng.integers(min, max)); its C++ kernels (decode_random) include it
+    uniform_int = flow.random_uniform_initializer(0, 3, dtype=flow.int32)
+    ints = uniform_int.sample(SHAPE, np.dtype(np.int32), RNG, model_io=True)
     assert set(np.unique(ints)) == {0, 1, 2}
+    assert set(np.unique(sample(uniform_int, dtype=np.int32))) == {0, 1, 2, 3}
 
 
 def test_constant_initializer_is_made_in_the_variables_dtype():

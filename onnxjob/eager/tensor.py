@@ -54,7 +54,7 @@ class Tensor:
         elif all(isinstance(a, numbers.Integral) for a in args):
             shape = tuple(int(a) for a in args)
             value = np.zeros(shape, np_dtype) if data_initializer is None else \
-                data_initializer.sample(shape, np_dtype, _random_stream())
+                data_initializer.sample(shape, np_dtype, _random_stream(), model_io=True)
         else:
             raise TypeError(f"flow.Tensor takes data (an array, list or tensor) or a shape of "
                             f"ints, got {args!r}")

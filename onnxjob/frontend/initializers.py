@@ -18,9 +18,16 @@ class Initializer:
     def __repr__(self):
         return f"{self.kind}({', '.join(f'{k}={v}' for k, v in self.params.items())})"
 
-    def sample(self, shape, np_dtype, rng):
+    def sample(self, shape, np_dtype, rng, model_io=False):
+        """Values of `shape` and `np_dtype` drawn from `rng`. `model_io`: a variable's
+        initial value, which OneFlow draws in Python (check_point_v2: an integer uniform
+        excludes maxval); otherwise as its C++ kernels draw (decode_random: includes it)."""
         if self.kind == "constant":
             return _constant(shape, np_dtype, self.params["value"])
+        if self.kind == "random_uniform" and self.params["integer"]:
+            low, high = int(self.params["minval"]), int(self.params["maxval"])
+            high = max(high, low + 1) if model_io else high + 1
+            return rng.integers(low, high, size=shape).astype(np_dtype, copy=False)
         values = _SAMPLERS[self.kind](shape, rng, _draw_dtype(np_dtype), **self.params)
         return np.asarray(values).astype(np_dtype, copy=False)
 
@@ -84,12 +91,7 @@ def _variance_scaling(shape, rng, draw, scale, mode, distribution, data_format):
 
 
 def _uniform(shape, rng, draw, minval, maxval, integer):
-    if integer:
-        # as OneFlow's default (v2) model IO, RandomUniformIntInitializerImpl:
-        # rng.integers(min, max), max excluded (its legacy C++ kernel included it); an
-        # empty range, where NumPy raises, gives min
-        low, high = int(minval), int(maxval)
-        return rng.integers(low, max(high, low + 1), size=shape)
+    # (integers: Initializer.sample, whose range depends on who draws)
     return _uniform_real(rng, minval, maxval, shape, draw)
 
 

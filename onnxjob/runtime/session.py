@@ -503,7 +503,8 @@ class Session(VariableRegistry):
                 if value is not None:
                     return value
             stream = np.random.SeedSequence(root.entropy, spawn_key=(zlib.crc32(name.encode()),))
-            return spec.initializer.sample(spec.shape, spec.np_dtype, np.random.default_rng(stream))
+            return spec.initializer.sample(spec.shape, spec.np_dtype,
+                                           np.random.default_rng(stream), model_io=True)
 
         workers = min(os.cpu_count() or 1, 4)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
