@@ -112,9 +112,10 @@ def test_softmax_cross_entropy_gradient_is_onefows_rule_for_unnormalized_labels(
     np.testing.assert_allclose(d_logits, (softmax - labels) * ct[..., None], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("reduce", ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
-                                    "reduce_prod"])
+@pytest.mark.parametrize("reduce", ["reduce_sum", "reduce_max", "reduce_min", "reduce_prod"])
 def test_reduction_over_no_axes_returns_the_input(reduce):
+    """(reduce_mean over no axes divides by the element count, as OneFlow's reduce_mean.py:
+    test_integer_means_and_quotients_by_a_number_are_oneflow_s)"""
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     out = _predict(lambda a: getattr(flow.math, reduce)(a, axis=[]), x)
     np.testing.assert_array_equal(out, x)
@@ -430,3 +431,74 @@ def test_get_variable_again_in_a_job_returns_its_variable_as_oneflow_does():
 
     with pytest.raises(TraceError, match="already exists with shape"):
         one()
+
+
+def test_softmax_cross_entropies_floor_the_probability_at_1e_20_as_oneflow():
+    """OneFlow's kernels take -log(max(p, 1e-20)): a confidently wrong row's loss is
+    46.0517, not 100; the gradient stays softmax - labels (ComputeDiffWithSoftmax), also
+    for that row."""
+    flow.clear_default_session()
+    start = np.array([[0.0, 100.0, -3.0], [1.0, 2.0, 3.0]], np.float32)
+    labels = np.array([0, 2], np.int32)
+
+    @flow.global_function(type="train")
+    def job(label: tp.Numpy.Placeholder((2,), dtype=flow.int32)) -> Tuple[tp.Numpy, tp.Numpy]:
+        logits = flow.get_variable("logits", (2, 3), initializer=flow.zeros_initializer())
+        sparse = flow.nn.sparse_softmax_cross_entropy_with_logits(label, logits)
+        dense = flow.nn.softmax_cross_entropy_with_logits(
+            flow.one_hot(label, 3, dtype=flow.float32), logits)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]),
+                           momentum=0).minimize(sparse)
+        return sparse, dense
+
+    flow.load_variables({"logits": start})
+    sparse, dense = job(labels)
+    np.testing.assert_allclose(sparse, [46.0517, 0.407606], rtol=1e-5)
+    np.testing.assert_allclose(dense, [46.0517, 0.407606], rtol=1e-5)
+    softmax = np.exp(start - start.max(1, keepdims=True))
+    softmax /= softmax.sum(1, keepdims=True)
+    onehot = np.eye(3, dtype=np.float32)[labels]
+    np.testing.assert_allclose(flow.get_all_variables()["logits"].numpy(),
+                               start - (softmax - onehot) / 2, rtol=1e-5, atol=1e-6)
+
+
+def test_a_maximum_or_minimum_tie_sends_the_gradient_to_y_as_oneflow():
+    """OneFlow's elementwise_maximum / minimum (two Blobs of one shape): x's gradient where
+    x is strictly larger (smaller), y's elsewhere, ties included."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job() -> tp.Numpy:
+        a, b, c, d = [flow.get_variable(n, shape=(2,), initializer=flow.zeros_initializer())
+                      for n in "abcd"]
+        loss = flow.math.reduce_sum(flow.math.maximum(a, b) - flow.math.minimum(c, d))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    job()
+    variables = {k: v.numpy().tolist() for k, v in flow.get_all_variables().items()}
+    assert [variables[n] for n in "abcd"] == [[0, 0], [-1, -1], [0, 0], [1, 1]]
+
+
+def test_integer_means_and_quotients_by_a_number_are_oneflow_s():
+    """OneFlow divides by a number, and takes a mean, as a multiplication by the
+    reciprocal, which its scalar_mul casts to an integer Blob's dtype: 0 for x / 2 and for
+    the mean of more than one element (with a warning); reduce_mean over no axis divides
+    by the element count."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((4,), dtype=flow.int32),
+            f: tp.Numpy.Placeholder((2, 3))) -> Tuple[tp.Numpy, tp.Numpy]:
+        ints = flow.concat([x / 2, flow.math.divide(x, 4), x / 1, x * 2.5,
+                            flow.reshape(flow.math.reduce_mean(x), (1,))], axis=0)
+        return ints, flow.math.reduce_mean(f, axis=[])
+
+    with pytest.warns(UserWarning) as caught:
+        ints, mean = job(np.array([4, 8, 12, 16], np.int32),
+                         np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(ints, [0] * 8 + [4, 8, 12, 16, 8, 16, 24, 32, 0])
+    np.testing.assert_allclose(mean, np.arange(6).reshape(2, 3) / 6, rtol=1e-6)
+    said = " ".join(str(w.message) for w in caught)
+    assert "multiplies by int(0.5) = 0" in said and "divides by the element count 6" in said

@@ -498,6 +498,8 @@ def _binary_spec(name):
             return as_dtype(f, out_dtype)(x, y)
         if scalar:   # a Python scalar second operand takes the Blob's dtype
             s = 2 if dtype.kind == "i" else 1.5
+            if name == "math.divide.int":   # OneFlow: x times int(1 / 2) (scalar_mul's cast)
+                return Case(lambda x: fn(x, s), [a], lambda x: x * int(1.0 / s))
             return Case(lambda x: fn(x, s),
                         [a], lambda x: as_dtype(f, out_dtype)(x, np.asarray(s, x.dtype)))
         return Case(lambda x, y: fn(x, y), [a, b], ref)
@@ -535,6 +537,17 @@ REDUCE = {
 }
 
 
+def _oneflow_mean(v, axes, keepdims):
+    """OneFlow's reduce_mean (reduce_mean.py): reduce_sum times 1 / count, the count of the
+    reduced axes or, with none, of every element; an integer Blob's factor cast to its
+    dtype (scalar_mul)."""
+    count = int(np.prod([v.shape[a] for a in set(axes)])) if axes else max(v.size, 1)
+    total = v.sum(axis=axes, keepdims=keepdims) if axes else v
+    if v.dtype.kind == "i":
+        return np.asarray(total * int(1.0 / max(count, 1))).astype(v.dtype)
+    return np.asarray(total.astype(np.float64) / count).astype(v.dtype)
+
+
 def _reduce_spec(name):
     fn, f, dtypes, out_dtype = REDUCE[name]
 
@@ -550,6 +563,8 @@ def _reduce_spec(name):
 
         def ref(v):
             axes = _np_axes(axis, v.ndim, repeats=True)
+            if name == "math.reduce_mean" and (v.dtype.kind == "i" or axes == ()):
+                return _oneflow_mean(v, axes, keepdims)
             if axes == () and axis is not None:       # axis=[]: the input (0 for variance)
                 out = f(v.astype(np.float64)[..., None], axis=-1, keepdims=False)
             else:

@@ -174,12 +174,15 @@ def test_arithmetic_with_scalars_and_broadcasting():
 
 
 def test_divide_by_scalar_zero_and_scalar_dividend_follow_oneflow():
-    """OneFlow multiplies by 1 / y with 1 / 0 taken as 0, and x / y by reciprocal_no_nan."""
+    """OneFlow multiplies by 1 / y with 1 / 0 taken as 0, and x / y by reciprocal_no_nan;
+    its scalar_mul casts 1 / y to an integer Blob's dtype (0 for y = 2: with a warning)."""
     y = np.array([0.0, 2.0, -4.0])
     np.testing.assert_array_equal(forward(lambda v: flow.math.divide(v, 0), y), y * 0)
     np.testing.assert_array_equal(forward(lambda v: flow.math.divide(2, v), y), [0, 1, -0.5])
     ints = np.array([7, -7, 6], np.int32)
-    np.testing.assert_array_equal(forward(lambda v: flow.math.divide(v, 2), ints), [3, -3, 3])
+    with pytest.warns(UserWarning, match=r"multiplies by int\(0.5\) = 0"):
+        np.testing.assert_array_equal(forward(lambda v: flow.math.divide(v, 2), ints), [0, 0, 0])
+    np.testing.assert_array_equal(forward(lambda v: flow.math.divide(v, -1), ints), -ints)
 
 
 def test_atan2_quadrants_and_axes():
@@ -281,12 +284,16 @@ def test_reduction_values(name):
 
 
 def test_reductions_over_no_axes():
-    """axis=[]: the input for sum/mean/max/min/prod/logsumexp; |x| for the norm; x != 0
-    for any/all; zeros for std/variance (as OneFlow's reduce_ops)."""
+    """axis=[]: the input for sum/max/min/prod/logsumexp; |x| for the norm; x != 0 for
+    any/all; zeros for std/variance (as OneFlow's reduce_ops); the input over its element
+    count for the mean (OneFlow's reduce_mean.py: reduce_sum times 1 / count, with a
+    warning)."""
     x = np.array([[1.5, -2.0], [0.0, 3.0]])
     m = flow.math
-    for fn in (m.reduce_sum, m.reduce_mean, m.reduce_max, m.reduce_min, m.reduce_prod):
+    for fn in (m.reduce_sum, m.reduce_max, m.reduce_min, m.reduce_prod):
         np.testing.assert_array_equal(forward(lambda v: fn(v, axis=[]), x), x)
+    with pytest.warns(UserWarning, match="divides by the element count 4"):
+        np.testing.assert_array_equal(forward(lambda v: m.reduce_mean(v, axis=[]), x), x / 4)
     np.testing.assert_allclose(forward(lambda v: m.reduce_logsumexp(v, axis=[]), x), x)
     np.testing.assert_array_equal(forward(lambda v: m.reduce_euclidean_norm(v, axis=[]), x),
                                   np.abs(x))
@@ -704,9 +711,10 @@ SWEEP = {
     "relu": (M.relu, lambda a: np.maximum(a, 0), _ARITH, False),
     "reduce_sum": (lambda a: M.reduce_sum(a, axis=1), lambda a: a.sum(1, dtype=a.dtype), _ARITH,
                    False),
+    # (an integer mean is OneFlow's reduce_sum times int(1 / count): 0 here, with a warning)
     "reduce_mean": (lambda a: M.reduce_mean(a, axis=0),
                     lambda a: (a.sum(0) / 2).astype(a.dtype) if a.dtype.kind == "f"
-                    else np.trunc(a.sum(0) / 2).astype(a.dtype), _ARITH, False),
+                    else (a.sum(0) * 0).astype(a.dtype), _ARITH, False),
     "reduce_max": (lambda a: M.reduce_max(a), np.max, _ARITH, False),
     "reduce_min": (lambda a: M.reduce_min(a, axis=[0, 1]), np.min, _ARITH, False),
     "reduce_prod": (lambda a: M.reduce_prod(a, axis=1), lambda a: a.prod(1, dtype=a.dtype),

@@ -193,7 +193,13 @@ class Blob:
     def __rsub__(self, o): return self._binary("Sub", o, True)
     def __mul__(self, o): return self._binary("Mul", o)
     def __rmul__(self, o): return self._binary("Mul", o, True)
-    def __truediv__(self, o): return self._binary("Div", o)
+    def __truediv__(self, o):
+        if isinstance(o, (int, float)) and not isinstance(o, bool) and \
+                self.np_dtype.kind in "iu":
+            # an integer Blob / a number is OneFlow's divide: int(1 / o) times the Blob
+            from onnxjob.ops.math import divide
+            return divide(self, o)
+        return self._binary("Div", o)
     def __rtruediv__(self, o): return self._binary("Div", o, True)
     def __mod__(self, o): return self._binary("Mod", o)
     def __rmod__(self, o): return self._binary("Mod", o, True)

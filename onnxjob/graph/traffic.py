@@ -31,7 +31,8 @@ COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "FusedMatMul
 _NAMES = {"onnxjob.BatchNormTrain": "batch norm", "Relu": "ReLU", "Add": "add",
           "MaxPool": "max pool", "AveragePool": "average pool", "Conv": "convolution",
           "onnxjob.Gelu": "GELU", "onnxjob.SoftmaxCrossEntropy": "loss",
-          "onnxjob.SparseCrossEntropy": "loss", "LayerNormalization": "layer norm"}
+          "onnxjob.SparseCrossEntropy": "loss", "onnxjob.SparseSoftmaxCrossEntropy": "loss",
+          "LayerNormalization": "layer norm"}
 
 
 @dataclasses.dataclass

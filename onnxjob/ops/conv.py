@@ -246,7 +246,9 @@ def pooling(op_type, x, ksize, strides, padding, data_format, ceil_mode, name, n
     k = spatial_tuple(ksize, ndims, "ksize")
     s = spatial_tuple(strides, ndims, "strides")
     pads = resolve_padding(padding, x.shape[2:], k, s, [1] * ndims, channels_last)
-    if ceil_mode:
+    if ceil_mode and not isinstance(padding, str):
+        # as OneFlow's GetWindowedOutputSize: ceil_mode counts with explicit ("customized")
+        # pads only; "VALID" and "SAME" sizes are their own
         pads = _ceil_mode_pads(x.shape[2:], k, s, pads)
     attrs = dict(kernel_shape=k, strides=s, pads=pads)
     builder = current_builder(op_type)

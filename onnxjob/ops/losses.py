@@ -72,11 +72,12 @@ def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
         perm = [0, len(logits.shape) - 1] + list(range(1, len(logits.shape) - 1))
         logits = op("Transpose", logits, perm=perm)
     builder = current_builder("sparse_softmax_cross_entropy_with_logits")
+    # (graph/primitives/losses.py: the loss of each row at most -log(1e-20), as OneFlow's)
     if builder.is_train:  # the log-prob output feeds the gradient (softmax - onehot)
-        loss, _ = op("SoftmaxCrossEntropyLoss", logits, labels, reduction="none",
-                     num_outputs=2, name=name)
-        return loss
-    return op("SoftmaxCrossEntropyLoss", logits, labels, reduction="none", name=name)
+        loss, _ = op("onnxjob.SparseSoftmaxCrossEntropy", logits, labels, num_outputs=2)
+    else:
+        loss = op("onnxjob.SparseSoftmaxCrossEntropy", logits, labels)
+    return loss if name is None else op("Identity", loss, name=name)
 
 
 def softmax_cross_entropy_with_logits(labels, logits, name=None):

@@ -20,6 +20,7 @@ from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.ops import qat
 from onnxjob.ops import random as _random
 from onnxjob.ops.legacy import count_not_finite  # noqa: F401  (flow.math.count_not_finite)
+from onnxjob.source_info import warn_at_user_line
 
 _INTS = (np.dtype(np.int8), np.dtype(np.int32), np.dtype(np.int64))
 _ARITHMETIC = FLOATS + _INTS
@@ -145,6 +146,11 @@ def divide(x, y, name=None):
     """
     if _is_scalar(y) and isinstance(x, Blob) and x.np_dtype in FLOATS:
         return multiply(x, 0.0 if y == 0 else 1.0 / float(y), name=name)
+    if _is_scalar(y) and isinstance(x, Blob):
+        # an integer Blob: OneFlow's scalar_mul casts the reciprocal to the Blob's dtype
+        factor = 0.0 if y == 0 else 1.0 / float(y)
+        _say_int_reciprocal("flow.math.divide: an integer Blob divided by a number", factor)
+        return multiply(x, factor, name=name)
     if _is_scalar(x) and isinstance(y, Blob) and y.np_dtype in FLOATS:
         return multiply(reciprocal_no_nan(y), x, name=name)
     a, b = _pair(x, y)
@@ -154,8 +160,21 @@ def divide(x, y, name=None):
 
 mod = _binary("Mod", "flow.math.mod",
               doc="Floor modulo x - floor(x / y) * y (the sign of y), with broadcasting.")
-maximum = _binary("Max", "flow.math.maximum")
-minimum = _binary("Min", "flow.math.minimum")
+def _extremum(op_type, api):
+    def f(x, y, name=None):
+        a, b = _pair(x, y)
+        _check_dtype(a, api, _ARITHMETIC)
+        if a.shape == b.shape:  # OneFlow's elementwise op: a tie's gradient goes to y
+            return _named(op(f"onnxjob.Elementwise{op_type}", a, b), name)
+        return op(op_type, a, b, name=name)
+    f.__name__ = f.__qualname__ = api.rsplit(".", 1)[-1]
+    f.__doc__ = (f"Broadcasting elementwise {op_type} (Python scalars are accepted); for two "
+                 "Blobs of one shape, a tie's gradient goes to y, as OneFlow's.")
+    return f
+
+
+maximum = _extremum("Max", "flow.math.maximum")
+minimum = _extremum("Min", "flow.math.minimum")
 equal = _comparison("Equal", "flow.math.equal")
 less = _comparison("Less", "flow.math.less")
 less_equal = _comparison("LessOrEqual", "flow.math.less_equal")
@@ -425,9 +444,38 @@ def _reduce(op_type, api, allowed, doc):
 reduce_sum = _reduce("ReduceSum", "flow.math.reduce_sum", _ARITHMETIC,
                      "Sum over `axis` (None = all axes; `[]` returns the input).")
 # OneFlow <= 0.4 named the input `input_blob` (reduce_mean) or `x` (max, min, prod)
-reduce_mean = renamed_keywords(input_blob="input_tensor")(_reduce(
-    "ReduceMean", "flow.math.reduce_mean", _ARITHMETIC,
-    "Mean over `axis` (None = all axes; `[]` returns the input)."))
+_plain_reduce_mean = _reduce("ReduceMean", "flow.math.reduce_mean", _ARITHMETIC, "")
+
+
+@renamed_keywords(input_blob="input_tensor")
+def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
+    """Mean over `axis` (None = all axes). As OneFlow's (reduce_mean.py: reduce_sum times
+    1 / count), `[]` divides the input by its element count, and an integer Blob's mean
+    multiplies by int(1 / count), 0 for more than one element; both warn."""
+    api = "flow.math.reduce_mean"
+    _check_dtype(input_tensor, api, _ARITHMETIC)
+    x, axes = _axes(input_tensor, axis, api)
+    integer = x.np_dtype not in FLOATS
+    if axes and not (integer and not x.is_dynamic):
+        return _plain_reduce_mean(input_tensor, axis, keepdims, name)
+    count = int(np.prod([x.shape[a] for a in axes] if axes else x.shape))
+    if not axes:
+        warn_at_user_line(f"{api}(axis={axis!r}) reduces no axis and, as OneFlow's, divides "
+                          f"by the element count {count} (the input itself is "
+                          "flow.identity(x))")
+    if integer:
+        _say_int_reciprocal(f"{api} of an integer Blob", 1.0 / max(count, 1))
+    return multiply(reduce_sum(x, axes, keepdims) if axes else x, 1.0 / max(count, 1),
+                    name=name)
+
+
+def _say_int_reciprocal(what, factor):
+    """Warn where OneFlow's cast of a reciprocal `factor` to an integer Blob's dtype makes
+    a quotient other than the true one."""
+    if factor != int(factor):
+        warn_at_user_line(f"{what} multiplies by int({factor:g}) = {int(factor)}, as OneFlow's "
+                          "scalar_mul casts the factor to the Blob's dtype; cast the Blob to a "
+                          "float dtype first for the quotient")
 reduce_max = renamed_keywords(x="input_tensor")(_reduce(
     "ReduceMax", "flow.math.reduce_max", _ARITHMETIC,
     "Maximum over `axis` (None = all axes; `[]` returns the input)."))

@@ -25,6 +25,10 @@ __all__ = ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
 def moments(x, axes, keepdims=False, name=None):
     """(mean, variance) of `x` over `axes` (the variance divides by the count)."""
     _check_floating(x, "flow.nn.moments", half=True)   # OneFlow's reductions take half
+    if isinstance(axes, (list, tuple)) and not axes:
+        # as OneFlow's: reduce_mean over no axis (x / its size), reduce_variance's zeros
+        return (math.reduce_mean(x, axis=[], keepdims=keepdims, name=name),
+                math.reduce_variance(x, axis=[], keepdims=keepdims))
     mean = math.reduce_mean(x, axis=axes, keepdims=True)
     var = math.reduce_mean(math.square(x - mean), axis=axes, keepdims=keepdims)
     if not keepdims:

@@ -95,6 +95,24 @@ register("Max", _binary_infer(), _minmax_grad)
 register("Min", _binary_infer(), _minmax_grad)
 
 
+def _elementwise_extremum(op_type, strictly):
+    """OneFlow's elementwise_maximum / minimum (flow.math.maximum / minimum of two Blobs of
+    one shape): x's gradient where x is strictly the larger (smaller), y's elsewhere, ties
+    included (elementwise_maximum_minimum_kernel.h: if (x > y) dx = dz; else dy = dz)."""
+    def grad(n, g, need):
+        x, y = n.inputs
+        x_wins = op(strictly, x, y)
+        zero = _c(0, g[0])
+        return [op("Where", x_wins, g[0], zero) if need[0] else None,
+                op("Where", x_wins, zero, g[0]) if need[1] else None]
+    register_composite(f"onnxjob.Elementwise{op_type}",
+                       lambda inputs, attrs, k: [op(op_type, *inputs)], grad)
+
+
+_elementwise_extremum("Max", "Greater")
+_elementwise_extremum("Min", "Less")
+
+
 def _pow_grad(n, g, need):
     """As OneFlow: d/dx = p x^(p-1); d/dp = log(x) x^p where x > 0, else 0."""
     x, p = n.inputs

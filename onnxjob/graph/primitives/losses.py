@@ -39,11 +39,35 @@ def _sce_grad(n, g, need):
 register("SoftmaxCrossEntropyLoss", _sce_infer, _sce_grad)
 
 
+def _log_floor(like):
+    """log(1e-20) in `like`'s dtype: OneFlow's softmax cross entropies take
+    -log(max(p, 1e-20)) (SafeLog), so no loss term exceeds 46.05."""
+    return as_blob(np.log(np.float32(_LOG_THRESHOLD)).astype(like.np_dtype), like=like)
+
+
+def _sparse_sce_expand(inputs, attrs, num_outputs):
+    """OneFlow's sparse softmax cross entropy: SoftmaxCrossEntropyLoss's -log p[label],
+    at most -log(1e-20); its log-probabilities (the gradient's) kept as they are."""
+    logits, labels = inputs
+    outs = op("SoftmaxCrossEntropyLoss", logits, labels, reduction="none",
+              num_outputs=num_outputs)
+    loss = outs[0] if num_outputs > 1 else outs
+    capped = op("Min", loss, op("Neg", _log_floor(loss)))
+    return [capped, outs[1]] if num_outputs > 1 else [capped]
+
+
+# (the gradient is SoftmaxCrossEntropyLoss's, softmax - onehot, also where the loss is
+# capped: OneFlow's ComputeDiffWithSoftmax does not look at the floor)
+register_composite("onnxjob.SparseSoftmaxCrossEntropy", _sparse_sce_expand, _sce_grad)
+
+
 def _softmax_ce_expand(inputs, attrs, num_outputs):
-    """loss = -sum(labels * log_softmax(logits)) over the last axis; log-probs kept."""
+    """loss = -sum(labels * max(log_softmax(logits), log(1e-20))) over the last axis (as
+    OneFlow's kernel: -label * logf(max(prob, 1e-20))); log-probs kept, unfloored."""
     labels, logits = inputs
     logp = op("LogSoftmax", logits, axis=-1)
-    loss = op("Neg", op("ReduceSum", op("Mul", labels, logp), int64_constant(logp, [-1]),
+    floored = op("Max", logp, _log_floor(logp))
+    loss = op("Neg", op("ReduceSum", op("Mul", labels, floored), int64_constant(logp, [-1]),
                         keepdims=0))
     return [loss, logp]
 
