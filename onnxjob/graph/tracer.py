@@ -43,6 +43,18 @@ class TracedNode:
         self.location = location
 
 
+def integer_reciprocal(what, divisor):
+    """The factor OneFlow multiplies an integer Blob by to divide it by the number
+    `divisor`: 1 / divisor (1 / 0 taken as 0) cast to an integer, as its scalar_mul casts
+    it to the Blob's dtype; warned at the user's line where that is not the quotient."""
+    factor = 0.0 if divisor == 0 else 1.0 / float(divisor)
+    if factor != int(factor):
+        warn_at_user_line(f"{what} multiplies by int({factor:g}) = {int(factor)}, as OneFlow's "
+                          "scalar_mul casts the factor to the Blob's dtype; cast the Blob to a "
+                          "float dtype first for the quotient")
+    return int(factor)
+
+
 class Blob:
     """A value inside a job body: static shape and dtype, no data.
 
@@ -196,9 +208,9 @@ class Blob:
     def __truediv__(self, o):
         if isinstance(o, (int, float)) and not isinstance(o, bool) and \
                 self.np_dtype.kind in "iu":
-            # an integer Blob / a number is OneFlow's divide: int(1 / o) times the Blob
-            from onnxjob.ops.math import divide
-            return divide(self, o)
+            # an integer Blob / a number is OneFlow's divide: the Blob times 1 / o cast to
+            # its dtype (flow.math.divide does the same)
+            return self._binary("Mul", integer_reciprocal("an integer Blob / a number", o))
         return self._binary("Div", o)
     def __rtruediv__(self, o): return self._binary("Div", o, True)
     def __mod__(self, o): return self._binary("Mod", o)

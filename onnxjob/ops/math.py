@@ -16,7 +16,7 @@ from onnxjob.errors import TraceError, missing_api
 from onnxjob.graph.primitives.elementwise import FLOATS, cast, gelu_derivative
 from onnxjob.graph.primitives.shape_ops import dim_of, shape_of, zeros_of
 from onnxjob.graph.registry import broadcast_shape
-from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
+from onnxjob.graph.tracer import Blob, as_blob, int64_constant, integer_reciprocal, op
 from onnxjob.ops import qat
 from onnxjob.ops import random as _random
 from onnxjob.ops.legacy import count_not_finite  # noqa: F401  (flow.math.count_not_finite)
@@ -148,9 +148,8 @@ def divide(x, y, name=None):
         return multiply(x, 0.0 if y == 0 else 1.0 / float(y), name=name)
     if _is_scalar(y) and isinstance(x, Blob):
         # an integer Blob: OneFlow's scalar_mul casts the reciprocal to the Blob's dtype
-        factor = 0.0 if y == 0 else 1.0 / float(y)
-        _say_int_reciprocal("flow.math.divide: an integer Blob divided by a number", factor)
-        return multiply(x, factor, name=name)
+        return multiply(x, integer_reciprocal(
+            "flow.math.divide: an integer Blob divided by a number", y), name=name)
     if _is_scalar(x) and isinstance(y, Blob) and y.np_dtype in FLOATS:
         return multiply(reciprocal_no_nan(y), x, name=name)
     a, b = _pair(x, y)
@@ -463,19 +462,9 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
         warn_at_user_line(f"{api}(axis={axis!r}) reduces no axis and, as OneFlow's, divides "
                           f"by the element count {count} (the input itself is "
                           "flow.identity(x))")
-    if integer:
-        _say_int_reciprocal(f"{api} of an integer Blob", 1.0 / max(count, 1))
-    return multiply(reduce_sum(x, axes, keepdims) if axes else x, 1.0 / max(count, 1),
-                    name=name)
-
-
-def _say_int_reciprocal(what, factor):
-    """Warn where OneFlow's cast of a reciprocal `factor` to an integer Blob's dtype makes
-    a quotient other than the true one."""
-    if factor != int(factor):
-        warn_at_user_line(f"{what} multiplies by int({factor:g}) = {int(factor)}, as OneFlow's "
-                          "scalar_mul casts the factor to the Blob's dtype; cast the Blob to a "
-                          "float dtype first for the quotient")
+    factor = integer_reciprocal(f"{api} of an integer Blob", count) if integer else \
+        1.0 / max(count, 1)
+    return multiply(reduce_sum(x, axes, keepdims) if axes else x, factor, name=name)
 reduce_max = renamed_keywords(x="input_tensor")(_reduce(
     "ReduceMax", "flow.math.reduce_max", _ARITHMETIC,
     "Maximum over `axis` (None = all axes; `[]` returns the input)."))
