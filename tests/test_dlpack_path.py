@@ -197,7 +197,7 @@ atexit.register(lambda: print("DLPACK " + os.environ.get("RANK", "-") + " " + js
     ("conv_bn", "config.all_reduce_group_min_mbyte(0.0001)"),      # a bucket per few grads
     ("mlp", "config.all_reduce_fp16(True)"),
     # gradients added over the micro-batches as torch tensors, reduced once
-    ("conv_bn", "config.train.num_gradient_accumulation_steps(2)")])
+    ("mlp", "config.train.num_gradient_accumulation_steps(2)")])
 def test_two_ranks_dlpack_path_equals_the_numpy_path(tmp_path, net, config):
     (tmp_path / "host").mkdir()
     (tmp_path / "dlpack").mkdir()

@@ -168,6 +168,21 @@ def _counted(function, calls):
     return wrapped
 
 
+def test_without_batch_coupled_ops_accumulation_is_the_whole_batch_s_step():
+    """OneFlow scales the added gradients by 1 / (loss elements x steps): with no op
+    coupling a batch's rows, two micro-batches step as one whole batch does."""
+    def trained(steps):
+        flow.clear_default_session()
+        job = linear_job(steps, 4)
+        outs = [job(x) for x in (np.arange(8, dtype=np.float32).reshape(4, 2) / 8,
+                                 np.ones((4, 2), np.float32))]
+        return outs, flow.get_all_variables()["w"].numpy()
+    (accumulated, w2), (whole, w1) = trained(2), trained(1)
+    np.testing.assert_allclose(w2, w1, rtol=1e-6)
+    np.testing.assert_allclose(np.concatenate(accumulated), np.concatenate(whole), rtol=1e-6)
+    assert np.abs(w1 - 1).max() > 0.1
+
+
 def test_micro_batches_differ_from_one_whole_batch():
     """Each micro-batch normalizes by its own statistics: the accumulated step is not the
     whole batch's (what this test's twin would miss if it compared the wrong thing)."""
