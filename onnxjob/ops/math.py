@@ -458,7 +458,7 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
     if axes and not (integer and not x.is_dynamic):
         return _plain_reduce_mean(input_tensor, axis, keepdims, name)
     count = int(np.prod([x.shape[a] for a in axes] if axes else x.shape))
-    if not axes:
+    if not axes and count != 1:     # (a 0-d input's mean is the input: nothing to say)
         warn_at_user_line(f"{api}(axis={axis!r}) reduces no axis and, as OneFlow's, divides "
                           f"by the element count {count} (the input itself is "
                           "flow.identity(x))")
