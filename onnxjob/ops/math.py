@@ -442,10 +442,9 @@ def _reduce(op_type, api, allowed, doc):
 
 reduce_sum = _reduce("ReduceSum", "flow.math.reduce_sum", _ARITHMETIC,
                      "Sum over `axis` (None = all axes; `[]` returns the input).")
+
+
 # OneFlow <= 0.4 named the input `input_blob` (reduce_mean) or `x` (max, min, prod)
-_plain_reduce_mean = _reduce("ReduceMean", "flow.math.reduce_mean", _ARITHMETIC, "")
-
-
 @renamed_keywords(input_blob="input_tensor")
 def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
     """Mean over `axis` (None = all axes). As OneFlow's (reduce_mean.py: reduce_sum times
@@ -456,7 +455,7 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
     x, axes = _axes(input_tensor, axis, api)
     integer = x.np_dtype not in FLOATS
     if axes and not (integer and not x.is_dynamic):
-        return _plain_reduce_mean(input_tensor, axis, keepdims, name)
+        return named_op("ReduceMean", x, axes=axes, keepdims=int(keepdims), name=name)
     count = int(np.prod([x.shape[a] for a in axes] if axes else x.shape))
     if not axes and count != 1:     # (a 0-d input's mean is the input: nothing to say)
         warn_at_user_line(f"{api}(axis={axis!r}) reduces no axis and, as OneFlow's, divides "
@@ -465,6 +464,8 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
     factor = integer_reciprocal(f"{api} of an integer Blob", count) if integer else \
         1.0 / max(count, 1)
     return multiply(reduce_sum(x, axes, keepdims) if axes else x, factor, name=name)
+
+
 reduce_max = renamed_keywords(x="input_tensor")(_reduce(
     "ReduceMax", "flow.math.reduce_max", _ARITHMETIC,
     "Maximum over `axis` (None = all axes; `[]` returns the input)."))

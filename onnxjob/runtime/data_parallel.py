@@ -15,7 +15,7 @@ import onnx.utils
 
 from onnxjob.graph.split_batch import MEAN, SUM, WHOLE, Split, split_batch
 from onnxjob.runtime import backend, distributed, value_paths
-from onnxjob.runtime.micro_batches import micro_batches, pack_outputs
+from onnxjob.runtime.micro_batches import call_state, micro_batches, pack_outputs
 from onnxjob.runtime.staged import StagedSession
 
 
@@ -159,7 +159,7 @@ class DataParallelStep:
         part A). Each micro-batch's moving statistics are stored for the next to read;
         the gradients are added on this rank and reduced once, in the last part's
         buckets (OneFlow's acc before the model's all-reduce)."""
-        outputs, pending, state = [], {}, {}
+        outputs, pending = [], {}
         grads, steps = set(self._grads), len(parts)
         for k, feeds in enumerate(parts):
             last, reducer = k == steps - 1, self._reducer()
@@ -176,13 +176,15 @@ class DataParallelStep:
             results = self._a.run(self._feeds(self._inputs_a, feeds, stored=stored), add)
             reduced = reducer.finish()
             outputs.append(results[:len(self._user)])
-            for variable, output in self._state_a:
-                if k == 0 or variable in self._moving:
-                    state[output] = reduced[output]
+            now = [reduced[o] for _, o in self._state_a]
+            if k == 0:
+                first = now
             if not last:
                 moving = [(v, o) for v, o in self._state_a if v in self._moving]
                 self._store.replace_all([v for v, _ in moving],
-                                        [keep(state[o]) for _, o in moving])
+                                        [keep(reduced[o]) for _, o in moving])
+        state = dict(zip([o for _, o in self._state_a],
+                         call_state(self._state_a, first, now, self._moving)))
         return outputs, {name: reduced[name] for name in self._grads}, state
 
     def _whole(self, value, kind):

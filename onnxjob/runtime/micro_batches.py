@@ -49,6 +49,15 @@ def micro_batches(feeds, steps, placeholders, next_source_feeds=None):
     return parts
 
 
+def call_state(items, first, last, per_micro_batch):
+    """Part A's state after one call ((variable, output) `items`): the last micro-batch's
+    values of the variables in `per_micro_batch` (batch norm's moving statistics, updated
+    per micro-batch in turn), the first's of the others (the train step's counter: the
+    call is one step)."""
+    return [late if variable in per_micro_batch else early
+            for (variable, _), early, late in zip(items, first, last)]
+
+
 def pack(values):
     """OneFlow's pack of one returned blob over the micro-batches: concatenated along the
     first axis, 0-d values stacked into a vector."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from onnxjob.runtime import backend, device_accumulation, distributed
 from onnxjob.runtime.data_parallel import _extract, part_feeds, state_by_part
-from onnxjob.runtime.micro_batches import micro_batches, pack_outputs
+from onnxjob.runtime.micro_batches import call_state, micro_batches, pack_outputs
 
 
 class MirroredStep:
@@ -102,11 +102,10 @@ class MirroredStep:
         else:
             mine = device_feeds
         steps = self._steps
-        if steps > 1 and device_accumulation.applies(self._device, ranks, len(mine)):
-            return [self._accumulate_on_device(micro_batches(
-                mine[0], steps, self._placeholders, self._next_source_feeds))]
         parts = [[feeds] if steps == 1 else micro_batches(
             feeds, steps, self._placeholders, self._next_source_feeds) for feeds in mine]
+        if steps > 1 and device_accumulation.applies(self._device, ranks, len(mine)):
+            return [self._accumulate_on_device(parts[0])]
         outputs, sums, total = [[] for _ in mine], None, 0.0
         for k in range(steps):
             for device, device_parts in enumerate(parts):
@@ -120,9 +119,8 @@ class MirroredStep:
                     # the moving statistics now, for the next micro-batch to read
                     self._store_all(self._state_a, state, self._moving.__contains__)
                     last_state = state
-        if steps > 1:   # the moving statistics the last's, the rest (the step counter) the first's
-            first_state = [last if variable in self._moving else first for (variable, _), first,
-                           last in zip(self._state_a, first_state, last_state)]
+        if steps > 1:
+            first_state = call_state(self._state_a, first_state, last_state, self._moving)
         if ranks > 1:
             summed = distributed.total(sums + [np.array([total])])
             sums, total = summed[:-1], float(summed[-1][0])
@@ -136,7 +134,6 @@ class MirroredStep:
             outputs = [out for gathered in distributed.all_gather_objects(outputs)
                        for out in gathered]
         return outputs
-
 
     def _accumulate_on_device(self, parts):
         """One device's accumulating step over the micro-batches' feeds `parts`, its
@@ -158,7 +155,7 @@ class MirroredStep:
             if len(outputs) == 1:
                 first_state = state
         new = runs.update(parts[0], mean)
-        kept = [state[i] if i in moving else first_state[i] for i in range(len(state))]
+        kept = call_state(self._state_a, first_state, state, self._moving)
         self._store.replace_all(
             [v for v, _ in self._state_a] + [v for v, _ in self._state_b],
             [runs.stored(value) for value in kept + new])
