@@ -58,6 +58,14 @@ NETS["batch_shapes"] = """
         flat = flow.reshape(flow.math.tanh(normed), (BATCH, -1))
         flat = flow.slice(flat, [None, 0], [None, 3000])
         logits = flow.layers.dense(flat, 10, kernel_initializer=init, name="dense")"""
+# an embedding looked up by each example's id (its label + 3: ids 3..12 of a 12-row table,
+# 12 outside it: a zero row, as OneFlow's gather): each rank adds the gradient rows of its
+# own lookups into the table's gradient (graph/split_rules.py scatter_add_of_rows)
+NETS["embedding"] = """
+        flat = flow.reshape(images, [images.shape[0], -1])
+        table = flow.get_variable("table", (12, 10), initializer=init)
+        logits = flow.layers.dense(flat, 10, kernel_initializer=init, name="dense") + \\
+            flow.gather(table, labels + 3)"""
 LOSSES = {"batch_shapes": """
     w = flow.get_variable("dense-weight", shape=(10, 3000), initializer=init)
     loss = flow.math.reduce_sum(
@@ -71,11 +79,12 @@ STEPS = {"resnet50": 1}
 
 
 def write_script(tmp_path, net, fail_rank=None, mean_loss=False, stall_rank=None, config="",
-                 steps=None):
+                 steps=None, optimizer="flow.optimizer.SGD({schedule}, momentum=0.9)"):
     body = textwrap.indent(textwrap.dedent(NETS[net]).strip(), "    ")
     script = tmp_path / f"{net}_train.py"
     reduce = "flow.math.reduce_mean" if mean_loss else ""
     shape = SHAPES.get(net, (8, 1, 28, 28))
+    schedule = f"flow.optimizer.PiecewiseConstantScheduler([], [{LEARNING_RATES.get(net, 0.1)}])"
     loss = LOSSES.get(net, f"""
     loss = {reduce}(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))""")
     script.write_text(f"""import json, os, sys, time
@@ -95,9 +104,7 @@ def train_job(images: tp.Numpy.Placeholder({shape!r}, dtype=flow.float),
     init = flow.truncated_normal(0.1)
 {body}
 {loss}
-    flow.optimizer.SGD(
-        flow.optimizer.PiecewiseConstantScheduler([], [{LEARNING_RATES.get(net, 0.1)}]),
-        momentum=0.9).minimize(loss)
+    {optimizer.format(schedule=schedule)}.minimize(loss)
     return loss
 
 if len(sys.argv) > 2:           # load a checkpoint, save the variables as .npz
@@ -242,6 +249,18 @@ def test_gradient_buckets_and_half_all_reduce(tmp_path, net, config, rtol, atol)
         np.testing.assert_allclose(two_ranks[name], value, rtol=rtol, atol=atol, err_msg=name)
     if rtol > 1e-5:     # the flag changes the numbers: not silently ignored
         assert max(np.max(np.abs(two_ranks[n] - v)) for n, v in one_rank.items()) > 1e-6
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "LazyAdam"])
+def test_an_embedding_trains_over_two_ranks_as_one_process(tmp_path, optimizer):
+    """A table looked up by the examples' ids (one outside it) trains over two ranks as one
+    process: each rank adds its lookups' gradient rows into the table's gradient; under
+    LazyAdam each rank updates the rows any rank looked up (the indices gathered for the
+    update; a row looked up in one step and not the next would move in a dense update)."""
+    chosen = {"SGD": "flow.optimizer.SGD({schedule}, momentum=0.9)",
+              "LazyAdam": "flow.optimizer.LazyAdam({schedule})"}[optimizer]
+    script = write_script(tmp_path, "embedding", mean_loss=True, optimizer=chosen)
+    assert_trains_as_one_process(script, run(script, 2, tmp_path / "many"), tmp_path)
 
 
 def test_gradient_accumulation_over_two_ranks_trains_as_one_process(tmp_path):

@@ -502,3 +502,74 @@ def test_integer_means_and_quotients_by_a_number_are_oneflow_s():
     np.testing.assert_allclose(mean, np.arange(6).reshape(2, 3) / 6, rtol=1e-6)
     said = " ".join(str(w.message) for w in caught)
     assert "multiplies by int(0.5) = 0" in said and "divides by the element count 6" in said
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_gather_gives_zero_rows_for_indices_outside_the_axis(axis, index_dtype):
+    """OneFlow's gather kernels copy a row only for 0 <= index < size and write zeros
+    otherwise (user/kernels/gather_kernel_util.cpp, .cu): a padding id equal to the
+    vocabulary size looks up zeros; ONNX's Gather would wrap -1 and fail the run at 4."""
+    params = np.arange(1, 13, dtype=np.float32).reshape(4, 3)
+    size = params.shape[axis]
+    indices = np.array([[0, size], [-1, size - 1]], index_dtype)
+    got = _predict(lambda p, i: flow.gather(p, i, axis=axis), params, indices)
+    inside = (indices >= 0) & (indices < size)
+    expected = np.take(params, np.where(inside, indices, 0), axis=axis)
+    mask = inside.reshape((1,) * axis + inside.shape + (1,) * (1 - axis))
+    np.testing.assert_array_equal(got, np.where(mask, expected, 0))
+
+
+def _table_after_one_step(optimizer, ids):
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(i: tp.Numpy.Placeholder(ids.shape, dtype=flow.int32)) -> tp.Numpy:
+        table = flow.get_variable("table", (6, 2), initializer=flow.constant_initializer(1.5))
+        rows = flow.gather(table, i)
+        loss = flow.math.reduce_sum(rows * rows)
+        optimizer(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    loss = job(ids)
+    return float(loss), flow.get_all_variables()["table"].numpy().copy()
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "LazyAdam"])
+def test_ids_outside_a_table_neither_read_nor_train_a_row(optimizer):
+    """Looked-up ids 6 and -1 of a 6-row table read zeros and add no gradient: the table
+    trains as for the ids inside alone, and under LazyAdam (an indexed-slices update of
+    the looked-up rows) no other row moves."""
+    make = {"SGD": lambda lr: flow.optimizer.SGD(lr, momentum=0),
+            "LazyAdam": flow.optimizer.LazyAdam}[optimizer]
+    loss, table = _table_after_one_step(make, np.int32([2, 6, 4, -1]))
+    alone_loss, alone = _table_after_one_step(make, np.int32([2, 4]))
+    assert loss == pytest.approx(alone_loss) == 2 * 2 * 1.5 ** 2
+    np.testing.assert_array_equal(table, alone)
+    assert not np.array_equal(table[2], [1.5, 1.5])
+    np.testing.assert_array_equal(np.delete(table, [2, 4], axis=0), 1.5)
+
+
+def test_a_lazy_update_leaves_row_zero_alone_when_an_id_falls_outside():
+    """Row 0 has LazyAdam moments from the first step; in the second, an id outside the
+    table must not make the indexed-slices update touch row 0 (its moments would carry
+    it on), as OneFlow's sparse update skips ids outside the table."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(i: tp.Numpy.Placeholder((2,), dtype=flow.int32)) -> tp.Numpy:
+        table = flow.get_variable("table", (6, 2), initializer=flow.constant_initializer(1.5))
+        loss = flow.math.reduce_sum(flow.math.square(flow.gather(table, i)))
+        flow.optimizer.LazyAdam(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(
+            loss)
+        return loss
+
+    job(np.int32([0, 2]))
+    first = {k: v.numpy().copy() for k, v in flow.get_all_variables().items()}
+    job(np.int32([2, 6]))
+    second = flow.get_all_variables()
+    tables = [name for name, value in first.items() if value.shape == (6, 2)]
+    assert len(tables) == 3     # the table and its two moments
+    for name in tables:
+        np.testing.assert_array_equal(second[name].numpy()[0], first[name][0], err_msg=name)
+    assert not np.array_equal(second["table"].numpy()[2], first["table"][2])

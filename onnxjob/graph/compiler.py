@@ -131,6 +131,8 @@ def compile_job(job, variable_registry=None, seed=None, value_reader=None):
     loss_count = None
     if data_parallel:
         builder.data_parallel_ranks = distributed.world()[1]
+    # (data-parallel ranks feed the update every rank's indices: runtime/data_parallel.py)
+    builder.update_sees_every_lookup = not mirrored and accumulation == 1
     with tracing(builder):
         try:
             placeholder_names, blobs, tree = job.trace(builder)

@@ -101,6 +101,7 @@ class _Rewriter:
         self._converted = {}    # (partial value, "whole" | "sum") -> its collective / scaling
         self._count = 0
         self.node = None        # the node being rewritten (for errors and new names)
+        self._producers = None  # value name -> (node, output index), made on first use
 
     # -- helpers -----------------------------------------------------------------------------
     def fail(self, why):
@@ -145,6 +146,13 @@ class _Rewriter:
     def const_value(self, name):
         """The array of a constant input (an initializer or a Constant node's output)."""
         return self.constants.get(name) if name else None
+
+    def producer(self, name):
+        """(node, output index) of the graph's node that makes `name`, or (None, None)."""
+        if self._producers is None:
+            self._producers = {out: (node, i) for node in self.graph.node
+                               for i, out in enumerate(node.output) if out}
+        return self._producers.get(name, (None, None))
 
     def rank_of(self, name):
         if self.shapes.get(name) is None:

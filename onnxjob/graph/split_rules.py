@@ -7,7 +7,7 @@ with `rw.finish(node, output kinds)`; `rw.fail(why)` stops the split naming the 
 """
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from onnxjob.graph.primitives.collectives import DOMAIN
 from onnxjob.graph.split_kinds import MEAN, SUM, WHOLE, Split
@@ -482,13 +482,72 @@ def gather(rw, node):
     _same_kind(rw, node)
 
 
+# ops a value passes through unchanged but for its shape or type
+_RESHAPING = ("Reshape", "Flatten", "Cast", "Unsqueeze", "Squeeze", "Identity", "Expand")
+
+
+def _through_reshapes(rw, name):
+    """(node, output index) that made `name`, looking through _RESHAPING nodes."""
+    node, index = rw.producer(name)
+    while node is not None and node.op_type in _RESHAPING and node.domain == "":
+        node, index = rw.producer(node.input[0])
+    return node, index
+
+
+def _pooling_positions(rw, name):
+    """Whether `name` is a MaxPool's indices (reshaped): positions in this rank's rows."""
+    node, index = _through_reshapes(rw, name)
+    return node is not None and node.op_type == "MaxPool" and index == 1
+
+
+def _zeros(rw, name):
+    """Whether `name` is zeros made in the graph (a ConstantOfShape of 0, reshaped)."""
+    node, _ = _through_reshapes(rw, name)
+    if node is None or node.op_type != "ConstantOfShape":
+        array = rw.const_value(name)
+        return array is not None and not np.any(array)
+    value = _attr(node, "value")
+    return value is None or not np.any(numpy_helper.to_array(value))
+
+
+def scatter_add_of_rows(rw, node):
+    """ScatterElements / ScatterND adding this rank's updates at this rank's indices into
+    data the ranks share (an embedding table's gradient from its lookups, whose indices
+    are table rows, not positions in the batch): each rank adds its own into its share of
+    data (data / W, nothing for zeros), so the ranks' results are a partial sum."""
+    if not _zeros(rw, node.input[0]):
+        node.input[0] = rw.partial_sum(node.input[0])
+    rw.finish(node, [SUM])
+
+
+def _adds_rows_of_a_shared_table(rw, node):
+    """Whether `node` is a scatter-add whose split indices address rows of data that is
+    not split (scatter_add_of_rows), not positions in this rank's rows."""
+    if _attr(node, "reduction", b"none") != b"add" or len(node.input) < 3:
+        return False
+    data, indices, updates = node.input[:3]
+    return isinstance(rw.kinds[indices], Split) and isinstance(rw.kinds[updates], Split) \
+        and not isinstance(rw.kinds[data], Split) and not _pooling_positions(rw, indices)
+
+
+def scatter_nd(rw, node):
+    """ScatterND: a scatter-add of this rank's rows into shared data (scatter_add_of_rows);
+    otherwise every operand whole."""
+    if _adds_rows_of_a_shared_table(rw, node):
+        return scatter_add_of_rows(rw, node)
+    rw._generic(node)
+
+
 def elements_along_axis(rw, node):
     """GatherElements / ScatterElements: operands of one shape. Along the batch axis only
     when the indices are split too: they are then positions in this rank's rows (as the
-    indices MaxPool computed from them)."""
+    indices MaxPool computed from them); a scatter-add of split indices into data that is
+    not split adds table rows (scatter_add_of_rows)."""
     splits = _split_inputs(rw, node)
     if not splits:
         return elementwise(rw, node)
+    if node.op_type == "ScatterElements" and _adds_rows_of_a_shared_table(rw, node):
+        return scatter_add_of_rows(rw, node)
     axes = {k.axis for _, k in splits}
     if len(axes) > 1:
         rw.fail("its inputs are split along different axes")
@@ -632,6 +691,7 @@ RULES.update({
     ("", "Squeeze"): squeeze, ("", "Unsqueeze"): unsqueeze, ("", "Concat"): concat,
     ("", "Split"): split, ("", "Slice"): slice_, ("", "Gather"): gather,
     ("", "GatherElements"): elements_along_axis, ("", "ScatterElements"): elements_along_axis,
+    ("", "ScatterND"): scatter_nd,
     ("", "Expand"): expand, ("", "OneHot"): one_hot, ("", "Tile"): tile, ("", "Pad"): pad,
     ("", "SoftmaxCrossEntropyLoss"): softmax_cross_entropy,
     ("", "NegativeLogLikelihoodLoss"): softmax_cross_entropy,

@@ -343,6 +343,10 @@ class GraphBuilder:
         # the world size of a data-parallel train step (runtime/distributed.py; 1 only where
         # a test runs one rank through it); None: not one
         self.data_parallel_ranks = None
+        # whether the update runs once on the whole batch's values (not once per micro-batch
+        # or mirrored device, whose update reads the first part's placeholders): a row
+        # update of the looked-up rows needs every lookup's indices (train/optimizer.py)
+        self.update_sees_every_lookup = True
         # the device compile_job traces for ("cpu", "cuda"; None elsewhere): a gradient
         # rule may choose its formulation by it (graph/primitives/conv_weight_grad.py)
         self.device = None

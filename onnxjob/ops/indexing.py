@@ -3,11 +3,14 @@ dim_gather, scatter_nd, tensor_scatter_nd_update, tensor_scatter_nd_add, one_hot
 
 Shape and gradient rules: onnxjob/graph/primitives/shape_ops.py.
 """
+import weakref
+
 import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob.errors import TraceError
+from onnxjob.graph.primitives.shape_ops import dim_of
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
 from onnxjob.ops._array_common import INDEX_DTYPES
 from onnxjob.ops.creation import zeros, zeros_like
@@ -29,13 +32,16 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     params = as_vector(params)
     if not isinstance(indices, Blob):
         indices = as_blob(np.asarray(indices, np.int64), like=params, dtype=np.int64)
+    if indices.np_dtype not in INDEX_DTYPES:     # (OneFlow's gather_op.cpp checks it too)
+        raise TraceError(f"gather: indices must be int32 or int64, got {indices.np_dtype} "
+                         "(a placeholder's dtype defaults to float: give dtype=flow.int32)")
     rank = len(params.shape)
     axis = batch_dims if axis is None else axis
     if not -rank <= axis < rank:
         raise TraceError(f"gather: axis {axis} is out of range for params of rank {rank}")
     axis %= rank
     if batch_dims == 0:
-        return op("Gather", params, indices, axis=int(axis), name=name)
+        return _gather_zero_outside(params, indices, axis, name)
     if axis != batch_dims:
         raise TraceError(f"gather with batch_dims={batch_dims} needs axis={batch_dims} (OneFlow "
                          f"has no other batched gather), got axis={axis}")
@@ -44,6 +50,59 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
         raise TraceError(f"gather (batch_gather): all but the last axis of indices "
                          f"{indices.shape} must be the leading axes of params {params.shape}")
     return _batch_gather(params, indices, b, name)
+
+
+def _gather_zero_outside(params, indices, axis, name):
+    """Gather along `axis` where an index outside [0, size) picks a row of zeros, as
+    OneFlow's gather kernels do (user/kernels/gather_kernel_util.cpp and .cu: `if (idx >=
+    0 && idx < gather_dim_size)` copy, else zeros; a "padding id" equal to the vocabulary
+    size is the common case). ONNX's Gather wraps negative indices and fails the run past
+    the end, so the indices are made safe and the rows masked; constant indices all in
+    range keep the plain Gather."""
+    known = indices.value.const_value
+    size = params.shape[axis]
+    if known is not None and not params.is_dynamic:
+        values = known.numpy()
+        if values.size == 0 or (values.min() >= 0 and values.max() < size):
+            return op("Gather", params, indices, axis=int(axis), name=name)
+    limit = dim_of(params, axis) if params.is_dynamic else size
+    if isinstance(limit, Blob):     # (1,) int64 -> a scalar of the indices' type
+        limit = op("Cast", op("Squeeze", limit, int64_constant(limit, [0])),
+                   to=dtypes.from_numpy(indices.np_dtype).ir_dtype.value)
+    else:
+        limit = as_blob(limit, like=indices)
+    zero = as_blob(0, like=indices)
+    inside = op("And", op("GreaterOrEqual", indices, zero), op("Less", indices, limit))
+    safe = op("Where", inside, indices, zero)
+    _MASKED_LOOKUPS[safe.value] = (indices, inside)
+    rows = op("Gather", params, safe, axis=int(axis))
+    r, rank = len(indices.shape), len(params.shape)
+    new_axes = list(range(axis)) + list(range(axis + r, rank - 1 + r))
+    mask = op("Unsqueeze", inside, int64_constant(inside, new_axes)) if new_axes else inside
+    return op("Where", mask, rows, as_blob(0, like=params), name=name)
+
+
+# a masked gather's safe indices (their ir.Value: a Blob's == compares values) -> (the
+# indices given, which of them are inside)
+_MASKED_LOOKUPS = weakref.WeakKeyDictionary()
+
+
+def rows_looked_up(indices):
+    """The rows an indexed-slices update of the table a gather read with `indices` writes
+    (train/update_rules.picked_rows): for a gather that masks indices outside the table,
+    each outside one replaced by the largest inside (0 if none), so that the update writes
+    that row twice with the same value instead of touching a row not looked up, as
+    OneFlow's sparse updates skip ids outside the table. Other indices as they are. Made
+    in the update, not the forward: a reduction over the batch's indices there would stop
+    data-parallel ranks (graph/split_rules.py)."""
+    masked = _MASKED_LOOKUPS.get(indices.value)
+    if masked is None:
+        return indices
+    given, inside = masked
+    marked = op("Where", inside, given, as_blob(-1, like=given))
+    largest = op("ReduceMax", op("Concat", reshape(marked, [-1]), as_blob([-1], like=given),
+                                 axis=0), keepdims=0)
+    return op("Where", inside, given, op("Max", largest, as_blob(0, like=given)))
 
 
 def _batch_gather(params, indices, b, name):

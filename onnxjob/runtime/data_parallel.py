@@ -136,7 +136,8 @@ class DataParallelStep:
         parts = [feeds] if self._steps == 1 else micro_batches(
             feeds, self._steps, self._placeholders, self._next_source_feeds)
         outputs, grads, state = self._forward_backward(parts, stored, keep)
-        inputs_b = self._feeds(self._inputs_b, parts[0], grads, stored=stored)
+        inputs_b = self._feeds(self._inputs_b, self._whole_placeholders(feeds), grads,
+                               stored=stored)
         if resident:
             inputs_b = {name: self._path.feed(value) for name, value in inputs_b.items()}
             new = self._path.run(self._b, self._outputs_b, inputs_b)
@@ -151,6 +152,19 @@ class DataParallelStep:
         per_part = [[self._whole(host(v), kind) for v, kind in zip(values, self._kinds)]
                     for values in outputs]
         return per_part[0] if self._steps == 1 else pack_outputs(per_part, self._returned)
+
+    def _whole_placeholders(self, feeds):
+        """`feeds` with the placeholders part B reads (the looked-up rows' indices of an
+        update of those rows: train/optimizer.py, made only without accumulation) as the
+        whole batch's, gathered from every rank's rows: each rank updates every row any
+        rank looked up, as one process on the whole batch."""
+        wanted = [name for name in self._inputs_b if name in self._placeholders]
+        if not wanted:
+            return feeds
+        whole = dict(feeds)
+        for name in wanted:
+            whole[name] = distributed.gather_split(feeds[name], 0, 1, self._batch)
+        return whole
 
     def _forward_backward(self, parts, stored, keep):
         """Part A on each micro-batch's feeds of `parts` in turn (one without gradient

@@ -518,8 +518,12 @@ class Optimizer:
         """The Gather indices whose rows alone change (OneFlow's indexed-slices update), or
         None for a dense update. As OneFlow, only sgd/momentum/adam updates of included
         variables (LazyAdam: every variable) without regularizer, clipping or dynamic
-        loss scale (whose gradient ops break the pattern) become sparse."""
-        if not self._sparse_capable or self.grad_clipping is not None or ctx.dynamic_loss_scale:
+        loss scale (whose gradient ops break the pattern) become sparse; nor under
+        gradient accumulation (OneFlow's GradientAccumulationRewritePass runs before
+        IndexedSlicesOptimizerRewritePass, whose pattern its accumulation breaks) or a
+        mirrored step, whose update would see one part's lookups."""
+        if not self._sparse_capable or self.grad_clipping is not None or \
+                ctx.dynamic_loss_scale or not ctx.builder.update_sees_every_lookup:
             return None
         if not (self._always_lazy or name in ctx.sparse_names):
             return None

@@ -22,6 +22,7 @@ from onnxjob import dtypes
 from onnxjob.graph.primitives.shape_ops import (concat_flat, flat, reshape_to, split_flat,
                                                 width_class)
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
+from onnxjob.ops.indexing import rows_looked_up
 from onnxjob.train import flat_groups
 
 _INT64 = dtypes.int64.ir_dtype.value
@@ -539,7 +540,9 @@ def lookup_indices(builder, variable):
 
 def picked_rows(indices):
     """The rows (axis 0) that `indices` picks, as one int64 vector (a row picked twice is
-    in it twice)."""
+    in it twice; for a gather of OneFlow's zeros outside the table, ops/indexing.py
+    rows_looked_up)."""
+    indices = rows_looked_up(indices)
     if indices.np_dtype != np.int64:
         indices = op("Cast", indices, to=_INT64)
     return flat(indices)
