@@ -12,6 +12,7 @@ import numpy as np
 from onnxjob import dtypes
 from onnxjob.compat.zero_d_results import as_fed
 from onnxjob.errors import JobArgumentError, missing_api
+from onnxjob.source_info import warn_at_user_line
 
 T = TypeVar("T")
 
@@ -170,23 +171,32 @@ def _cast_argument(arr, ph, where):
                         f"placeholder dtype flow.{ph.dtype.__name__}")
 
 
+# (where, from dtype, to dtype) of the truncating casts already warned about
+_WARNED_CASTS = set()
+
+
 def as_fed_dtype(arr, want, where, what):
-    """A C-ordered copy of `arr` in dtype `want`: converted where NumPy calls the cast
-    same_kind (float64 -> float32, int64 -> int32, integers -> floats: OneFlow's copy into
-    a placeholder force-casts, and programs feed an integer mask to a float placeholder);
-    refused where values would change silently (floats -> integers) or mean something else
-    (bool <-> numbers). `where` and `what` (the placeholder's dtype) name it in the error."""
+    """A C-ordered copy of `arr` in dtype `want`, converted as OneFlow's copy into a
+    placeholder converts it (pybind11's force-cast, NumPy's unsafe cast: float64 ->
+    float32, int64 -> int32, integers -> floats, booleans -> numbers, floats -> integers);
+    floats cast to integers lose their fractions, as there, with a one-time warning
+    naming the argument. Arrays of no number (strings, objects) are refused; `where` and
+    `what` (the placeholder's dtype) name them in the messages."""
     want = np.dtype(want)
     if arr.dtype == want:
         return np.array(arr, order="C", copy=True)
-    if np.can_cast(arr.dtype, want, casting="same_kind") and \
-            (arr.dtype.kind == "b") == (want.kind == "b"):
-        return np.asarray(arr.astype(want), order="C")
-    raise JobArgumentError(
-        f"{where}: expected dtype {want} ({what}), got an array of dtype {arr.dtype}; "
-        f"onnxjob converts where NumPy casts within the same kind (float64 -> float32, "
-        f"int64 -> int32, integers -> floats), not floats to integers or booleans to "
-        f"numbers: cast it first (arr.astype(np.{want}))")
+    if arr.dtype.kind not in "biuf" or want.kind not in "biuf":
+        raise JobArgumentError(
+            f"{where}: expected dtype {want} ({what}), got an array of dtype {arr.dtype}, "
+            "which does not convert to it: feed an array of numbers")
+    if arr.dtype.kind == "f" and want.kind in "iu":
+        key = (where, arr.dtype.str, want.str)
+        if key not in _WARNED_CASTS:
+            _WARNED_CASTS.add(key)
+            warn_at_user_line(f"{where}: an array of dtype {arr.dtype} fed to {what} is cast "
+                              f"to {want}, dropping fractions (OneFlow's placeholders cast "
+                              "it the same way); cast it yourself to silence this")
+    return np.asarray(arr.astype(want), order="C")
 
 
 def convert_argument(arg, ph, param, device_num=1):

@@ -36,11 +36,11 @@ def test_not_an_ndarray():
         foo([[0.0] * 3] * 2)
 
 
-def test_same_kind_dtype_is_converted_other_kinds_refused():
-    """OneFlow force-casts a fed array into its placeholder; onnxjob converts what NumPy
-    casts within the same kind (integers to floats included: a 0/1 mask drawn with
-    np.random.randint fed to a float placeholder) and refuses what would change values
-    silently (floats to integers) or mean something else (booleans)."""
+def test_a_fed_array_is_cast_to_the_placeholders_dtype_as_oneflow_does():
+    """OneFlow force-casts a fed array into its placeholder (pybind11's array_t, NumPy's
+    unsafe cast): float64 images, int64 masks, booleans and float labels all convert; a
+    float fed to an integer placeholder loses its fraction, with one warning per argument;
+    an array of strings is refused."""
     foo = job_numpy()
 
     @flow.global_function()
@@ -51,11 +51,18 @@ def test_same_kind_dtype_is_converted_other_kinds_refused():
     mask = np.random.default_rng(0).integers(0, 2, size=(2, 3))     # int64
     out = foo(mask)
     assert out.dtype == np.float32 and np.array_equal(out, mask)
-    with pytest.raises(AssertionError, match="dtype bool"):
-        foo(np.ones((2, 3), np.bool_))
+    out = foo(np.array([[True, False, True]] * 2))
+    assert out.dtype == np.float32 and np.array_equal(out, [[1, 0, 1]] * 2)
     assert labels(np.arange(3, dtype=np.uint8)).dtype == np.int32
-    with pytest.raises(AssertionError, match="not floats to integers"):
-        labels(np.array([0.0, 1.5, 2.0]))
+    with pytest.warns(UserWarning, match="dropping fractions") as caught:
+        np.testing.assert_array_equal(labels(np.array([1.0, 2.7, -1.5])), [1, 2, -1])
+    assert all(THIS_FILE in w.filename for w in caught)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # once per argument
+        np.testing.assert_array_equal(labels(np.array([0.5, 3.0, 4.9])), [0, 3, 4])
+    with pytest.raises(AssertionError, match="does not convert"):
+        labels(np.array(["a", "b", "c"]))
 
 
 def test_non_contiguous_input_is_accepted_and_copied():

@@ -573,3 +573,88 @@ def test_a_lazy_update_leaves_row_zero_alone_when_an_id_falls_outside():
     for name in tables:
         np.testing.assert_array_equal(second[name].numpy()[0], first[name][0], err_msg=name)
     assert not np.array_equal(second["table"].numpy()[2], first["table"][2])
+
+
+def test_dividing_a_blob_by_a_number_is_oneflows_divide():
+    """`/` is flow.math.divide in OneFlow (blob_trait.py): x / c multiplies by float32(1 /
+    c) (0 for c == 0), c / x multiplies reciprocal_no_nan(x) (0, and a 0 gradient, at x ==
+    0); both as flow.math.divide computes them, to the last bit."""
+    x = np.array([0.0, 1.3, 2.7, 200.1], np.float32)
+    got = _predict(lambda a: flow.concat([a / 255.0, 2.0 / a, a / 0, a / 3], axis=0), x)
+    safe = np.where(x == 0, 1, x)
+    expected = np.concatenate([x * np.float32(1 / 255.0),
+                               np.where(x == 0, 0, np.float32(1) / safe) * np.float32(2),
+                               x * np.float32(0), x * np.float32(1 / 3)])
+    np.testing.assert_array_equal(got, expected)
+    assert not np.array_equal(x[1:] * np.float32(1 / 3), x[1:] / np.float32(3))   # (it tells)
+    run, _ = vjp(lambda a: 1.0 / a, [x], [1])
+    gradient = run([x], np.ones(4, np.float32))[1][0]
+    np.testing.assert_allclose(gradient, np.where(x == 0, 0, -1 / safe ** 2), rtol=1e-6)
+
+
+def _after_one_sgd_step(loss_of, x, initial):
+    """The variable `v` (initial values `initial`) after one SGD step (lr 1) on the loss
+    `loss_of(x, v)` summed; x a float32 array."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder(x.shape)) -> tp.Numpy:
+        v = flow.get_variable("v", shape=initial.shape,
+                              initializer=flow.constant_initializer(0.0))
+        loss = flow.math.reduce_sum(loss_of(a, v + initial))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    job(x)
+    return flow.get_all_variables()["v"].numpy() + initial
+
+
+def test_cross_entropies_train_their_logits_alone():
+    """OneFlow's softmax and sigmoid cross entropies bind a gradient to the prediction
+    only (softmax_cross_entropy_op.cpp, sigmoid_cross_entropy_op.cpp): soft labels made
+    from a variable leave it as it was."""
+    x = np.array([[1, 2, 3], [0, -1, 4]], np.float32)
+    labels = np.full((2, 3), 0.5, np.float32)
+    for loss in (lambda a, t: flow.nn.softmax_cross_entropy_with_logits(
+                     labels=flow.nn.softmax(t * a), logits=a),
+                 lambda a, t: flow.nn.sigmoid_cross_entropy_with_logits(
+                     labels=flow.math.sigmoid(t), logits=a)):
+        np.testing.assert_array_equal(_after_one_sgd_step(loss, x, labels), labels)
+
+
+def test_sigmoid_cross_entropy_gradient_at_a_zero_logit():
+    """d logits = sigmoid(x) - z, 0.5 - z at x == 0 (sigmoid_cross_entropy_kernel.h), where
+    max(x, 0) - x z + softplus(-|x|) differentiated by parts gives 1 - z."""
+    z = np.array([1, 0, 1], np.float32)
+    after = _after_one_sgd_step(lambda a, x: flow.nn.sigmoid_cross_entropy_with_logits(
+        labels=a, logits=x), z, np.zeros(3, np.float32))
+    np.testing.assert_allclose(after, -(0.5 - z), rtol=1e-6)
+
+
+def test_mod_passes_its_gradient_to_x():
+    """broadcast_floor_mod's gradient is dz for x (broadcast_ops_grad.cpp), none for y."""
+    period = np.array([2.5, 3.0, 5.0], np.float32)
+    after = _after_one_sgd_step(lambda p, v: flow.math.mod(v, p), period,
+                                np.full(3, 4.0, np.float32))
+    np.testing.assert_array_equal(after, [3.0, 3.0, 3.0])
+
+
+def test_clip_hardtanh_and_abs_pass_a_nan_inputs_gradient_as_oneflow():
+    """OneFlow's masks compare (x < min, y != max, x < 0), so a NaN input's gradient is dy:
+    3 for clip + hardtanh + abs at NaN."""
+    x = np.array([np.nan, 0.5, -3.0], np.float32)
+    grads = {}
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        a = a + flow.get_variable("w", shape=(3,), initializer=flow.zeros_initializer())
+        flow.watch_diff(a, lambda d: grads.setdefault("dx", d.numpy()))
+        y = flow.math.clip_by_value(a, -1.0, 1.0) + flow.nn.hardtanh(a) + flow.math.abs(a)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]),
+                           momentum=0).minimize(flow.math.reduce_sum(y))
+        return y
+
+    job(x)
+    np.testing.assert_array_equal(grads["dx"], [3.0, 3.0, -1.0])

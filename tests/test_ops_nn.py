@@ -222,10 +222,10 @@ CASES = [
      [labels((4,), 6), normal((4, 6))], [0, 1], False),
     ("softmax_ce", nn.softmax_cross_entropy_with_logits,
      lambda p, x: -(p * torch.log_softmax(x, -1)).sum(-1),
-     [simplex((3, 5)), normal((3, 5))], [1, 1], True),
+     [simplex((3, 5)), normal((3, 5))], [0, 1], True),    # (labels: no gradient, as OneFlow)
     ("sigmoid_ce", nn.sigmoid_cross_entropy_with_logits,
      lambda z, x: F.binary_cross_entropy_with_logits(x, z, reduction="none"),
-     [unit((3, 4)), normal((3, 4))], [1, 1], True),
+     [unit((3, 4)), normal((3, 4))], [0, 1], True),
     ("ctc_mean", ctc_of_logits("mean"), t_ctc_of_logits("mean"), CTC_IN, [1, 0, 0, 0], True),
     ("ctc_sum_blank_last", ctc_of_logits("sum", blank=4), t_ctc_of_logits("sum", blank=4),
      [CTC_IN[0], const(np.array([[1, 1, 2], [3, 0, 0], [2, 0, 3]], np.int64))] + CTC_IN[2:],

@@ -55,6 +55,14 @@ def integer_reciprocal(what, divisor):
     return int(factor)
 
 
+def reciprocal_no_nan_of(x):
+    """1 / x, and 0 where x == 0, with a gradient of 0 there too (the reciprocal reads 1
+    where x is 0): OneFlow's reciprocal_no_nan."""
+    x_zero = op("Equal", x, as_blob(0, like=x))
+    inverse = op("Reciprocal", op("Where", x_zero, as_blob(1, like=x), x))
+    return op("Where", x_zero, as_blob(0, like=x), inverse)
+
+
 class Blob:
     """A value inside a job body: static shape and dtype, no data.
 
@@ -205,14 +213,21 @@ class Blob:
     def __rsub__(self, o): return self._binary("Sub", o, True)
     def __mul__(self, o): return self._binary("Mul", o)
     def __rmul__(self, o): return self._binary("Mul", o, True)
+    # `/` is OneFlow's flow.math.divide (blob_trait.py), which takes a Python number apart
+    # (ops/math_ops.py divide): x / number multiplies by 1 / number (0 for 0; for an
+    # integer Blob cast to its dtype), number / x multiplies reciprocal_no_nan(x)
     def __truediv__(self, o):
-        if isinstance(o, (int, float)) and not isinstance(o, bool) and \
-                self.np_dtype.kind in "iu":
-            # an integer Blob / a number is OneFlow's divide: the Blob times 1 / o cast to
-            # its dtype (flow.math.divide does the same)
-            return self._binary("Mul", integer_reciprocal("an integer Blob / a number", o))
+        if isinstance(o, (int, float)) and not isinstance(o, bool):
+            if self.np_dtype.kind in "iu":
+                return self._binary("Mul", integer_reciprocal("an integer Blob / a number", o))
+            if self.np_dtype.kind == "f":
+                return self._binary("Mul", 0.0 if o == 0 else 1.0 / float(o))
         return self._binary("Div", o)
-    def __rtruediv__(self, o): return self._binary("Div", o, True)
+
+    def __rtruediv__(self, o):
+        if isinstance(o, (int, float)) and not isinstance(o, bool) and self.np_dtype.kind == "f":
+            return op("Mul", reciprocal_no_nan_of(self), as_blob(o, like=self))
+        return self._binary("Div", o, True)
     def __mod__(self, o): return self._binary("Mod", o)
     def __rmod__(self, o): return self._binary("Mod", o, True)
     def __neg__(self): return op("Neg", self)

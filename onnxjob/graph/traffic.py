@@ -32,6 +32,7 @@ _NAMES = {"onnxjob.BatchNormTrain": "batch norm", "Relu": "ReLU", "Add": "add",
           "MaxPool": "max pool", "AveragePool": "average pool", "Conv": "convolution",
           "onnxjob.Gelu": "GELU", "onnxjob.SoftmaxCrossEntropy": "loss",
           "onnxjob.SparseCrossEntropy": "loss", "onnxjob.SparseSoftmaxCrossEntropy": "loss",
+          "onnxjob.SigmoidCrossEntropy": "loss",
           "LayerNormalization": "layer norm"}
 
 

@@ -103,15 +103,13 @@ def softmax_cross_entropy_with_logits(labels, logits, name=None):
 
 def sigmoid_cross_entropy_with_logits(labels, logits, name=None):
     """max(x, 0) - x * z + log(1 + exp(-|x|)), elementwise; integer labels are cast to the
-    logits' dtype."""
+    logits' dtype. Gradient (graph/primitives/losses.py): the logits' only."""
     api = "flow.nn.sigmoid_cross_entropy_with_logits"
     _check_floating(api, logits)
     _check_same_shape(api, "labels", logits, labels)   # as OneFlow's shape rule
     if labels.np_dtype != logits.np_dtype:
         labels = cast(labels, dtypes.from_numpy(logits.np_dtype))
-    zero = as_blob(0, like=logits)
-    loss = (op("Max", logits, zero) - logits * labels
-            + op("Softplus", op("Neg", op("Abs", logits))))
+    loss = op("onnxjob.SigmoidCrossEntropy", labels, logits)
     return loss if name is None else op("Identity", loss, name=name)
 
 

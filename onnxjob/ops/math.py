@@ -16,7 +16,8 @@ from onnxjob.errors import TraceError, missing_api
 from onnxjob.graph.primitives.elementwise import FLOATS, cast, gelu_derivative
 from onnxjob.graph.primitives.shape_ops import dim_of, shape_of, zeros_of
 from onnxjob.graph.registry import broadcast_shape
-from onnxjob.graph.tracer import Blob, as_blob, int64_constant, integer_reciprocal, op
+from onnxjob.graph.tracer import (Blob, as_blob, int64_constant, integer_reciprocal, op,
+                                  reciprocal_no_nan_of)
 from onnxjob.ops import qat
 from onnxjob.ops import random as _random
 from onnxjob.ops.legacy import count_not_finite  # noqa: F401  (flow.math.count_not_finite)
@@ -365,9 +366,7 @@ def rsqrt(x, name=None):
 def reciprocal_no_nan(x, name=None):
     """1 / x, and 0 where x == 0 (its gradient is 0 there too)."""
     _check_dtype(x, "flow.math.reciprocal_no_nan")
-    x_zero = op("Equal", x, as_blob(0, like=x))
-    inverse = op("Reciprocal", op("Where", x_zero, as_blob(1, like=x), x))
-    return op("Where", x_zero, as_blob(0, like=x), inverse, name=name)
+    return _named(reciprocal_no_nan_of(x), name)
 
 
 def log_sigmoid(x, name=None):

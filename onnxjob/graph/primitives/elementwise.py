@@ -152,7 +152,9 @@ def _mod_lower(inputs, attrs, num_outputs):
     return [op("Where", wrong_sign, op("Add", r, y), r)]
 
 
-register("Mod", _binary_infer(), None, differentiable=False, lower=_mod_lower)
+# OneFlow's rule (broadcast_ops_grad.cpp, floor_mod and fmod): dz passes to x unchanged
+# (x - floor(x / y) * y is x plus a step function of x), y gets none
+register("Mod", _binary_infer(), lambda n, g, need: [g[0], None], lower=_mod_lower)
 for _cmp in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"):
     register(_cmp, _binary_infer(np.dtype(bool)), None, differentiable=False)
 for _logic in ("And", "Or", "Xor"):
@@ -260,7 +262,14 @@ def _one_plus_square(x):
 
 register("Identity", same_as_input(), lambda n, g, need: [g[0]])
 register("Neg", same_as_input(), lambda n, g, need: [op("Neg", g[0])])
-register("Abs", same_as_input(), lambda n, g, need: [op("Mul", g[0], op("Sign", _x(n)))])
+def _abs_grad(n, g, need):
+    """As OneFlow's abs gradient: 0 at x == 0, -dy where x < 0, else dy (NaN's too)."""
+    x, zero = _x(n), _c(0, g[0])
+    return [op("Where", op("Less", x, _c(0, x)), op("Neg", g[0]),
+               op("Where", op("Equal", x, _c(0, x)), zero, g[0]))]
+
+
+register("Abs", same_as_input(), _abs_grad)
 
 
 def _relu_lower(inputs, attrs, num_outputs):
@@ -655,15 +664,16 @@ special_function("Lgamma", _lgamma_formula, lambda n, g, need: [
 # -- clip and cast ------------------------------------------------------------------------
 
 def _clip_grad(n, g, need):
-    """As OneFlow's clip_by_scalar_grad: gy where min <= x <= max, else 0."""
+    """As OneFlow's clip_by_scalar_grad: 0 where x < min or x > max, else gy (also where x
+    is NaN, which compares false)."""
     x = _x(n)
-    keep = None
+    outside = None
     if len(n.inputs) > 1 and n.inputs[1] is not None:
-        keep = op("GreaterOrEqual", x, n.inputs[1])
+        outside = op("Less", x, n.inputs[1])
     if len(n.inputs) > 2 and n.inputs[2] is not None:
-        upper = op("LessOrEqual", x, n.inputs[2])
-        keep = upper if keep is None else op("And", keep, upper)
-    gx = g[0] if keep is None else op("Where", keep, g[0], _c(0, g[0]))
+        above = op("Greater", x, n.inputs[2])
+        outside = above if outside is None else op("Or", outside, above)
+    gx = g[0] if outside is None else op("Where", outside, _c(0, g[0]), g[0])
     return [gx, None, None][:len(n.inputs)]
 
 
@@ -676,11 +686,12 @@ def _hardtanh_expand(inputs, attrs, num_outputs):
 
 
 def _hardtanh_grad(n, g, need):
-    """As OneFlow's hardtanh_grad: gy where min < y < max (0 at the bounds, unlike Clip)."""
+    """As OneFlow's hardtanh_grad: gy where y != min and y != max (0 at the bounds, unlike
+    Clip; gy where y is NaN)."""
     y = _y(n)
-    inside = op("And", op("Greater", y, _c(n.attrs["min_val"], y)),
-                op("Less", y, _c(n.attrs["max_val"], y)))
-    return [op("Where", inside, g[0], _c(0, g[0]))]
+    at_bound = op("Or", op("Equal", y, _c(n.attrs["min_val"], y)),
+                  op("Equal", y, _c(n.attrs["max_val"], y)))
+    return [op("Where", at_bound, _c(0, g[0]), g[0])]
 
 
 register_composite("onnxjob.Hardtanh", _hardtanh_expand, _hardtanh_grad)

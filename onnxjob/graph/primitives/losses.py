@@ -74,7 +74,9 @@ def _softmax_ce_expand(inputs, attrs, num_outputs):
 
 def _softmax_ce_grad(n, g, need):
     """OneFlow's (and TensorFlow's) rule: d logits = (softmax - labels) * dy, which is the
-    derivative of the loss only when each row of labels sums to 1; d labels = -log p * dy."""
+    derivative of the loss only when each row of labels sums to 1; the labels get none
+    (softmax_cross_entropy_op.cpp's gradient is the prediction's alone: soft labels made
+    from variables do not train them)."""
     labels, _ = n.inputs
     logp = n.outputs[1]
     if g[1] is not None:
@@ -82,11 +84,31 @@ def _softmax_ce_grad(n, g, need):
                                   "entropy")
     gy = op("Unsqueeze", g[0], int64_constant(g[0], [-1]))
     d_logits = op("Mul", op("Sub", op("Exp", logp), labels), gy) if need[1] else None
-    d_labels = op("Neg", op("Mul", logp, gy)) if need[0] else None
-    return [d_labels, d_logits]
+    return [None, d_logits]
 
 
 register_composite("onnxjob.SoftmaxCrossEntropy", _softmax_ce_expand, _softmax_ce_grad)
+
+
+# -- sigmoid cross entropy --------------------------------------------------------------------
+
+def _sigmoid_ce_expand(inputs, attrs, num_outputs):
+    """max(x, 0) - x * z + log(1 + exp(-|x|)) (OneFlow's sigmoid_cross_entropy kernel)."""
+    labels, logits = inputs
+    zero = as_blob(0, like=logits)
+    return [op("Add", op("Sub", op("Max", logits, zero), op("Mul", logits, labels)),
+               op("Softplus", op("Neg", op("Abs", logits))))]
+
+
+def _sigmoid_ce_grad(n, g, need):
+    """OneFlow's rule: d logits = (sigmoid(x) - z) * dy (0.5 - z at x == 0, where the parts'
+    subgradients would give 1 - z); the labels get none (sigmoid_cross_entropy_op.cpp)."""
+    labels, logits = n.inputs
+    d_logits = op("Mul", op("Sub", op("Sigmoid", logits), labels), g[0]) if need[1] else None
+    return [None, d_logits]
+
+
+register_composite("onnxjob.SigmoidCrossEntropy", _sigmoid_ce_expand, _sigmoid_ce_grad)
 
 
 def _as_int64(blob):
