@@ -658,3 +658,44 @@ def test_clip_hardtanh_and_abs_pass_a_nan_inputs_gradient_as_oneflow():
 
     job(x)
     np.testing.assert_array_equal(grads["dx"], [3.0, 3.0, -1.0])
+
+
+def test_variables_without_an_initializer_take_the_jobs_default_initializer_conf():
+    """function_config.default_initializer_conf(dict(...)) is OneFlow's initializer of the
+    variables created without one (set_default_variable_conf.cpp)."""
+    flow.clear_default_session()
+    config = flow.FunctionConfig()
+    config.default_initializer_conf(dict(constant_conf=dict(value=0.5)))
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return x * flow.get_variable("w", shape=(3,))
+
+    np.testing.assert_array_equal(job(np.ones((2, 3), np.float32)), np.full((2, 3), 0.5))
+
+
+def test_a_layer_activation_that_is_not_a_function_is_ignored_as_oneflow():
+    """OneFlow's layers apply `activation` only if it is callable: "relu" is no activation
+    (a warning says so)."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        return flow.layers.dense(x, 2, activation="relu",
+                                 kernel_initializer=flow.constant_initializer(-1.0))
+
+    with pytest.warns(UserWarning, match="no activation is applied"):
+        np.testing.assert_array_equal(job(np.ones((2, 3), np.float32)), np.full((2, 2), -3.0))
+
+
+def test_initializer_and_scheduler_arguments_as_oneflow_reads_them():
+    """variance_scaling_initializer lower-cases its mode and distribution; a NumPy scalar
+    scale of PiecewiseScalingScheduler scales every boundary (OneFlow repeats any
+    non-sequence)."""
+    from onnxjob.frontend.initializers import variance_scaling_initializer
+    init = variance_scaling_initializer(2.0, "FAN_OUT", "Random_Normal")
+    assert init.params == variance_scaling_initializer(2.0, "fan_out", "random_normal").params
+    with pytest.raises(ValueError, match="Invalid random_distribution"):
+        variance_scaling_initializer(distribution="normal")
+    schedule = flow.optimizer.PiecewiseScalingScheduler(0.1, [10, 20], np.float32(0.1))
+    assert schedule.scales == pytest.approx([1.0, 0.1, 0.1])

@@ -49,8 +49,6 @@ _UNSUPPORTED_FLAGS = {
     "enable_non_distributed_optimizer": "each rank keeps the whole optimizer state",
     "optimizer_placement_optimization_mode": "each rank keeps the whole optimizer state",
     "optimizer_placement_optimization_threshold": "each rank keeps the whole optimizer state",
-    "default_initializer_conf": "variables without an initializer use OneFlow's documented "
-                                "defaults, not this conf",
 }
 # OneFlow's other names of a flag above: the setter takes the same value
 _FLAG_ALIASES = {"cudnn_conv_enable_true_half": "enable_true_half_config_when_conv"}
@@ -300,6 +298,7 @@ _FUNCTION_FLAGS = _IGNORED_FLAGS | set(_UNSUPPORTED_FLAGS) | {
     "enable_cuda_graph", "freeze_variables_after", "cudnn_buf_limit_mbyte", "enable_inplace",
     "cuda_provider_options", "cudnn_conv_use_deterministic_algo_only",
     "cudnn_conv_heuristic_search_algo", "indexed_slices_optimizer_conf", "prefetch",
+    "default_initializer_conf",
     "dynamic_batch", "use_tensorrt", "all_reduce_fp16", "all_reduce_group_min_mbyte",
     "enable_ssp", "enable_qat", "enable_quantization_aware_training"}
 

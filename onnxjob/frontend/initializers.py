@@ -190,8 +190,14 @@ def random_uniform_initializer(minval=0, maxval=1, dtype=dtypes.float):
 
 def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncated_normal",
                                  data_format=""):
-    assert mode in ("fan_in", "fan_out", "fan_avg"), f"bad mode {mode!r}"
-    assert distribution in ("truncated_normal", "random_normal", "random_uniform")
+    # as OneFlow's _get_variance_norm / _get_random_distribution: any case
+    mode, distribution = str(mode).lower(), str(distribution).lower()
+    if mode not in ("fan_in", "fan_out", "fan_avg"):
+        raise ValueError(f"{user_location()}: Invalid variance_norm: mode {mode!r} is none of "
+                         "'fan_in', 'fan_out', 'fan_avg'")
+    if distribution not in ("truncated_normal", "random_normal", "random_uniform"):
+        raise ValueError(f"{user_location()}: Invalid random_distribution: {distribution!r} "
+                         "is none of 'truncated_normal', 'random_normal', 'random_uniform'")
     return Initializer("variance_scaling", scale=scale, mode=mode, distribution=distribution,
                        data_format=data_format)
 

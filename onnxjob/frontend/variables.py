@@ -102,6 +102,21 @@ def _get_variable_is_old(args):
     return positional_is(8, Distribute)(args) or positional_is(9, bool)(args)
 
 
+def _default_initializer(builder):
+    """The job's function_config.default_initializer_conf(dict(...)) as an initializer, or
+    None: OneFlow gives it to the variables created without one
+    (set_default_variable_conf.cpp)."""
+    job = getattr(builder, "job_function", None)
+    conf = job.config.get("default_initializer_conf") if job is not None else None
+    if conf is None:
+        return None
+    if isinstance(conf, dict):
+        from google.protobuf import json_format
+        from onnxjob.compat.protos import initializer_conf_pb2
+        conf = json_format.ParseDict(conf, initializer_conf_pb2().InitializerConf())
+    return initializers.from_initializer_conf(conf)
+
+
 @two_generations(("name", "shape", "dtype", "initializer", "regularizer", "trainable",
                   "model_name", "random_seed", "distribute", "reuse"), _get_variable_is_old)
 def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regularizer=None,
@@ -120,7 +135,8 @@ def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regul
     full = scope.full_name(name)
     builder = current_builder("flow.get_variable")
     if initializer is None and full not in builder.variables:
-        if not builder.variable_registry.has_variable(full):
+        initializer = _default_initializer(builder)
+        if initializer is None and not builder.variable_registry.has_variable(full):
             raise TraceError(f"flow.get_variable({name!r}): no initializer given; pass e.g. "
                              "initializer=flow.zeros_initializer()")
     spec = VariableSpec(full, shape, dtypes.to_numpy(dtype), initializer,

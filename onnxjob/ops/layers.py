@@ -72,12 +72,15 @@ def _named_variable(layer_name, own_name, part, *args, **kwargs):
 
 
 def _activate(out, activation, name):
-    """`activation(out)` (a function such as flow.nn.relu), or `out` when it is None."""
+    """`activation(out)` (a function such as flow.nn.relu), or `out` when it is None or
+    not callable (OneFlow's layers apply it only `if callable(activation)`: a string such
+    as "relu" is ignored there, so here too, with a warning)."""
     if activation is None:
         return out
     if not callable(activation):
-        raise TraceError(f"flow.layers: activation must be a function such as flow.nn.relu "
-                         f"(called on the layer's output), got {type(activation).__name__}")
+        warn_at_user_line(f"flow.layers: activation={activation!r} is not a function, so "
+                          "no activation is applied (as OneFlow); pass e.g. flow.nn.relu")
+        return out
     with scope.namespace(name):
         return activation(out, name="activation")
 

@@ -120,8 +120,8 @@ class PiecewiseScalingScheduler(LrScheduler):
     one scale per boundary; a single number scales every boundary alike)."""
 
     def __init__(self, base_lr, boundaries, scale, warmup=None):
-        if isinstance(scale, (int, float)):
-            scale = [scale] * len(boundaries)
+        if not isinstance(scale, (list, tuple, np.ndarray)):     # (a NumPy scalar too)
+            scale = [float(scale)] * len(boundaries)
         assert len(scale) == len(boundaries), (
             "PiecewiseScalingScheduler needs one scale per boundary (len(scale) == "
             f"len(boundaries)), got {len(scale)} and {len(boundaries)}")
