@@ -384,3 +384,16 @@ def test_an_op_that_fails_on_a_call_s_values_names_the_job_op_and_line():
     assert f"{THIS_FILE}:{line}: job 'body': GatherND failed on this call's values" in message
     assert "invalid index" in message      # onnxruntime's own words follow
     np.testing.assert_array_equal(lookup(np.array([[1], [3]], np.int32)), np.ones((2, 3)))
+
+
+def test_concat_of_two_dtypes_says_so():
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3)),
+            i: tp.Numpy.Placeholder((2, 3), dtype=flow.int32)) -> tp.Numpy:
+        return flow.concat([x, i], axis=0)
+
+    with pytest.raises(TraceError, match="float32 and int32 values") as e:
+        job(np.ones((2, 3), np.float32), np.zeros((2, 3), np.int32))
+    assert THIS_FILE in str(e.value)

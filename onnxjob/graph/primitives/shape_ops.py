@@ -176,7 +176,10 @@ def _concat_infer(inputs, attrs, num_outputs):
     first = inputs[0]
     axis = normalize_axis(attrs["axis"], len(first.shape))
     for x in inputs[1:]:
-        if len(x.shape) != len(first.shape) or x.np_dtype != first.np_dtype or any(
+        if x.np_dtype != first.np_dtype:    # (OneFlow's concat_op.cpp checks it too)
+            raise ValueError(f"cannot concatenate {first.np_dtype} and {x.np_dtype} values: "
+                             "the inputs must have one dtype (flow.cast one of them)")
+        if len(x.shape) != len(first.shape) or any(
                 a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis):
             raise ValueError(f"cannot concatenate {first.shape} and {x.shape} on axis {axis}")
     shape = list(first.shape)
