@@ -699,3 +699,63 @@ def test_initializer_and_scheduler_arguments_as_oneflow_reads_them():
         variance_scaling_initializer(distribution="normal")
     schedule = flow.optimizer.PiecewiseScalingScheduler(0.1, [10, 20], np.float32(0.1))
     assert schedule.scales == pytest.approx([1.0, 0.1, 0.1])
+
+
+def test_a_batch_norm_placed_on_cpus_keeps_the_biased_moving_variance():
+    """Under flow.scope.placement("cpu", ...) OneFlow builds batch norm from flow.nn.moments
+    and assigns (its CPU layer): the moving variance takes the batch's biased variance;
+    its GPU op, what a program that says nothing ran on, the unbiased one."""
+    x = np.array([[0, 0], [1, 2], [2, 4], [3, 6]], np.float32)
+
+    def moving_variance(on_cpu):
+        flow.clear_default_session()
+
+        @flow.global_function(type="train")
+        def job(a: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+            with flow.scope.placement("cpu" if on_cpu else "gpu", "0:0"):
+                y = flow.layers.batch_normalization(a, axis=1, momentum=0.5, name="bn")
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                               momentum=0).minimize(y)
+            return y
+
+        job(x)
+        return flow.get_all_variables()["bn-moving_variance"].numpy()
+
+    np.testing.assert_allclose(moving_variance(True), 0.5 + 0.5 * x.var(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(moving_variance(False), 0.5 + 0.5 * x.var(axis=0, ddof=1),
+                               rtol=1e-6)
+
+
+def test_an_optimizers_variables_of_no_variable_here_are_dropped():
+    """variables=[...] naming a variable this job does not have: OneFlow drops the name
+    (FilterCurModelLbi2ModelDiffLbiByName) and trains the others."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job() -> tp.Numpy:
+        x = flow.get_variable("x", shape=(1,), initializer=flow.zeros_initializer())
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]), momentum=0,
+                           variables=["other_job_var", "x"]).minimize(flow.math.reduce_sum(x))
+        return x
+
+    assert [float(job()[0]), float(job()[0])] == [0.0, -1.0]
+
+
+def test_oneflow_adams_max_v_slots_load_strictly():
+    """OneFlow 0.5's Adam keeps a `-max_v` slot (zeros without amsgrad) that onnxjob's does
+    without: a checkpoint of it loads with ignore_mismatch=False; other names still fail."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job() -> tp.Numpy:
+        x = flow.get_variable("x", shape=(1,), initializer=flow.zeros_initializer())
+        flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1.0])).minimize(
+            flow.math.reduce_sum(x))
+        return x
+
+    job()
+    values = {k: np.full(1, 2.0, np.float32) for k in ("x", "x-m", "x-v", "x-max_v")}
+    flow.load_variables(values, ignore_mismatch=False)
+    assert float(flow.get_all_variables()["x"].numpy()[0]) == 2.0
+    with pytest.raises(RuntimeError, match="not a variable name"):
+        flow.load_variables({"x-other": np.zeros(1, np.float32)}, ignore_mismatch=False)

@@ -153,6 +153,13 @@ def _check(shape, np_dtype, spec, where):
                              f"{dtypes.from_numpy(spec.np_dtype)!r} ({where})")
 
 
+def _oneflow_amsgrad_slot(name, variable_specs):
+    """Whether `name` is the `<variable>-max_v` slot OneFlow 0.5's Adam keeps beside `-m`
+    and `-v` (adam_optm.cpp; zeros: its legacy API has no amsgrad), which onnxjob's Adam
+    does without: its checkpoints load, also with ignore_mismatch=False."""
+    return name.endswith("-max_v") and f"{name[:-len('-max_v')]}-v" in variable_specs
+
+
 def load_variables(value_dict, ignore_mismatch=True):
     """Assign variables by name; unknown names are skipped (or raise). All or nothing:
     every value is read and checked before the first is assigned, so a bad entry (wrong
@@ -162,7 +169,7 @@ def load_variables(value_dict, ignore_mismatch=True):
     for name, value in value_dict.items():
         spec = session.variable_specs.get(name)
         if spec is None:
-            if not ignore_mismatch:
+            if not ignore_mismatch and not _oneflow_amsgrad_slot(name, session.variable_specs):
                 raise RuntimeError(f'"{name}" is not a variable name')
             continue
         array, owned = value_array(name, value, spec)

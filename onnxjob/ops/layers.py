@@ -8,6 +8,7 @@ import numpy as np
 from onnxjob import settings
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers, scope
+from onnxjob.frontend.config import process_config
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.graph import moving_averages
@@ -264,8 +265,25 @@ def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_m
     # elements per channel behind the statistics (the graph is traced at the whole batch)
     count = int(np.prod(x.shape)) // c // (ranks if local else 1)
     moving_averages.update(builder, moving_mean, mean, momentum)
-    moving_averages.update(builder, moving_var, var, momentum, count / max(count - 1, 1))
+    unbiased = 1.0 if _oneflow_cpu_layer(builder) else count / max(count - 1, 1)
+    moving_averages.update(builder, moving_var, var, momentum, unbiased)
     return y
+
+
+def _oneflow_cpu_layer(builder):
+    """Whether OneFlow builds this batch norm as its CPU layer (flow.nn.moments and
+    assigns: the moving variance takes the batch's biased variance; ops/layers.py of
+    v0.5.0) rather than its GPU normalization op (the unbiased one): where the program
+    placed it on CPUs (flow.scope.placement("cpu", ...), a CPU default_placement_scope)
+    or asked for no GPU (flow.config.gpu_device_num(0)). A program that says nothing ran
+    on GPUs in OneFlow, wherever onnxjob runs it."""
+    placed = scope.current_placement()
+    job = getattr(builder, "job_function", None)
+    if placed is None and job is not None:
+        placed = job.config.get("default_placement_scope")
+    if placed is not None:
+        return str(placed.device_tag).lower() == "cpu"
+    return process_config.gpu_device_num == 0
 
 
 def _affine(normed, axis, gamma, beta):

@@ -295,8 +295,9 @@ class Optimizer:
             names, first_job, first = self._fixed_variables
             if first() is not builder:      # (another job, or this one in a later session)
                 _say_untrained(self, builder, names, first_job)
-                # (OneFlow's FilterCurModelLbi2ModelDiffLbiByName: the names this job has)
-                names = [n for n in names if n in builder.variable_specs]
+            # (OneFlow's FilterCurModelLbi2ModelDiffLbiByName: the names this job has; a
+            # `variables=` name of no variable here is dropped)
+            names = [n for n in names if n in builder.variable_specs]
             self._job_variables[builder] = names
         return self._job_variables[builder]
 
