@@ -67,9 +67,10 @@ def _feeds(model, seed=0):
 
 
 def test_matmul_bias_relu_in_half_softmax_in_float32():
-    """Rules 1-3: MatMul half, the bias add and ReLU follow it, Softmax stays float32."""
-    model = _graph(lambda x, w, b: op("Softmax", op("Relu", op("Add", op("MatMul", x, w), b))),
-                   [(4, 8)], [(8, 16), (16,)])
+    """Rules 1-3: MatMul half, the bias add and ReLU between two MatMuls follow it, Softmax
+    stays float32."""
+    model = _graph(lambda x, w, b, w2: op("Softmax", op("MatMul", op("Relu", op(
+        "Add", op("MatMul", x, w), b)), w2)), [(4, 8)], [(8, 16), (16,), (16, 5)])
     feeds = _feeds(model)
     expected = _run(model, feeds)
     assert op_counts(model).get("Cast", 0) == 0
@@ -79,24 +80,44 @@ def test_matmul_bias_relu_in_half_softmax_in_float32():
     assert by_op["MatMul"] == {ir.DataType.FLOAT16}
     assert by_op["Add"] == {ir.DataType.FLOAT16} and by_op["Relu"] == {ir.DataType.FLOAT16}
     assert by_op["Softmax"] == {ir.DataType.FLOAT}
-    # x, w, b to half, the ReLU's result back to float32 for the softmax
-    assert op_counts(model)["Cast"] == 4
+    # x, w, b, w2 to half, the last MatMul's result back to float32 for the softmax
+    assert op_counts(model)["Cast"] == 5
     out = model.graph.outputs[0]
     assert out.name == "y" and out.type.dtype == ir.DataType.FLOAT
     np.testing.assert_allclose(_run(model, feeds), expected, rtol=2e-2, atol=2e-3)
 
 
+def test_what_follows_the_last_matmul_runs_in_float32():
+    """As OneFlow's white set (gray ops between white ones only): the last layer's bias add
+    and what a placeholder is subtracted from after it stay float32 (a target of 150000
+    would be infinite in half); a ReLU (a clear op) right after the MatMul follows it."""
+    model = _graph(lambda x, t, w, b: op("Sub", op("Add", op("Relu", op("MatMul", x, w)), b), t),
+                   [(2, 2), (2, 1)], [(2, 1), (1,)])
+    AutoMixedPrecision()(model)
+    by_op = _by_op(model)
+    assert by_op["MatMul"] == {ir.DataType.FLOAT16} and by_op["Relu"] == {ir.DataType.FLOAT16}
+    assert by_op["Add"] == {ir.DataType.FLOAT} and by_op["Sub"] == {ir.DataType.FLOAT}
+    feeds = {"x0": np.array([[1, 2], [3, 4]], np.float32),
+             "x1": np.array([[1000.1], [150000.0]], np.float32),
+             "w0": np.full((2, 1), 0.5, np.float32), "w1": np.full((1,), 0.3, np.float32)}
+    from onnx.reference import ReferenceEvaluator     # (the CPU EP drops half casts)
+    got = ReferenceEvaluator(ir.to_proto(model)).run(None, feeds)[0]
+    np.testing.assert_allclose(got.ravel(), [1.8 - 1000.1, 3.8 - 150000.0], rtol=1e-6)
+
+
 def _conv_batch_norm_relu(scale):
     """Conv, batch statistics, the inference-mode BatchNormalization of the CUDA path
-    (graph/primitives/batch_norm.py) and a ReLU; `scale` multiplies the activations."""
-    def fn(x, w, gamma, beta):
+    (graph/primitives/batch_norm.py), a ReLU and the next (1x1) Conv; `scale` multiplies
+    the activations."""
+    def fn(x, w, gamma, beta, w2):
         y = op("Mul", op("Conv", x, w, pads=[1, 1, 1, 1]), as_blob(np.float32(scale), like=x))
         mean = op("ReduceMean", y, axes=[0, 2, 3], keepdims=0)
         centered = op("Sub", y, op("Reshape", mean, x.builder.constant(
             np.array([1, 8, 1, 1], np.int64))))
         var = op("ReduceMean", op("Mul", centered, centered), axes=[0, 2, 3], keepdims=0)
-        return op("Relu", op("BatchNormalization", y, gamma, beta, mean, var, epsilon=1e-3))
-    return _graph(fn, [(2, 3, 6, 6)], [(8, 3, 3, 3), (8,), (8,)])
+        normed = op("BatchNormalization", y, gamma, beta, mean, var, epsilon=1e-3)
+        return op("Conv", op("Relu", normed), w2)
+    return _graph(fn, [(2, 3, 6, 6)], [(8, 3, 3, 3), (8,), (8,), (4, 8, 1, 1)])
 
 
 @pytest.mark.parametrize("scale", [1.0, 3000.0], ids=["unit", "variance-over-65504"])
@@ -209,14 +230,15 @@ def test_fed_data_moved_to_a_matmul_moves_its_half_copy():
 def test_exp_of_a_value_never_positive_follows_its_half_input():
     """Rule 3: exp(-m^2 / 2) of a half m (GELU's derivative) runs in half, its result in
     [0, 1]; an Exp of anything else stays float32."""
-    def fn(x, w):
+    def fn(x, w, w2):
         m = op("MatMul", x, w)
         square = op("Mul", m, m)
         bounded = op("Exp", op("Mul", square, as_blob(np.float32(-0.5))))
         negated = op("Exp", op("Neg", square))
         growing = op("Exp", op("Mul", square, as_blob(np.float32(0.5))))
-        return op("Add", op("Add", bounded, negated), op("Exp", op("Add", m, growing)))
-    model = _graph(fn, [(4, 8)], [(8, 16)])
+        total = op("Add", op("Add", bounded, negated), op("Exp", op("Add", m, growing)))
+        return op("MatMul", total, w2)     # (between two MatMuls: rule 2)
+    model = _graph(lambda x, w, w2: fn(x, w, w2), [(4, 8)], [(8, 16), (16, 3)])
     feeds = _feeds(model)
     feeds["w0"] *= 0.3
     expected = _run(model, feeds)
@@ -463,7 +485,9 @@ def _gelu_step(amp, x, w):
                           function_config=_amp_config() if amp else flow.function_config())
     def job(images: tp.Numpy.Placeholder(x.shape)) -> tp.Numpy:
         weight = flow.get_variable("w", w.shape, initializer=flow.zeros_initializer())
-        h = flow.math.gelu(flow.matmul(images, weight))
+        # (between two MatMuls, as in a transformer: after the last one GELU is float32)
+        h = flow.matmul(flow.math.gelu(flow.matmul(images, weight)),
+                        flow.constant(0.1, shape=(w.shape[1], 8)))
         loss = flow.math.reduce_mean(h * h)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0])).minimize(loss)
         return loss

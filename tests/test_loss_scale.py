@@ -370,3 +370,25 @@ def test_a_cleared_session_frees_a_loss_scaled_job_s_trace():
         flow.clear_default_session()
     del job
     assert builders() == before
+
+
+def test_clipping_under_a_grown_dynamic_scale_takes_the_unscaled_norm():
+    """OneFlow unscales the gradients before clipping by their global norm: a dynamic
+    loss scale of 2^64 on float32 gradients (one that grew for ~68k steps) clips as 1 does;
+    the norm of the scaled gradients, squared, would be infinite and the update 0."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((2, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.constant_initializer(1.0))
+        loss = flow.math.reduce_mean(flow.matmul(x, w))        # dL/dw = [2, 3]
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           grad_clipping=flow.optimizer.grad_clipping.by_global_norm(1.0),
+                           loss_scale_policy=flow.optimizer.loss_scale.dynamic_loss_scale(
+                               initial_loss_scale=2.0 ** 64)).minimize(loss)
+        return loss
+
+    job(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+    g = np.array([2.0, 3.0])
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy().ravel(),
+                               1.0 - 0.1 * g / np.linalg.norm(g), rtol=1e-6)

@@ -18,7 +18,11 @@ user ops; here they are mapped onto the ONNX ops onnxjob emits:
      at least one is; inputs that do not vote (constants, graph inputs such as variables
      and placeholders, ConstantOfShape fills, 0/1 masks cast from bool, and FOLLOW results
      of such values only, like a bias reshaped to (1, C, 1, 1)) are cast to half. So a
-     bias add after a half Conv or MatMul stays half, with the bias cast once. A data
+     bias add after a half Conv or MatMul stays half, with the bias cast once. As
+     OneFlow's white set (ops between white ops, and clear ops next to them), a forward
+     FOLLOW op that computes (not one of CLEAR's moves and masks) runs in half only where
+     an ALLOW op of the forward follows it: the last layer's bias add, a loss's parts and
+     a placeholder subtracted from the logits stay float32, as do their gradients. A data
      movement (Reshape, Transpose, Pad, Gather, ...) of a fed input (not a variable) that
      is already cast to half for another reader, whose results reach ALLOW ops only,
      moves the half copy: the images a first convolution reads, gathered again into the
@@ -90,6 +94,10 @@ MOVES = frozenset({
     "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather",
     "GatherElements", "GatherND", "Pad", "Expand", "Tile", "Identity", "DepthToSpace",
     "SpaceToDepth"})
+# FOLLOW ops of OneFlow's clear list (they only move, select or mask values), which follow
+# a half input also after the forward's last ALLOW op; the computing ones (its gray list's
+# add, mul, ...) run in half there only between ALLOW ops (rule 2).
+CLEAR = MOVES | frozenset({"Relu", "MaxPool", "Concat", "Dropout"})
 # Ops that follow their data input (input 0) alone; the others are per-channel (rule 3).
 DATA_FOLLOW = frozenset({"BatchNormalization"})
 BATCH_NORM_EPSILON = 1e-5   # cuDNN raises a smaller epsilon to this
@@ -179,6 +187,24 @@ def fed_inputs(graph):
     return {v for v in graph.inputs if id(v) not in read_by_update} if trains else set()
 
 
+def _forward_before_allow(graph):
+    """The forward nodes from which an ALLOW op of the forward is reached through forward
+    nodes: OneFlow's white set takes a gray op only upstream of a white one (and
+    downstream: auto_mixed_precision.cpp FillWhiteSet), so what follows the forward's
+    last matrix product or convolution (a classifier's bias add, a regression's y - t,
+    the loss's parts) runs in float32."""
+    before = set()
+    for node in reversed(list(graph)):
+        if origin(node)[0] != "forward":
+            continue
+        for out in node.outputs:
+            if any(origin(use.node)[0] == "forward" and (
+                    use.node.op_type in ALLOW or use.node in before) for use in out.uses()):
+                before.add(node)
+                break
+    return before
+
+
 def _reaches_allow_only(node):
     """Whether every reader of `node`'s results is an ALLOW op, directly or through data
     movements (MOVES, reading them as their data input)."""
@@ -244,6 +270,7 @@ class AutoMixedPrecision(InPlacePass):
         self._changed = set()   # values that were float32 and are now half
         self._silent = set()    # values computed from non-voting values only (rule 2)
         self._fed = fed_inputs(graph)
+        self._before_allow = _forward_before_allow(graph)
         for node in list(graph):
             if node.op_type in _ANY or node.graph is not graph:
                 continue
@@ -285,6 +312,9 @@ class AutoMixedPrecision(InPlacePass):
             # the update's own products (the finiteness count's matrix-vector sums,
             # train/update_rules.all_finite) read float32 gradients that half cannot hold
             return origin(node)[0] != "update"
+        if node.op_type not in CLEAR and origin(node)[0] == "forward" and \
+                node not in self._before_allow:
+            return False    # after the forward's last ALLOW op: float32 (rule 2)
         voters = [node.inputs[i] for i in _t_inputs(node, self._opset)
                   if _dtype(node.inputs[i]) in (ir.DataType.FLOAT, self.half)
                   and self._votes(node.inputs[i])]

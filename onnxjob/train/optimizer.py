@@ -432,7 +432,11 @@ class Optimizer:
         group = {n: grads[n] for n in names}
         pending = {n: factors.get(n) for n in names}
         if names and self.grad_clipping is not None:
-            pending = R.clip_by_global_norm(group, self.grad_clipping.clip_norm, pending)
+            # half gradients on a GPU overflow long before a dynamic loss scale squared
+            # would: the scaled gradients' squares are summed as they are there
+            bounded = ctx.fold_factors and ctx.builder.device == "cuda"
+            pending = R.clip_by_global_norm(group, self.grad_clipping.clip_norm, pending,
+                                            unscale_computed=not bounded)
         return {n: (group[n], pending[n]) for n in names}
 
     def _update_group(self, ctx, grads):

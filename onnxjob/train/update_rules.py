@@ -70,14 +70,15 @@ def scaled(g, factor):
     return g if factor is None else g * cast_like(factor, g)
 
 
-def clip_by_global_norm(grads, clip_norm, factors=None):
+def clip_by_global_norm(grads, clip_norm, factors=None, unscale_computed=True):
     """OneFlow 0.5's ClipGradientByGlobalNorm: every g times min(rsqrt(sum of all g^2),
     1 / clip_norm), i.e. g / max(global_norm, clip_norm); no epsilon.
 
     `factors` ({name: scalar or None}) are the scalars each g is still to be multiplied
     by (`unscale_factors`): the sums of squares are taken of the unmultiplied g, times the
     factor's square, and the clipping factor is returned multiplied into them ({name:
-    scalar}), for `scaled` to apply once."""
+    scalar}), for `scaled` to apply once; a factor computed at run time (a dynamic loss
+    scale's) is applied before squaring where `unscale_computed`."""
     factors = factors or {}
     first = next(iter(grads.values()))
     # the sums of squares of the gradients sharing a pending factor meet in one vector,
@@ -86,6 +87,12 @@ def clip_by_global_norm(grads, clip_norm, factors=None):
     groups = {}     # id(factor) -> (factor, [sum of squares])
     for name, g in grads.items():
         factor = factors.get(name)
+        if unscale_computed and _computed(factor):
+            # a dynamic loss scale's reciprocal: its g is unscaled before squaring, as
+            # OneFlow unscales it first (a scale on float32 gradients that grew to 2^63
+            # squared g to inf, the clip factor to 0, and froze training while every step
+            # counted as good)
+            g, factor = scaled(g, factor), None
         groups.setdefault(id(factor), (factor, []))[1].append(cast_like(_sum_sq(g), first))
     total = None
     for factor, sums in groups.values():
@@ -108,6 +115,11 @@ def clip_by_global_norm(grads, clip_norm, factors=None):
                 made[id(factor)] = cast_like(factor, scale) * scale
             out[n] = made[id(factor)]
     return out
+
+
+def _computed(factor):
+    """Whether a pending factor is computed at run time (a Blob that is no constant)."""
+    return isinstance(factor, Blob) and factor.value.const_value is None
 
 
 def unscale_factors(grads, loss_scale, elem_cnt):
