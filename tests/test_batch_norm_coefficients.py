@@ -22,7 +22,8 @@ def _per_layer(monkeypatch):
 
 
 def _define(amp=False):
-    """A train job with batch norms of 3, 64, 64 and 128 channels, two epsilons."""
+    """A train job with batch norms of 3, 64, 64 and 128 channels, two epsilons, between
+    convolutions."""
     config = flow.FunctionConfig()
     config.enable_auto_mixed_precision(amp)
 
@@ -35,7 +36,10 @@ def _define(amp=False):
         h = flow.layers.conv2d(h, 64, 3, padding="SAME", kernel_initializer=init, name="c1")
         h = flow.nn.relu(flow.layers.batch_normalization(h, axis=1, name="bn2"))
         h = flow.layers.conv2d(h, 128, 1, kernel_initializer=init, name="c2")
-        h = flow.layers.batch_normalization(h, axis=1, name="bn3")
+        h = flow.nn.relu(flow.layers.batch_normalization(h, axis=1, name="bn3"))
+        # (a last convolution: under mixed precision what follows the forward's last one
+        # is float32, as OneFlow's white set leaves it)
+        h = flow.layers.conv2d(h, 8, 1, kernel_initializer=init, name="c3")
         loss = flow.math.reduce_mean(flow.math.square(h - 0.5))
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
                            momentum=0.9).minimize(loss)

@@ -317,6 +317,7 @@ def test_accumulation_over_mirrored_devices_weights_every_micro_batch_of_every_d
         flow.config.gpu_device_num(2)
     losses, mirrored = trained(accumulating_job(mirrored=True), [x0, x1], [t0, t1])
     flow.clear_default_session()
+    flow.config.gpu_device_num(1)   # (the reference: one device, whole micro-batches)
     whole_losses, one_device = trained(accumulating_job(steps=2 * STEPS, rows=2 * ROWS),
                                        np.concatenate([x0, x1]), np.concatenate([t0, t1]))
     assert [np.shape(v) for v in losses] == [(ROWS,), (ROWS,)]

@@ -759,3 +759,77 @@ def test_oneflow_adams_max_v_slots_load_strictly():
     assert float(flow.get_all_variables()["x"].numpy()[0]) == 2.0
     with pytest.raises(RuntimeError, match="not a variable name"):
         flow.load_variables({"x-other": np.zeros(1, np.float32)}, ignore_mismatch=False)
+
+
+def test_batch_norm_of_a_program_on_several_gpus_normalizes_each_devices_rows():
+    """flow.config.gpu_device_num(2), run in one process: OneFlow's normalization op splits
+    x over the GPUs, so each device's rows are normalized by their own statistics and the
+    moving variance is device 0's rows' unbiased one (normalization_op.cpp)."""
+    import warnings
+    flow.clear_default_session()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # (one device for this process, it says)
+        flow.config.gpu_device_num(2)
+
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((5, 1))) -> tp.Numpy:
+        y = flow.layers.batch_normalization(a, axis=1, momentum=0.0, epsilon=1e-5, name="bn")
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                           momentum=0).minimize(flow.math.reduce_mean(y))
+        return y
+
+    x = np.array([[0], [2], [4], [10], [14]], np.float32)
+    parts = [x[:3], x[3:]]      # OneFlow's balanced split: the first device a row more
+    expected = np.concatenate([(p - p.mean()) / np.sqrt(p.var() + 1e-5) for p in parts])
+    np.testing.assert_allclose(job(x), expected, rtol=1e-5)
+    np.testing.assert_allclose(flow.get_all_variables()["bn-moving_variance"].numpy(),
+                               [x[:3].var(ddof=1)], rtol=1e-6)
+
+
+def test_distribute_ops_span_the_default_placement():
+    """Without a placement scope, flow.advanced.distribute_* span OneFlow's default
+    placement (gpu_device_num's GPUs): a clone added back is 2x on 2 devices."""
+    import warnings
+    flow.clear_default_session()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flow.config.gpu_device_num(2)
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    got = _predict(lambda a: flow.advanced.distribute_add(flow.advanced.distribute_clone(a)), x)
+    np.testing.assert_array_equal(got, 2 * x)
+
+
+def test_a_float_range_is_start_plus_i_times_delta():
+    """OneFlow's range kernel computes out[i] = start + i * delta in the dtype (onnxruntime's
+    Range adds delta up: 0.90000004 for 0.9 in float32)."""
+    for dtype, np_dtype in ((flow.float32, np.float32), (flow.float64, np.float64)):
+        got = _predict(lambda a: flow.range(0, 20, 0.1, dtype=dtype), np.zeros(1, np_dtype))
+        delta = np_dtype(0.1)
+        np.testing.assert_array_equal(got, np.arange(200).astype(np_dtype) * delta)
+
+
+def test_a_float32_sigmoid_keeps_its_relative_precision_in_the_tail():
+    """OneFlow's sigmoid is 1 / (1 + exp(-x)); onnxruntime's CPU kernel approximates it (0
+    from x = -18 down: a binary cross entropy of it is inf)."""
+    x = np.array([-15, -18, -20, -80], np.float32)
+    got = _predict(flow.math.sigmoid, x)
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6)
+
+
+def test_an_ofrecord_reader_on_two_devices_reads_each_devices_part_files(tmp_path):
+    """On a placement of 2 devices, OneFlow's reader gives each device half the part files
+    and half the batch (ofrecord_dataset.h's BalancedSplitter); the batch is device 0's
+    records, then device 1's."""
+    from onnxjob.io import ofrecord
+    ofrecord.write_dataset(str(tmp_path), [{"i": np.float32(i)} for i in range(16)], 2)
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job() -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0-1"):
+            records = flow.data.ofrecord_reader(str(tmp_path), batch_size=8, data_part_num=2,
+                                                part_name_suffix_length=5)
+            return flow.data.OFRecordRawDecoder(records, "i", shape=(1,), dtype=flow.float)
+
+    np.testing.assert_array_equal(job().ravel(), [0, 1, 2, 3, 8, 9, 10, 11])
+    np.testing.assert_array_equal(job().ravel(), [4, 5, 6, 7, 12, 13, 14, 15])

@@ -3,6 +3,8 @@ zeros_like, ones_like, range.
 
 Shape rules of ConstantOfShape and Range: onnxjob/graph/primitives/shape_ops.py.
 """
+import math
+
 import numpy as np
 
 from onnxjob import dtypes
@@ -71,10 +73,14 @@ def range(start, limit=None, delta=1, dtype=None, name="range"):
     if not 0 < delta <= limit - start:
         raise TraceError(f"range: delta {delta} must be in (0, limit - start] for {np_dtype}")
     builder = current_builder("flow.range")
-    # NOTE: float ranges are computed in float64 and cast, as OneFlow's float kernel
-    # sizes them (ceil of a float64 division); onnxruntime's Range accumulates in T.
-    wide = np.float64 if np.issubdtype(np_dtype, np.floating) else np_dtype
-    bounds = [builder.constant(np.array(v, dtype=wide)) for v in (start, limit, delta)]
-    out = op("Range", *bounds)
-    return op("Cast", out, to=flow_dtype.ir_dtype.value, name=name) if wide != np_dtype else \
-        op("Identity", out, name=name)
+    if np.issubdtype(np_dtype, np.floating):
+        # OneFlow's kernel (range_kernel_util.h DoRange): out[i] = start + i * delta in T,
+        # sized by the ceil of a float64 division; onnxruntime's Range adds delta up
+        count = int(math.ceil((float(limit) - float(start)) / float(delta)))
+        steps = op("Cast", op("Range", *(builder.constant(np.array(v, np.int64))
+                                          for v in (0, count, 1))),
+                   to=flow_dtype.ir_dtype.value)
+        return op("Add", op("Mul", steps, builder.constant(np.array(delta, np_dtype))),
+                  builder.constant(np.array(start, np_dtype)), name=name)
+    bounds = [builder.constant(np.array(v, dtype=np_dtype)) for v in (start, limit, delta)]
+    return op("Identity", op("Range", *bounds), name=name)

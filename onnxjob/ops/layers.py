@@ -9,8 +9,9 @@ from onnxjob import settings
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.config import process_config
+from onnxjob.frontend.helpers import default_parallel_num
 from onnxjob.frontend.variables import VariableSpec, variable_blob
-from onnxjob.graph.tracer import as_blob, current_builder, op
+from onnxjob.graph.tracer import as_blob, current_builder, int64_constant, op
 from onnxjob.graph import moving_averages
 from onnxjob.ops import math, qat
 from onnxjob.ops.conv import bias_add, convolution, is_channels_last, spatial_tuple
@@ -257,6 +258,10 @@ def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_m
     c, dt = x.shape[axis], x.np_dtype
     gamma = gamma if gamma is not None else as_blob(np.ones(c, dt), like=x)
     beta = beta if beta is not None else as_blob(np.zeros(c, dt), like=x)
+    devices = _oneflow_gpus_of_one_process(builder)
+    if devices > 1 and axis != 0 and x.shape[0] >= devices and not x.is_dynamic:
+        return _per_device_batch_norm(builder, x, axis, momentum, epsilon, gamma, beta,
+                                      moving_mean, moving_var, devices)
     ranks = builder.data_parallel_ranks
     local = rank_local_statistics(builder)
     y, mean, var = op("onnxjob.BatchNormTrain", x, gamma, beta, axis=axis,
@@ -268,6 +273,48 @@ def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_m
     unbiased = 1.0 if _oneflow_cpu_layer(builder) else count / max(count - 1, 1)
     moving_averages.update(builder, moving_var, var, momentum, unbiased)
     return y
+
+
+def _oneflow_gpus_of_one_process(builder):
+    """The GPUs OneFlow would run this consistent-view train job's batch norm on, where
+    onnxjob runs them as this one process (no data-parallel ranks): the program's GPU
+    placement's device count (flow.scope.placement("gpu", "0:0-3"), a default_placement_
+    scope, else flow.config.gpu_device_num times machine_num); 1 for a CPU layer, a
+    mirrored step (one device per list element already) or ranks."""
+    job = getattr(builder, "job_function", None)
+    if builder.data_parallel_ranks is not None or job is None or job.mirrored_step:
+        return 1
+    placed = scope.current_placement() or job.config.get("default_placement_scope")
+    if placed is not None:
+        if str(placed.device_tag).lower() == "cpu":
+            return 1
+        return scope.device_count(placed.machine_device_ids or "0:0")
+    return default_parallel_num() if process_config.gpu_device_num > 0 else 1
+
+
+def _per_device_batch_norm(builder, x, axis, momentum, epsilon, gamma, beta, moving_mean,
+                           moving_var, devices):
+    """OneFlow's batch norm on `devices` GPUs, in one process: its normalization op splits
+    x over the devices (normalization_op.cpp's sbp signature: x and y split on axis 0, the
+    statistics broadcast), so each device's rows (a balanced split: the first N % n get a
+    row more) are normalized by their own statistics; the moving statistics are device
+    0's (each device updates its own copy; the one a checkpoint saves), with cuDNN's
+    unbiased variance of its rows. The gradients of gamma and beta sum over the devices,
+    as OneFlow's all-reduce of the model's gradients does."""
+    n = x.shape[0]
+    sizes = [n // devices + (1 if d < n % devices else 0) for d in range(devices)]
+    parts = op("Split", x, int64_constant(x, sizes), axis=0, num_outputs=devices)
+    outs, first = [], None
+    for part in parts:
+        y, mean, var = op("onnxjob.BatchNormTrain", part, gamma, beta, axis=axis,
+                          epsilon=float(epsilon), num_outputs=3)
+        outs.append(y)
+        first = first or (part, mean, var)
+    part, mean, var = first
+    count = int(np.prod(part.shape)) // x.shape[axis]
+    moving_averages.update(builder, moving_mean, mean, momentum)
+    moving_averages.update(builder, moving_var, var, momentum, count / max(count - 1, 1))
+    return op("Concat", *outs, axis=0)
 
 
 def _oneflow_cpu_layer(builder):

@@ -12,6 +12,7 @@ from onnxjob.graph.tracer import current_builder
 from onnxjob.io import images, ofrecord
 from onnxjob.ops.host import (RECORD, TENSOR_BUFFER, check_host_value, checked_args,
                               host_value, to_blob)
+from onnxjob.ops.parallel import parallel_num
 from onnxjob.ops.random import gen_seed
 
 
@@ -23,13 +24,36 @@ def ofrecord_reader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefi
     builder = current_builder("flow.data.ofrecord_reader")
     paths = ofrecord.part_paths(ofrecord_dir, data_part_num, part_name_prefix,
                                 part_name_suffix_length)
+    devices = parallel_num()
+    if devices < 2 or len(paths) < devices or batch_size % devices:
+        devices = 1
     try:
-        reader = ofrecord.RecordReader(paths, batch_size, random_shuffle, shuffle_buffer_size,
-                                       shuffle_after_epoch, seed=builder.random.randrange(2 ** 63))
+        readers = [ofrecord.RecordReader(part, batch_size // devices, random_shuffle,
+                                         shuffle_buffer_size, shuffle_after_epoch,
+                                         seed=builder.random.randrange(2 ** 63))
+                   for part in _balanced_parts(paths, devices)]
     except ofrecord.RecordError as e:
         raise TraceError(f"flow.data.ofrecord_reader: {e}") from None
-    return host_value(name or "OFRecordReader", reader.next_batch, [], batch_size, RECORD,
+
+    def next_batch():
+        # the placement's devices each read batch_size / n records of their own part files
+        # (ofrecord_dataset.h: BalancedSplitter(data_part_num, parallel_num)); the batch is
+        # theirs in device order, as OneFlow's consistent blob concatenates them
+        return [record for reader in readers for record in reader.next_batch()]
+    return host_value(name or "OFRecordReader", next_batch, [], batch_size, RECORD,
                       "flow.data.ofrecord_reader")
+
+
+def _balanced_parts(paths, devices):
+    """`paths` in `devices` consecutive groups, the first len % devices a file more (OneFlow's
+    BalancedSplitter)."""
+    base, extra = divmod(len(paths), devices)
+    groups, start = [], 0
+    for d in range(devices):
+        end = start + base + (1 if d < extra else 0)
+        groups.append(paths[start:end])
+        start = end
+    return groups
 
 
 def _feature(where, record, blob_name):

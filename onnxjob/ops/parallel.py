@@ -11,6 +11,8 @@ import re
 
 from onnxjob.errors import TraceError
 from onnxjob.frontend import distribute, scope
+from onnxjob.frontend.helpers import default_parallel_num
+from onnxjob.graph.tracer import current_builder
 from onnxjob.ops.casts import identity
 from onnxjob.ops.math import add_n
 from onnxjob.ops.slicing import concat, split
@@ -64,11 +66,18 @@ def _sbp_text(value, api):
 
 def parallel_num():
     """How many devices the current placement spans ("0:0-3" is 4), as OneFlow's
-    `current_scope().device_parallel_desc_symbol.parallel_num`; 1 without a placement."""
+    `current_scope().device_parallel_desc_symbol.parallel_num`: the innermost
+    flow.scope.placement, else the job's default_placement_scope, else OneFlow's default
+    placement (flow.config.gpu_device_num's GPUs, or cpu_device_num's CPUs, on each of
+    machine_num machines)."""
     placement = scope.current_placement()
     if placement is None:
-        return 1
-    return scope.device_count(placement.machine_device_ids)
+        builder = current_builder("flow.advanced.distribute_*")
+        job = getattr(builder, "job_function", None)
+        placement = job.config.get("default_placement_scope") if job is not None else None
+    if placement is None:
+        return default_parallel_num()
+    return scope.device_count(placement.machine_device_ids or "0:0")
 
 
 def hierarchical_parallel_cast(input, nd_sbp=None, grad_mode=None, grad_nd_sbp=None, name=None,

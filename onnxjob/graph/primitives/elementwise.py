@@ -212,10 +212,11 @@ def _float_infer(op_type):
     return infer
 
 
-def unary_math(op_type, grad, formula=None, native=FLOATS):
+def unary_math(op_type, grad, formula=None, native=FLOATS, native_on_cpu=None):
     """Register the float-only unary ONNX op `op_type`. onnxruntime runs it for the
-    `native` dtypes; other float dtypes emit the composite onnxjob.<op_type>, which
-    computes `formula(x, attrs)` and has the same gradient rule."""
+    `native` dtypes (`native_on_cpu` where the job is not traced for CUDA, if given);
+    other float dtypes emit the composite onnxjob.<op_type>, which computes
+    `formula(x, attrs)` and has the same gradient rule."""
     if formula is None:
         register(op_type, _float_infer(op_type), grad)
         return
@@ -224,7 +225,9 @@ def unary_math(op_type, grad, formula=None, native=FLOATS):
 
     def lower(inputs, attrs, num_outputs):
         x = inputs[0]
-        if x.np_dtype in native or x.np_dtype not in FLOATS or x.np_dtype == _F16:
+        kernels = native if native_on_cpu is None or x.builder.device == "cuda" \
+            else native_on_cpu
+        if x.np_dtype in kernels or x.np_dtype not in FLOATS or x.np_dtype == _F16:
             return None   # (float16: onnxruntime computes it in float32)
         return [op(name, x, **attrs)]
     register(op_type, _float_infer(op_type), grad, lower=lower)
@@ -513,12 +516,14 @@ def _sigmoid_formula(x, attrs=None):
     return op("Reciprocal", op("Add", _c(1, x), op("Exp", op("Neg", x))))
 
 
-# NOTE: onnxruntime's Sigmoid kernels are approximations (float32: 1.5e-7 absolute error,
-# off by a factor 5 for x near -30; float64: 1e-13 relative, 0 below 1e-17). float32 keeps
-# the fast kernel (its error is float32 rounding for training purposes); float64, whose
-# point is precision, gets the exact formula.
+# NOTE: onnxruntime's CPU Sigmoid kernels are approximations (float32: 1.5e-7 absolute
+# error, but 17% relative at x = -15 and 0 from -18 down, where a log of it, a binary cross
+# entropy, is inf; float64: 1e-13 relative, 0 below 1e-17): jobs not traced for CUDA get
+# OneFlow's 1 / (1 + exp(-x)) (its GPU kernel's, cuda_dnn_interface.cu) for float32 and
+# float64. The CUDA EP's float32 kernel computes that formula itself.
 unary_math("Sigmoid", lambda n, g, need: [
-    op("Mul", g[0], op("Mul", _y(n), op("Sub", _c(1, g[0]), _y(n))))], _sigmoid_formula, _F32)
+    op("Mul", g[0], op("Mul", _y(n), op("Sub", _c(1, g[0]), _y(n))))], _sigmoid_formula, _F32,
+    native_on_cpu=())
 unary_math("Atan", lambda n, g, need: [op("Div", g[0], _one_plus_square(_x(n)))],
            _atan_formula, _F32)
 unary_math("Asin", lambda n, g, need: [
