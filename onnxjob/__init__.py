@@ -118,7 +118,7 @@ half = float16
 long = int64
 int = int32  # noqa: A001  (OneFlow's alias; shadows the builtin in this module only)
 
-load = checkpoint.get
+load = checkpoint.read     # (OneFlow's Load starts no session: jobs may follow)
 load_variables = checkpoint.load_variables
 get_all_variables = checkpoint.get_all_variables
 save = checkpoint.save_var_dict

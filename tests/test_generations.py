@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import onnxjob as flow
+import onnxjob.typing as tp
 from onnxjob.compat import install_oneflow_alias, uninstall_oneflow_alias
 
 PROGRAM = '''
@@ -179,3 +180,18 @@ def test_deprecated_names_warn_in_the_program_s_own_spelling(tmp_path, capsys, m
             f"{root}scope.mirrored_view instead.") in out
     assert f'File "{path}", line 3' in out and f'File "{path}", line 4' in out
     assert "onnxjob" not in out
+
+
+def test_a_one_element_result_converts_to_a_number_as_with_numpy_1():
+    """A batch-1 prediction (shape (1,)) in `"%d" % pred` and int(pred), as programs of
+    OneFlow's time did under NumPy 1.x (NumPy 2 refuses arrays of rank > 0 there); what
+    NumPy computes from it stays plain NumPy."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def predict(x: tp.Numpy.Placeholder((1, 4))) -> tp.Numpy:
+        return flow.math.argmax(flow.nn.softmax(x))
+
+    pred = predict(np.array([[0, 3, 1, 2]], np.float32))
+    assert pred.shape == (1,) and "class %d" % pred == "class 1" and int(pred) == 1
+    assert float(pred) == 1.0 and type(pred * 2) in (np.ndarray, type(pred))

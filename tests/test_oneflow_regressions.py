@@ -833,3 +833,43 @@ def test_an_ofrecord_reader_on_two_devices_reads_each_devices_part_files(tmp_pat
 
     np.testing.assert_array_equal(job().ravel(), [0, 1, 2, 3, 8, 9, 10, 11])
     np.testing.assert_array_equal(job().ravel(), [4, 5, 6, 7, 12, 13, 14, 15])
+
+
+def test_flow_load_and_save_of_given_values_start_no_session(tmp_path):
+    """OneFlow's flow.load (check_point_v2.Load) and flow.save(values, dir) are file work:
+    jobs may still be defined after them (defining one once the session runs is refused)."""
+    flow.clear_default_session()
+    flow.save({"w": np.full((2, 1), 3.0, np.float32)}, str(tmp_path / "ck"))
+    params = flow.load(str(tmp_path / "ck"))
+
+    @flow.global_function()
+    def predict(x: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+        return flow.matmul(x, flow.get_variable("w", shape=(2, 1),
+                                                initializer=flow.zeros_initializer()))
+
+    flow.load_variables(params)
+    np.testing.assert_array_equal(predict(np.ones((4, 2), np.float32)).ravel(), [6.0] * 4)
+
+
+def test_job_function_forms_oneflow_runs():
+    """flow.env.current_resource is flow.current_resource (a proto with fields); one function
+    decorated twice runs its last definition from either wrapper (OneFlow keys jobs by
+    name); a functools.partial without a return annotation is a job."""
+    import functools
+    flow.clear_default_session()
+    assert flow.env.current_resource().gpu_device_num == flow.current_resource().gpu_device_num
+
+    def twice(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        return x * 2
+    first = flow.global_function()(twice)
+    second = flow.global_function(function_config=flow.FunctionConfig())(twice)
+
+    def add(k, x: tp.Numpy.Placeholder((2,))):
+        return x + k
+    plus_two = functools.partial(add, 2.0)
+    plus_two.__name__ = "plus_two"
+    plus = flow.global_function()(plus_two)
+    ones = np.ones(2, np.float32)
+    np.testing.assert_array_equal(second(ones), [2.0, 2.0])
+    np.testing.assert_array_equal(first(ones), [2.0, 2.0])
+    np.testing.assert_array_equal(plus(ones).get().numpy(), [3.0, 3.0])

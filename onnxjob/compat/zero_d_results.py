@@ -92,10 +92,14 @@ class VectorOfOne(_HostResult):
 
 def host_result(array, as_vector=False):
     """`array` as the caller receives it: a 0-d ndarray as a ZeroDResult view, or with
-    `as_vector` as OneFlow <= 0.4's (1,) vector (a VectorOfOne)."""
-    if type(array) is np.ndarray and array.ndim == 0:
+    `as_vector` as OneFlow <= 0.4's (1,) vector (a VectorOfOne); any other one-element
+    array as a VectorOfOne view too, so a batch-1 prediction converts to a number
+    (`int(pred)`, `"%d" % pred`) as it did with the NumPy 1.x of OneFlow's time."""
+    if type(array) is not np.ndarray:
+        return array
+    if array.ndim == 0:
         return array.reshape(1).view(VectorOfOne) if as_vector else array.view(ZeroDResult)
-    return array
+    return array.view(VectorOfOne) if array.size == 1 else array
 
 
 def host_results(values, as_vector=False):

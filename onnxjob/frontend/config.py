@@ -3,6 +3,7 @@ import copy
 import difflib
 import os
 import socket
+import types
 import sys
 import traceback
 import warnings
@@ -449,6 +450,13 @@ class _ProcessConfig:
 process_config = _ProcessConfig()
 
 
+def current_resource():
+    """The configured devices, as OneFlow's resource proto would list them."""
+    return types.SimpleNamespace(gpu_device_num=process_config.gpu_device_num,
+                                 cpu_device_num=process_config.cpu_device_num,
+                                 machine_num=process_config.machine_num)
+
+
 def started_session(sync=False):
     """The default session, started (compiled, variables drawn with `flow.config.seed`)
     and, with `sync`, with every queued run and callback finished."""
@@ -622,9 +630,8 @@ class _EnvModule:
         process_config.env_initialized = True
         return True
 
-    def current_resource(self):
-        return {"gpu_device_num": process_config.gpu_device_num,
-                "cpu_device_num": process_config.cpu_device_num}
+    # (OneFlow's flow.env.current_resource is flow.current_resource)
+    current_resource = staticmethod(lambda: current_resource())
 
 
 config = _ConfigModule()

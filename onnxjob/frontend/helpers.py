@@ -7,7 +7,7 @@ import types
 
 from onnxjob import dtypes
 from onnxjob.compat.generations import renamed_keywords
-from onnxjob.frontend.config import process_config
+from onnxjob.frontend.config import current_resource, process_config  # noqa: F401
 from onnxjob.graph import tracer
 from onnxjob.runtime.session import default_session
 from onnxjob.source_info import user_location, warn_at_user_line
@@ -74,12 +74,6 @@ def enable_typing_check(value=True):
 def current_machine_id():
     return 0
 
-
-def current_resource():
-    """The configured devices, as OneFlow's resource proto would list them."""
-    return types.SimpleNamespace(gpu_device_num=process_config.gpu_device_num,
-                                 cpu_device_num=process_config.cpu_device_num,
-                                 machine_num=process_config.machine_num)
 
 
 def current_scope():

@@ -162,9 +162,7 @@ class JobFunction:
         if self.has_return_annotation:
             tree = results.flatten(ret, self.return_annotation, self.name, blobs)
         else:
-            code = self.func.__code__
-            tree = results.flatten_unannotated(
-                ret, blobs, f"{code.co_filename}:{code.co_firstlineno}: job {self.name}")
+            tree = results.flatten_unannotated(ret, blobs, f"{self.location}: job {self.name}")
         if self.written_for_0_4:
             results.zero_d_as_vectors(tree)
         optimizer = resolve_optimizer(builder, self)
@@ -232,8 +230,12 @@ class JobFunction:
         session = default_session()
         # only a job replaced in its own session refuses; one from a cleared session runs
         # the current session's job of its name, as before
-        if session.jobs.get(self.name) is not self and \
-                getattr(self, "session_ref", lambda: None)() is session:
+        current = session.jobs.get(self.name)
+        if current is not self and getattr(self, "session_ref", lambda: None)() is session:
+            if current is not None and current.func is self.func:
+                # the same function decorated again (another config): OneFlow keys jobs
+                # by name and runs the last definition, from either wrapper
+                return current._call(args, kwargs)
             self._raise_replaced(session)
         if self.name not in session.jobs:
             raise RuntimeError(

@@ -19,6 +19,7 @@ import numpy as np
 from onnxjob import dtypes, settings
 from onnxjob.errors import CheckpointError, missing_api
 from onnxjob.frontend.config import started_session
+from onnxjob.runtime.session import default_session
 from onnxjob.runtime import backend, distributed
 from onnxjob.source_info import user_location
 
@@ -75,13 +76,21 @@ class FileBackedVariable:
 
 
 def get(path):
-    """The variables saved under `path`: {name: entry} for every subfolder that holds an
-    `out` file (or one entry if path/out exists). As OneFlow's loader, neither
-    `snapshot_done` nor the `meta` files are needed (a script that writes `<name>/out` files
-    itself leaves them out); an entry without `meta` takes its shape and dtype from the
-    variable it is loaded into. (onnxjob's own saves are atomic: a save that did not
-    complete leaves no folder at its target, only its temporary folder, which is refused.)"""
+    """`flow.checkpoint.get`: the variables saved under `path` (`read`), once the session
+    has started (as OneFlow's GetCheckpoint, @try_init_default_session)."""
     started_session(sync=False)
+    return read(path)
+
+
+def read(path):
+    """`flow.load`: the variables saved under `path`, read without starting the session (as
+    OneFlow's check_point_v2.Load: jobs may still be defined after it): {name: entry} for
+    every subfolder that holds an `out` file (or one entry if path/out exists). As OneFlow's
+    loader, neither `snapshot_done` nor the `meta` files are needed (a script that writes
+    `<name>/out` files itself leaves them out); an entry without `meta` takes its shape and
+    dtype from the variable it is loaded into. (onnxjob's own saves are atomic: a save that
+    did not complete leaves no folder at its target, only its temporary folder, which is
+    refused.)"""
     if not os.path.isdir(path):
         raise AssertionError(f"Directory {path} doesn't exist!")
     if os.path.basename(os.path.normpath(path)).startswith(SAVE_PREFIX) and \
@@ -211,6 +220,11 @@ def save_var_dict(obj, save_dir=None):
     if not isinstance(save_dir, (str, os.PathLike)):
         raise TypeError(f"{user_location()}: flow.save(obj, save_dir) takes the folder to "
                         f"write as save_dir, got {type(save_dir).__name__}")
+    if obj is not None and not default_session().is_running:
+        # values given before the session started (OneFlow's save starts none): written
+        # as they are
+        _write(save_dir, None, obj)
+        return
     save(save_dir, obj)
 
 
