@@ -92,6 +92,7 @@ def test_a_0_4_program_gets_0_d_results_as_one_element_vectors(tmp_path):
     assert np.concatenate(ns["LOSSES"]).shape == (4,)
     assert np.array_equal(ns["ARGMAX"], np.array([1]))
     assert ns["ARGMAX"].tolist() == [1]
+    assert ns["ARGMAX"].dtype == np.int32       # (0.4's argmax_op.cpp; 0.5's is int64)
     # and to a number, as NumPy 1.x converted any one-element array
     loss = ns["LOSSES"][0]
     assert float(loss) == loss[0] and int(ns["ARGMAX"]) == 1 and "%.3f" % loss
@@ -111,6 +112,7 @@ def test_a_0_5_program_gets_0_d_results(tmp_path):
     ns = run_program(tmp_path, "oneflow.compatible.single_client")
     assert all(loss.shape == () for loss in ns["LOSSES"])
     assert f"{ns['LOSSES'][0]:.3f}" and ns["ARGMAX"].shape == () and int(ns["ARGMAX"]) == 1
+    assert ns["ARGMAX"].dtype == np.int64
 
 
 def test_a_job_only_api_outside_a_job_raises_oneflow_s_not_implemented_error():

@@ -9,7 +9,8 @@ import numbers
 
 import numpy as np
 
-from onnxjob.compat.generations import positional_is, renamed_keywords, two_generations
+from onnxjob.compat.generations import (positional_is, renamed_keywords, two_generations,
+                                        written_for_0_4)
 from onnxjob.compat.zero_d_inputs import as_vector, as_vectors
 from onnxjob import dtypes
 from onnxjob.errors import TraceError, missing_api
@@ -551,9 +552,14 @@ def _axis(x, axis, api):
 
 @two_generations(("input", "name"), positional_is(1, str))
 def argmax(input, axis=-1, name=None):
-    """Index of the (first) largest value along `axis`, as int64 (OneFlow 0.5's dtype)."""
+    """Index of the (first) largest value along `axis`, as int64 (OneFlow 0.5's dtype);
+    int32 for code written for OneFlow <= 0.4, whose argmax_op.cpp gave int32 (such a
+    program compares it with int32 labels)."""
     _check_dtype(input, "flow.math.argmax", _ARITHMETIC)
     axis = _axis(input, axis, "flow.math.argmax")
+    if written_for_0_4():
+        index = op("ArgMax", input, axis=axis, keepdims=0)
+        return op("Cast", index, to=dtypes.int32.ir_dtype.value, name=name)
     return op("ArgMax", input, axis=axis, keepdims=0, name=name)
 
 
