@@ -225,3 +225,18 @@ def test_oneflow_s_initial_value_slices():
     assert slice_lengths((3, 10, 1000000), 4) == [8000000, 2000000] * 3
     assert slice_lengths((4, 3), 4) == [12]
     assert slice_lengths((20000000,), 4) == [8388608, 8388608, 3222784]
+
+
+def test_fans_follow_oneflow_s_draws_of_each_initializer():
+    """A variance-scaling initializer's variables take channels-last fans whatever the
+    layout (OneFlow 0.4/0.5's GenInitialFan tests data_format == "channel_first", which
+    its conf's "channels_first" never equals: flow.layers.conv2d's default xavier on NCHW
+    too); kaiming_initializer's own _CalcFan reads the layout."""
+    from onnxjob.frontend.initializers import _kaiming_std, _variance_scaling_fans
+    shape = (64, 32, 3, 3)
+    assert _variance_scaling_fans(shape, "channels_first") == (288, 64 * 32 * 3)
+    assert _variance_scaling_fans(shape, "NCHW") == (288, 64 * 32 * 3)
+    assert _kaiming_std(shape, "fan_out", "relu", 0.0, "NCHW") == \
+        pytest.approx(math.sqrt(2.0) / math.sqrt(64 * 9))
+    assert _kaiming_std(shape, "fan_out", "relu", 0.0, "NHWC") == \
+        pytest.approx(math.sqrt(2.0) / math.sqrt(64 * 32 * 3))

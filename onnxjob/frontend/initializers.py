@@ -66,20 +66,30 @@ def _truncated(shape, rng, draw, mean, stddev):
     return out
 
 
-def _fans(shape, data_format):
+def _fans(shape, channels_first):
+    """(fan_in, fan_out) of a weight of `shape` as OneFlow counts them: fan_in the product
+    of every axis but the first; fan_out the first axis times the kernel's spatial axes,
+    those after the channels where `channels_first`, else those before the last."""
     if not shape:
         return 1, 1
     if len(shape) < 2:      # (OneFlow's GenInitialFan: prod(shape[1:]) is 1 for a vector)
         return 1, shape[0]
-    fan_in = int(np.prod(shape[1:]))
-    fan_out = shape[0] * int(np.prod(shape[1:-1])) if len(shape) > 2 else shape[0]
     if len(shape) == 2:
-        fan_in, fan_out = shape[1], shape[0]
-    return fan_in, fan_out
+        return shape[1], shape[0]
+    spatial = shape[2:] if channels_first else shape[1:-1]
+    return int(np.prod(shape[1:])), shape[0] * int(np.prod(spatial))
+
+
+def _variance_scaling_fans(shape, data_format):
+    """The fans OneFlow 0.4/0.5's variables drawn with a variance-scaling initializer get
+    (check_point_v2 through initializer_util.GenInitialFan): it tests data_format ==
+    "channel_first", which the conf's "channels_first" never equals, so every layout,
+    flow.layers' NCHW convolutions' default xavier included, counts channels-last fans."""
+    return _fans(shape, data_format == "channel_first")
 
 
 def _variance_scaling(shape, rng, draw, scale, mode, distribution, data_format):
-    fan_in, fan_out = _fans(shape, data_format)
+    fan_in, fan_out = _variance_scaling_fans(shape, data_format)
     fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
     s = scale / max(1.0, fan)
     if distribution == "truncated_normal":
@@ -106,12 +116,7 @@ def _kaiming_std(shape, mode, nonlinearity, negative_slope, data_format):
     """OneFlow's kaiming_initializer standard deviation (initializer_util.py, _CalcFan and
     CalcGain): the fan from `shape` as `data_format` lays it out (channels first: fan-out
     is out x the kernel's spatial sizes; channels last: out x the axes before the last)."""
-    if len(shape) == 2:
-        fan_in, fan_out = shape[1], shape[0]
-    else:
-        fan_in = int(np.prod(shape[1:]))
-        spatial = shape[2:] if str(data_format).startswith("NC") else shape[1:-1]
-        fan_out = shape[0] * int(np.prod(spatial))
+    fan_in, fan_out = _fans(shape, str(data_format).startswith("NC"))
     fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}[mode]
     gain = {None: 1.0, "linear": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0),
             "leaky_relu": math.sqrt(2.0 / (1 + negative_slope ** 2))}[nonlinearity]

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from onnxjob.frontend.initializers import _variance_scaling_fans
+
 SLICE_BYTES = 32 * 1024 * 1024      # check_point_v2._ForEachSlice
 
 
@@ -101,9 +103,8 @@ def truncated_normal(mean, std, length, rng):
 
 def _variance_scaling(shape, rng, scale, mode, distribution):
     """OneFlow's VarianceScalingInitializerImpl with GenInitialFan (whose channels-first
-    branch its data_format string never reaches)."""
-    fan_in = int(np.prod(shape[1:]))
-    fan_out = shape[0] * int(np.prod(shape[1:-1]))
+    branch its data_format string never reaches: initializers._variance_scaling_fans)."""
+    fan_in, fan_out = _variance_scaling_fans(shape, "")
     fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[mode]
     s = scale / fan
     if distribution == "truncated_normal":
