@@ -197,3 +197,55 @@ def test_a_one_element_result_converts_to_a_number_as_with_numpy_1():
     pred = predict(np.array([[0, 3, 1, 2]], np.float32))
     assert pred.shape == (1,) and "class %d" % pred == "class 1" and int(pred) == 1
     assert float(pred) == 1.0 and type(pred * 2) in (np.ndarray, type(pred))
+
+
+OLD_API_ADAM = '''
+import numpy as np
+import {module} as flow
+
+cfg = flow.function_config()
+cfg.train.primary_lr(0.01)
+cfg.train.model_update_conf(dict(adam_conf=dict(beta1=0.9, beta2=0.999, epsilon=1e-8)))
+
+
+@flow.global_function(cfg)
+def train(x=flow.FixedTensorDef((1,), dtype=flow.float)):
+    w = flow.get_variable("w", shape=(1,), initializer=flow.zeros_initializer())
+    flow.losses.add_loss(w * x)
+    return w
+
+
+STEPS = [float(train(np.ones(1, np.float32)).get().numpy()[0]) for _ in range(2)]
+'''
+
+
+@pytest.mark.parametrize("module,bias_correction", [("oneflow", False),
+                                                    ("oneflow.compatible.single_client", True)])
+def test_the_old_api_s_adam_conf_defaults_to_its_release_s_bias_correction(tmp_path, module,
+                                                                           bias_correction):
+    """model_update_conf(dict(adam_conf=...)) without do_bias_correction: false in OneFlow
+    0.1-0.4's proto (job_conf.proto, op_conf.proto), true in 0.5's; the first step is
+    lr * m / sqrt(v) = 0.0316 without, lr = 0.01 with."""
+    path = tmp_path / "old_api_adam.py"
+    path.write_text(OLD_API_ADAM.format(module=module))
+    flow.clear_default_session()
+    install_oneflow_alias()
+    try:
+        steps = runpy.run_path(str(path))["STEPS"]
+    finally:
+        uninstall_oneflow_alias()
+        flow.clear_default_session()
+    first = steps[0] - steps[1]
+    expected = 0.01 if bias_correction else 0.01 * 0.1 / np.sqrt(0.001)
+    assert first == pytest.approx(expected, rel=1e-4)
+
+
+def test_fixed_tensor_def_takes_oneflow_0_1_0_s_split_axis():
+    flow.clear_default_session()
+
+    @flow.global_function(flow.function_config())
+    def job(x=flow.FixedTensorDef((2, 3), dtype=flow.float, batch_axis=0, split_axis=0)):
+        return x * 2.0
+
+    np.testing.assert_array_equal(job(np.ones((2, 3), np.float32)).get().numpy(),
+                                  np.full((2, 3), 2.0))

@@ -522,8 +522,10 @@ def _job_decorator(job_type, function_config):
     return decorator
 
 
-def FixedTensorDef(shape, dtype=None, batch_axis=0, name=None):
-    """Deprecated placeholder used as a parameter default (pre-typing style)."""
+def FixedTensorDef(shape, dtype=None, batch_axis=0, split_axis="same_with_batch_axis",
+                   name=None):
+    """Deprecated placeholder used as a parameter default (pre-typing style; OneFlow 0.1.0's
+    `split_axis` is taken: one device)."""
     print("WARNING: flow.FixedTensorDef is deprecated, use oneflow.typing.Numpy.Placeholder")
     return tp.Numpy.Placeholder(tuple(shape), dtype or dtypes.float)
 

@@ -824,8 +824,9 @@ class CombinedOptimizer(Optimizer):
         return [o._names(builder) for o in self.optimizers]
 
 
-def _from_old_api(train_conf):
-    """Optimizer described by config.train.primary_lr / model_update_conf (old API)."""
+def _from_old_api(train_conf, written_for_0_4=False):
+    """Optimizer described by config.train.primary_lr / model_update_conf (old API), for a
+    job of code written for OneFlow <= 0.4 where `written_for_0_4`."""
     conf = dict(train_conf.get("model_update_conf") or {"naive_conf": {}})
     lr = float(train_conf.get("primary_lr", 0.0))
     decay = conf.pop("learning_rate_decay", None)
@@ -848,9 +849,11 @@ def _from_old_api(train_conf):
         cls = Adam if kind == "adam_conf" else LazyAdam
         opt = cls(scheduler, args.get("beta1", 0.9), args.get("beta2", 0.999),
                   args.get("epsilon", 1e-8), grad_clipping=clipping)
-        # NOTE: the proto default of do_bias_correction is true (Adam's Python default is
-        # false).
-        opt.do_bias_correction = args.get("do_bias_correction", True)
+        # NOTE: the proto default of do_bias_correction is true in OneFlow 0.5 (Adam's
+        # Python default is false); adam_conf's was false in 0.1-0.4 but 0.3.0
+        # (job_conf.proto / op_conf.proto), lazy_adam_conf's true (adam_optm.cpp forced it)
+        default = not (written_for_0_4 and kind == "adam_conf")
+        opt.do_bias_correction = args.get("do_bias_correction", default)
     elif kind == "rmsprop_conf":
         opt = RMSProp(scheduler, args.get("decay_rate", 0.99), args.get("epsilon", 1e-8),
                       args.get("centered", False), grad_clipping=clipping)
@@ -950,7 +953,8 @@ def resolve_optimizer(builder, job):
     if builder.optimizer is not None:
         return builder.optimizer
     if job.config.train_conf and builder.losses:
-        builder.optimizer = _from_old_api(job.config.train_conf)
+        builder.optimizer = _from_old_api(job.config.train_conf,
+                                          getattr(job, "written_for_0_4", False))
     return builder.optimizer
 
 
