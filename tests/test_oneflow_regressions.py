@@ -873,3 +873,23 @@ def test_job_function_forms_oneflow_runs():
     np.testing.assert_array_equal(second(ones), [2.0, 2.0])
     np.testing.assert_array_equal(first(ones), [2.0, 2.0])
     np.testing.assert_array_equal(plus(ones).get().numpy(), [3.0, 3.0])
+
+
+def test_a_blob_s_lbi_reads_as_methods_and_its_mirrored_parts_are_itself():
+    """OneFlow 0.5's `blob.lbi.op_name()` (a cfg message's methods; 0.4's plain fields read
+    too) and a mirrored blob's `sub_consistent_blob_list` (one device: the blob)."""
+    flow.clear_default_session()
+    seen = {}
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.ListNumpy.Placeholder((2, 3))) -> tp.ListNumpy:
+        r = flow.math.relu(x, name="r")
+        seen["names"] = (r.lbi.op_name(), r.lbi.op_name, r.lbi.blob_name())
+        seen["parts"] = [p.shape for p in r.sub_consistent_blob_list]
+        return r
+
+    job([np.ones((2, 3), np.float32)])
+    assert seen["names"][0] == seen["names"][1] == "r" and seen["names"][2]
+    assert seen["parts"] == [(2, 3)]

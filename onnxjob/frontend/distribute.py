@@ -224,8 +224,12 @@ def _install_blob_surface():
     Blob.has_batch_axis = lambda self: _batch_axis(self) is not None
     Blob.disable_boxing = property(lambda self: None)
     Blob.with_boxing_disabled = lambda self, val=True: op("Identity", self)
-    Blob.lbi = property(lambda self: types.SimpleNamespace(op_name=self.op_name,
-                                                           blob_name=self.blob_name))
+    # (OneFlow 0.5's cfg LogicalBlobId reads `lbi.op_name()`, <= 0.4's protobuf
+    # `lbi.op_name`: either works)
+    Blob.lbi = property(lambda self: types.SimpleNamespace(
+        op_name=scope.callable_str(self.op_name), blob_name=scope.callable_str(self.blob_name)))
+    # a mirrored blob's per-device blobs: this one device's
+    Blob.sub_consistent_blob_list = property(lambda self: [self])
     Blob.job_name = property(lambda self: self.builder.job_name)
     Blob.IdenticalTo = _identical_to
     # OneFlow's warning text when a mirrored blob's shape is read in a consistent view (and

@@ -85,6 +85,11 @@ class _CallableStr(str):
         return str(self)
 
 
+def callable_str(value):
+    """`value` as a string that also reads as a method call (_CallableStr)."""
+    return _CallableStr(value)
+
+
 class _CallableList(list):
     """A repeated protobuf field of OneFlow <= 0.4 that 0.5 made a method (see above)."""
 

@@ -260,8 +260,6 @@ _BLOB_ATTRIBUTE_REASONS = {
     "numpy_list_size": "the sizes of an eager blob's values in OneFlow's runtime; in "
                        "onnxjob blob.numpy_list() (eager mode) or the blob's shape",
     "blob_object": "OneFlow's eager runtime object",
-    "sub_consistent_blob_list": "OneFlow's mirrored blobs split per device; onnxjob traces "
-                                "one device",
 }
 
 _warned_truth_lines = set()
