@@ -199,6 +199,16 @@ def _update_passes(make_optimizer, amp=False):
     return traffic.traffic(graph).by_group()["optimizer"][1] / (256 * 512 * 4)
 
 
+# the updates _update_passes measures: (learning rate, loss scale, clipping) -> optimizer
+_OPTIMIZERS = {
+    "lamb": lambda lr, scale, clip: flow.optimizer.LAMB(
+        lr, loss_scale_policy=scale, grad_clipping=clip, weight_decay=0.01),
+    "adam": lambda lr, scale, clip: flow.optimizer.Adam(
+        lr, loss_scale_policy=scale, grad_clipping=clip, do_bias_correction=True),
+    "sgd": lambda lr, scale, clip: flow.optimizer.SGD(
+        lr, loss_scale_policy=scale, grad_clipping=clip)}
+
+
 def test_the_gradient_s_scalar_factors_and_a_skipped_step_cost_no_extra_passes():
     """The loss scale's and the clipping's factors reach each gradient as one multiply,
     the non-finite check reads it once, and Adam and LAMB skip a non-finite step through
@@ -208,17 +218,10 @@ def test_the_gradient_s_scalar_factors_and_a_skipped_step_cost_no_extra_passes()
     the unscaled gradient's squares (one more multiply: a dynamic scale there grows until
     the scaled squares overflow, update_rules.clip_by_global_norm); under float16 mixed
     precision on CUDA, where half gradients bound the scale, it does not."""
-    opt = flow.optimizer
-    makers = {
-        "lamb": lambda lr, scale, clip: opt.LAMB(lr, loss_scale_policy=scale,
-                                                 grad_clipping=clip, weight_decay=0.01),
-        "adam": lambda lr, scale, clip: opt.Adam(lr, loss_scale_policy=scale,
-                                                 grad_clipping=clip, do_bias_correction=True),
-        "sgd": lambda lr, scale, clip: opt.SGD(lr, loss_scale_policy=scale, grad_clipping=clip)}
     bounds = {"lamb": 41.5, "adam": 36.5, "sgd": 20.5}
-    fp32 = {name: _update_passes(make) for name, make in makers.items()}
+    fp32 = {name: _update_passes(make) for name, make in _OPTIMIZERS.items()}
     assert all(fp32[name] < bounds[name] + 2 for name in bounds), fp32
-    half = {name: _update_passes(make, amp=True) for name, make in makers.items()}
+    half = {name: _update_passes(make, amp=True) for name, make in _OPTIMIZERS.items()}
     assert all(half[name] < bounds[name] for name in bounds), half
 
 
@@ -226,14 +229,7 @@ def test_under_mixed_precision_the_updates_take_the_gradient_s_factor_as_a_scala
     """Under float16 AMP the loss scale's and the clipping's factor goes into each update's
     own scalar coefficients (optimizer._folds_factors): no pass multiplies the gradient by
     it, two passes fewer for Adam, LAMB and momentum SGD than in float32."""
-    opt = flow.optimizer
-    makes = {
-        "lamb": lambda lr, scale, clip: opt.LAMB(lr, loss_scale_policy=scale,
-                                                 grad_clipping=clip, weight_decay=0.01),
-        "adam": lambda lr, scale, clip: opt.Adam(lr, loss_scale_policy=scale,
-                                                 grad_clipping=clip, do_bias_correction=True),
-        "sgd": lambda lr, scale, clip: opt.SGD(lr, loss_scale_policy=scale, grad_clipping=clip)}
-    for name, make in makes.items():
+    for name, make in _OPTIMIZERS.items():
         full, half = _update_passes(make), _update_passes(make, amp=True)
         assert half <= full - 1.9, (name, full, half)
 
