@@ -48,6 +48,13 @@ def current_placement():
     return stack[-1] if stack else None
 
 
+def placement_asked(config):
+    """The placement the program put the op being traced under: the innermost
+    flow.scope.placement, else the job's `config` default_placement_scope; None for
+    OneFlow's default placement."""
+    return current_placement() or config.get("default_placement_scope")
+
+
 def _device_list(devices):
     """[device ids] from an int, a "0-3" range string or a list of either."""
     if isinstance(devices, int):
@@ -131,7 +138,7 @@ def placement_tracker(config, device):
                                default_machine_device_ids())}
 
     def in_effect():
-        scope = current_placement() or config.get("default_placement_scope")
+        scope = placement_asked(config)
         if scope not in made:
             made[scope] = ParallelConf(scope.device_tag, scope.machine_device_ids)
         return made[scope]

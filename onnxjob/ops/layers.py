@@ -9,7 +9,6 @@ from onnxjob import settings
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers, scope
 from onnxjob.frontend.config import process_config
-from onnxjob.frontend.helpers import default_parallel_num
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.tracer import as_blob, current_builder, int64_constant, op
 from onnxjob.graph import moving_averages
@@ -18,6 +17,7 @@ from onnxjob.ops.conv import bias_add, convolution, is_channels_last, spatial_tu
 from onnxjob.ops.linalg import matmul
 from onnxjob.ops.conv import upsample as upsample_2d  # noqa: F401  (OneFlow's name)
 from onnxjob.ops.normalization import layer_norm as functional_layer_norm
+from onnxjob.ops.parallel import balanced_parts, parallel_num
 from onnxjob.ops.shapes import reshape
 from onnxjob.source_info import user_frame, warn_at_user_line
 
@@ -282,14 +282,10 @@ def _oneflow_gpus_of_one_process(builder):
     scope, else flow.config.gpu_device_num times machine_num); 1 for a CPU layer, a
     mirrored step (one device per list element already) or ranks."""
     job = getattr(builder, "job_function", None)
-    if builder.data_parallel_ranks is not None or job is None or job.mirrored_step:
+    if builder.data_parallel_ranks is not None or job is None or job.mirrored_step or \
+            _oneflow_cpu_layer(builder):
         return 1
-    placed = scope.current_placement() or job.config.get("default_placement_scope")
-    if placed is not None:
-        if str(placed.device_tag).lower() == "cpu":
-            return 1
-        return scope.device_count(placed.machine_device_ids or "0:0")
-    return default_parallel_num() if process_config.gpu_device_num > 0 else 1
+    return parallel_num()
 
 
 def _per_device_batch_norm(builder, x, axis, momentum, epsilon, gamma, beta, moving_mean,
@@ -301,8 +297,7 @@ def _per_device_batch_norm(builder, x, axis, momentum, epsilon, gamma, beta, mov
     0's (each device updates its own copy; the one a checkpoint saves), with cuDNN's
     unbiased variance of its rows. The gradients of gamma and beta sum over the devices,
     as OneFlow's all-reduce of the model's gradients does."""
-    n = x.shape[0]
-    sizes = [n // devices + (1 if d < n % devices else 0) for d in range(devices)]
+    sizes = balanced_parts(x.shape[0], devices)
     parts = op("Split", x, int64_constant(x, sizes), axis=0, num_outputs=devices)
     outs, first = [], None
     for part in parts:
@@ -324,10 +319,9 @@ def _oneflow_cpu_layer(builder):
     placed it on CPUs (flow.scope.placement("cpu", ...), a CPU default_placement_scope)
     or asked for no GPU (flow.config.gpu_device_num(0)). A program that says nothing ran
     on GPUs in OneFlow, wherever onnxjob runs it."""
-    placed = scope.current_placement()
     job = getattr(builder, "job_function", None)
-    if placed is None and job is not None:
-        placed = job.config.get("default_placement_scope")
+    placed = scope.placement_asked(job.config) if job is not None else \
+        scope.current_placement()
     if placed is not None:
         return str(placed.device_tag).lower() == "cpu"
     return process_config.gpu_device_num == 0

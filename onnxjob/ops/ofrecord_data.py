@@ -3,6 +3,8 @@ raw records from OneFlow's OFRecord datasets (io/ofrecord.py) and their features
 on the host before each run (runtime/pipeline.py, ops/host.py): numbers as fixed-shape
 arrays that become graph inputs, encoded images as tensor buffers of (where, (H, W, C)
 image) for the flow.image ops (the pixel work is io/images.py)."""
+import itertools
+
 import numpy as np
 
 from onnxjob.compat.generations import positional_is, two_generations
@@ -12,7 +14,7 @@ from onnxjob.graph.tracer import current_builder
 from onnxjob.io import images, ofrecord
 from onnxjob.ops.host import (RECORD, TENSOR_BUFFER, check_host_value, checked_args,
                               host_value, to_blob)
-from onnxjob.ops.parallel import parallel_num
+from onnxjob.ops.parallel import balanced_parts, parallel_num
 from onnxjob.ops.random import gen_seed
 
 
@@ -31,7 +33,7 @@ def ofrecord_reader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefi
         readers = [ofrecord.RecordReader(part, batch_size // devices, random_shuffle,
                                          shuffle_buffer_size, shuffle_after_epoch,
                                          seed=builder.random.randrange(2 ** 63))
-                   for part in _balanced_parts(paths, devices)]
+                   for part in _groups(paths, balanced_parts(len(paths), devices))]
     except ofrecord.RecordError as e:
         raise TraceError(f"flow.data.ofrecord_reader: {e}") from None
 
@@ -44,16 +46,10 @@ def ofrecord_reader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefi
                       "flow.data.ofrecord_reader")
 
 
-def _balanced_parts(paths, devices):
-    """`paths` in `devices` consecutive groups, the first len % devices a file more (OneFlow's
-    BalancedSplitter)."""
-    base, extra = divmod(len(paths), devices)
-    groups, start = [], 0
-    for d in range(devices):
-        end = start + base + (1 if d < extra else 0)
-        groups.append(paths[start:end])
-        start = end
-    return groups
+def _groups(items, sizes):
+    """`items` in consecutive groups of `sizes`."""
+    ends = list(itertools.accumulate(sizes))
+    return [items[end - size:end] for size, end in zip(sizes, ends)]
 
 
 def _feature(where, record, blob_name):

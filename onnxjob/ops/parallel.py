@@ -70,11 +70,9 @@ def parallel_num():
     flow.scope.placement, else the job's default_placement_scope, else OneFlow's default
     placement (flow.config.gpu_device_num's GPUs, or cpu_device_num's CPUs, on each of
     machine_num machines)."""
-    placement = scope.current_placement()
-    if placement is None:
-        builder = current_builder("flow.advanced.distribute_*")
-        job = getattr(builder, "job_function", None)
-        placement = job.config.get("default_placement_scope") if job is not None else None
+    job = getattr(current_builder("flow.advanced.distribute_*"), "job_function", None)
+    placement = scope.placement_asked(job.config) if job is not None else \
+        scope.current_placement()
     if placement is None:
         return default_parallel_num()
     return scope.device_count(placement.machine_device_ids or "0:0")
@@ -99,7 +97,9 @@ def hierarchical_parallel_cast(input, nd_sbp=None, grad_mode=None, grad_nd_sbp=N
     return identity(input, name=name)
 
 
-def _parts(size, n):
+def balanced_parts(size, n):
+    """`size` in `n` parts as OneFlow's BalancedSplitter cuts it: the first size % n one
+    longer."""
     base, extra = divmod(size, n)
     return [base + 1 if i < extra else base for i in range(n)]
 
@@ -112,7 +112,7 @@ def distribute_split(x, axis=0, name=None):
     if x.shape[axis] < n:
         raise TraceError(f"flow.advanced.distribute_split: axis {axis} of {x.shape} has fewer "
                          f"rows than the {n} devices")
-    return tuple(split(x, _parts(x.shape[axis], n), axis=axis, name=name))
+    return tuple(split(x, balanced_parts(x.shape[axis], n), axis=axis, name=name))
 
 
 def distribute_clone(x, name=None):

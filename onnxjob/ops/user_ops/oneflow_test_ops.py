@@ -37,7 +37,7 @@ from onnxjob.ops.selection import where
 from onnxjob.ops.shapes import reshape
 from onnxjob.ops import math as fm
 from onnxjob.ops.host import to_blob
-from onnxjob.ops.parallel import _parts, parallel_num
+from onnxjob.ops.parallel import balanced_parts, parallel_num
 from onnxjob.ops.user_ops.spec import registrar
 
 reg = registrar("oneflow_tests")
@@ -107,7 +107,7 @@ reg("TestSource", "-> out", lambda x, a: constant(np.arange(5), dtypes.float32))
 
 def _fixed_out_num(x, a):
     """Each device of the placement fills its balanced part of out_num with 0, 1, ..."""
-    parts = _parts(a["out_num"], parallel_num())
+    parts = balanced_parts(a["out_num"], parallel_num())
     values = np.concatenate([np.arange(p) for p in parts]).astype(np.float32)
     return constant(values, dtypes.float32)
 
