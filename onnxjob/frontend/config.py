@@ -631,7 +631,7 @@ class _EnvModule:
         return True
 
     # (OneFlow's flow.env.current_resource is flow.current_resource)
-    current_resource = staticmethod(lambda: current_resource())
+    current_resource = staticmethod(current_resource)
 
 
 config = _ConfigModule()
