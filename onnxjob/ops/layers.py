@@ -8,16 +8,18 @@ import numpy as np
 from onnxjob import settings
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers, scope
-from onnxjob.frontend.config import process_config
+from onnxjob.frontend.config import process_config as _process_config
 from onnxjob.frontend.variables import VariableSpec, variable_blob
-from onnxjob.graph.tracer import as_blob, current_builder, int64_constant, op
+from onnxjob.graph.tracer import as_blob, current_builder, op
+from onnxjob.graph.tracer import int64_constant as _int64_constant
 from onnxjob.graph import moving_averages
 from onnxjob.ops import math, qat
 from onnxjob.ops.conv import bias_add, convolution, is_channels_last, spatial_tuple
 from onnxjob.ops.linalg import matmul
 from onnxjob.ops.conv import upsample as upsample_2d  # noqa: F401  (OneFlow's name)
 from onnxjob.ops.normalization import layer_norm as functional_layer_norm
-from onnxjob.ops.parallel import balanced_parts, parallel_num
+# (under private names: this module is the flow.layers namespace)
+from onnxjob.ops.parallel import balanced_parts as _balanced_parts, parallel_num as _parallel_num
 from onnxjob.ops.shapes import reshape
 from onnxjob.source_info import user_frame, warn_at_user_line
 
@@ -285,7 +287,7 @@ def _oneflow_gpus_of_one_process(builder):
     if builder.data_parallel_ranks is not None or job is None or job.mirrored_step or \
             _oneflow_cpu_layer(builder):
         return 1
-    return parallel_num()
+    return _parallel_num()
 
 
 def _per_device_batch_norm(builder, x, axis, momentum, epsilon, gamma, beta, moving_mean,
@@ -297,8 +299,8 @@ def _per_device_batch_norm(builder, x, axis, momentum, epsilon, gamma, beta, mov
     0's (each device updates its own copy; the one a checkpoint saves), with cuDNN's
     unbiased variance of its rows. The gradients of gamma and beta sum over the devices,
     as OneFlow's all-reduce of the model's gradients does."""
-    sizes = balanced_parts(x.shape[0], devices)
-    parts = op("Split", x, int64_constant(x, sizes), axis=0, num_outputs=devices)
+    sizes = _balanced_parts(x.shape[0], devices)
+    parts = op("Split", x, _int64_constant(x, sizes), axis=0, num_outputs=devices)
     outs, first = [], None
     for part in parts:
         y, mean, var = op("onnxjob.BatchNormTrain", part, gamma, beta, axis=axis,
@@ -324,7 +326,7 @@ def _oneflow_cpu_layer(builder):
         scope.current_placement()
     if placed is not None:
         return str(placed.device_tag).lower() == "cpu"
-    return process_config.gpu_device_num == 0
+    return _process_config.gpu_device_num == 0
 
 
 def _affine(normed, axis, gamma, beta):
