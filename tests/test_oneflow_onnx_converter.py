@@ -102,6 +102,47 @@ def test_other_converter_modules_are_refused_by_name(converter):
         importlib.import_module("oneflow_onnx.x2oneflow")
 
 
+_X2ONEFLOW = """
+import oneflow
+import oneflow as flow
+import oneflow.typing as tp
+
+FLOAT = oneflow._oneflow_internal.deprecated.GetProtoDtype4OfDtype(flow.float32)
+
+
+def from_numbers(x):
+    @flow.global_function()
+    def job(a: tp.Numpy.Placeholder(x.shape)) -> tp.Numpy:
+        return flow.math.relu(a)
+    return job(x)
+"""
+
+
+def test_a_real_converter_package_s_other_modules_load_from_it(tmp_path, monkeypatch):
+    """With pip's oneflow_onnx on sys.path, its modules onnxjob has no stand-in for (x2oneflow:
+    ONNX models into job code on flow.* ops, reading OneFlow's dtype enum through
+    oneflow._oneflow_internal) load from it; the exporter stays onnxjob's."""
+    package = tmp_path / "oneflow_onnx"
+    (package / "x2oneflow").mkdir(parents=True)
+    (package / "oneflow2onnx").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "oneflow2onnx" / "__init__.py").write_text("")
+    (package / "oneflow2onnx" / "util.py").write_text("raise ImportError('the real one')\n")
+    (package / "x2oneflow" / "__init__.py").write_text(_X2ONEFLOW)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    install_oneflow_alias()
+    try:
+        x2oneflow = importlib.import_module("oneflow_onnx.x2oneflow")
+        assert x2oneflow.FLOAT == 2     # (data_type.proto's kFloat)
+        x = np.array([[-1.0, 2.0]], np.float32)
+        np.testing.assert_array_equal(x2oneflow.from_numbers(x), [[0.0, 2.0]])
+        util = importlib.import_module("oneflow_onnx.oneflow2onnx.util")
+        assert hasattr(util, "convert_to_onnx_and_check")
+    finally:
+        uninstall_oneflow_alias()
+        flow.clear_default_session()
+
+
 def test_resnet_to_onnx_runs_unchanged(tmp_path):
     """OneFlow-Benchmark's resnet_to_onnx.py: loads a ResNet50 checkpoint, converts it with
     oneflow_onnx's export_onnx_model and compares onnxruntime with the job on an image."""

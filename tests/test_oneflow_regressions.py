@@ -893,3 +893,23 @@ def test_a_blob_s_lbi_reads_as_methods_and_its_mirrored_parts_are_itself():
     job([np.ones((2, 3), np.float32)])
     assert seen["names"][0] == seen["names"][1] == "r" and seen["names"][2]
     assert seen["parts"] == [(2, 3)]
+
+
+def test_a_sign_as_the_loss_has_zero_gradient_and_get_variable_keeps_oneflows_name():
+    """OneFlow registers sign's gradient (zero: math_unary_elementwise_func.h), so a train
+    job whose loss is a sign runs and leaves the variables as they were; and its
+    get_variable is `api_get_variable`, the name oneflow_convert's code generator reads."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", shape=(1,), initializer=flow.ones_initializer())
+        y = flow.math.sign(x * w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(y)
+        return y
+    x = np.array([[-2, 0, 3], [1, -1, 0.5]], np.float32)
+    np.testing.assert_array_equal(job(x), np.sign(x))
+    job(x)
+    assert flow.get_all_variables()["w"].numpy().tolist() == [1.0]
+    assert flow.get_variable.__name__ == "api_get_variable"
+    assert str(flow.get_variable).split()[1] == "api_get_variable"

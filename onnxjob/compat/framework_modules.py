@@ -87,10 +87,17 @@ def extension_module(name):
     """OneFlow's pybind11 extension, `oneflow._oneflow_internal` (0.5) or `oneflow_api`
     (0.4): scripts import it at the top; job code reaches its blob classes, the current
     job's name and `distribute`."""
+    deprecated = _module(name + ".deprecated", "OneFlow's deprecated C++ helpers.",
+                         GetProtoDtype4OfDtype=_proto_dtype)
     return _module(name, extension_module.__doc__, distribute=distribute,
                    JobBuildAndInferCtx_GetCurrentJobName=(
                        job_build_and_infer_ctx_get_current_job_name),
-                   **{cls: Blob for cls in BLOB_CLASSES})
+                   deprecated=deprecated, **{cls: Blob for cls in BLOB_CLASSES})
+
+
+def _proto_dtype(dtype):
+    """OneFlow's DataType enum value (data_type.proto) of a flow dtype."""
+    return dtype.oneflow_enum_value
 
 
 def framework_module(package, name):

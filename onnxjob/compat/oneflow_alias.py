@@ -32,6 +32,9 @@ What resolves:
     oneflow_onnx.oneflow2onnx.util, .flow2onnx     OneFlow's standalone ONNX converter, in its
                                                    job-function form, on onnxjob's export
                                                    (compat/oneflow_onnx_converter.py)
+    oneflow_onnx.<other>                           from a real oneflow_onnx package on
+                                                   sys.path (pip's oneflow_convert: its
+                                                   x2oneflow writes job code on flow.* ops)
 
 Any other `oneflow.*` or `oneflow_onnx.*` module raises ModuleNotFoundError naming it and
 the importing line.
@@ -105,7 +108,22 @@ class _RootAlias(types.ModuleType):
     """`oneflow` itself: onnxjob's names, plus the `compatible` and `core` packages."""
 
     def __getattr__(self, name):
+        if name == "_oneflow_internal":     # (OneFlow's __init__ imports its extension)
+            return importlib.import_module("oneflow._oneflow_internal")
         return getattr(onnxjob, name)
+
+
+def _real_converter_folders(subpackage=""):
+    """The folders of a real `oneflow_onnx` package (or of its `subpackage`) on sys.path,
+    which the modules onnxjob does not stand in for load from: the package pip installs
+    from OneFlow's oneflow_convert is plain Python on flow.* ops but for the exporter."""
+    folders = []
+    for entry in sys.path:
+        folder = os.path.join(entry or os.getcwd(), _CONVERTER, subpackage)
+        if os.path.abspath(entry or os.getcwd()) != IMPORT_ROOT and \
+                os.path.isfile(os.path.join(folder, "__init__.py")):
+            folders.append(folder)
+    return folders
 
 
 class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -117,6 +135,10 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         if not _handled(fullname):
             return None
+        if fullname.startswith(_CONVERTER + ".") and \
+                fullname not in _CONVERTER_MODULES + (_CONVERTER + ".oneflow2onnx",) and \
+                _real_converter_folders():
+            return None     # (from the real package: the stand-in's __path__ holds it)
         module = self._resolve(fullname)
         spec = importlib.util.spec_from_loader(fullname, self,
                                                is_package=hasattr(module, "__path__"))
@@ -144,7 +166,7 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return onnxjob
         if fullname in (_CONVERTER, _CONVERTER + ".oneflow2onnx"):
             package = types.ModuleType(fullname)
-            package.__path__ = []
+            package.__path__ = _real_converter_folders(fullname.partition(".")[2])
             return package
         if fullname in _CONVERTER_MODULES:
             return importlib.import_module("onnxjob.compat.oneflow_onnx_converter")

@@ -144,6 +144,11 @@ def get_variable(name, shape=None, dtype=dtypes.float32, initializer=None, regul
     return variable_blob(spec, reuse=reuse)
 
 
+# OneFlow's function is `api_get_variable`: code generators read the name (oneflow_convert's
+# x2oneflow skips the variables' calls by it when it writes a job's code)
+get_variable.__name__ = get_variable.__qualname__ = "api_get_variable"
+
+
 def assign(ref, value, dtype=None, name=None):
     """Set variable `ref` to `value` after this run (a state update, as in OneFlow); a 0-d
     `value` sets a (1,) variable, as OneFlow <= 0.4's one-element full reductions did

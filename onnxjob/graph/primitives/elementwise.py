@@ -299,14 +299,14 @@ unary_math("Reciprocal", lambda n, g, need: [
 unary_math("Cos", lambda n, g, need: [op("Neg", op("Mul", g[0], op("Sin", _x(n))))])
 unary_math("Sin", lambda n, g, need: [op("Mul", g[0], op("Cos", _x(n)))])
 def _flat_grad(n, g, need):
-    """Zero: the functions are piecewise constant (OneFlow's floor, ceil and rint
+    """Zero: the functions are piecewise constant (OneFlow's floor, ceil, rint and sign
     gradients are zero too)."""
     return [zeros_of(g[0], g[0].shape, g[0].np_dtype)]
 
 
 for _flat in ("Floor", "Ceil", "Round"):
     register(_flat, _float_infer(_flat), _flat_grad, differentiable=False)
-register("Sign", same_as_input(), None, differentiable=False)
+register("Sign", same_as_input(), _flat_grad, differentiable=False)
 register("IsNaN", lambda i, a, k: [(i[0].shape, np.dtype(bool))], None, differentiable=False)
 
 
