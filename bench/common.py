@@ -132,11 +132,26 @@ def bench_net(name):
     return (lenet, {"train": False}) if name == "lenet" else (mlp, {})
 
 
+# bench_bert.py's bigger config (its default flags): OneFlow-Benchmark's BERT pretraining
+BERT_L4 = {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+           "intermediate_size": 1024, "seq_length": 128, "max_position_embeddings": 128,
+           "vocab_size": 30522, "max_predictions_per_seq": 20}
+
+
 def _define_model_jobs(name, batch, amp=False):
     """(train job, predict job, feeds of one train step) of `name` in the default session:
-    a doc model ("lenet", "mlp") or "resnet50" (OneFlow-Benchmark's, `batch` images;
-    `amp`: under enable_auto_mixed_precision)."""
+    a doc model ("lenet", "mlp"), "resnet50" (OneFlow-Benchmark's, `batch` images;
+    `amp`: under enable_auto_mixed_precision) or "bert" (OneFlow-Benchmark's pretraining
+    with LAMB, BERT_L4's config, `batch` sequences)."""
+    import inspect
     import numpy as np
+    if name == "bert":
+        if amp:
+            raise ValueError("amp is defined for resnet50 only")
+        from bert_models import define_jobs, optimizer_args, synthetic_batch
+        train_job, predict_job = define_jobs(batch, BERT_L4, optimizer_args("lamb"))
+        names = inspect.signature(train_job).parameters
+        return train_job, predict_job, dict(zip(names, synthetic_batch(batch, BERT_L4)))
     if name == "resnet50":
         import onnxjob as flow
         from zoo import define_jobs as define_zoo_jobs, model_args, model_builder

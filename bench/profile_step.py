@@ -1,6 +1,6 @@
 """Per-op-type time of one job's onnxruntime session (onnxruntime's own profiler).
 
-    python bench/profile_step.py [lenet|mlp|resnet50] [--steps 20] [--top 8] [--batch 8]
+    python bench/profile_step.py [lenet|mlp|resnet50|bert] [--steps 20] [--top 8] [--batch 8]
         [--device cuda] [--job train|predict]
 
 `--job predict` profiles the predict job with its variables as constants (the frozen

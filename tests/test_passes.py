@@ -20,7 +20,8 @@ from onnxjob.passes import (AlignBroadcastRanks, BatchNormRowStatistics, BatchNo
                     MaskBeforeMaxUnpool, PadBeforeTranspose,
                     SumSquareReductions, RecomputeCheapValues, ReluMaskAsMul,
                     SeparableAveragePools,
-                    ShareBatchNormCentering, ShareCastsThroughViews, SplitChannelReductions,
+                    ShareBatchNormCentering, ShareCastsThroughViews, SoftmaxCrossEntropyRows,
+                    SplitChannelReductions,
                     op_counts)
 
 
@@ -1098,3 +1099,29 @@ def test_batch_backward_casts_runs_for_cuda_mixed_precision_jobs_only():
     def has(device, amp):
         return any(isinstance(p, BatchBackwardCasts) for p in final_passes(device, amp))
     assert has("cuda", True) and not has("cuda", False) and not has("cpu", True)
+
+
+def _cross_entropy(reduction="none", labels=np.array([2, 0, 4], np.int64)):
+    """The loss plus each row's summed log-probabilities of a SoftmaxCrossEntropyLoss."""
+    def fn(x):
+        loss, log_prob = op("SoftmaxCrossEntropyLoss", x, x.builder.constant(labels),
+                            reduction=reduction, num_outputs=2)
+        axis = x.builder.constant(np.array([1], np.int64))
+        return op("Add", loss, op("ReduceSum", log_prob, axis, keepdims=0))
+    return fn
+
+
+def test_softmax_cross_entropy_rows():
+    check(SoftmaxCrossEntropyRows(), _cross_entropy(), [(3, 5)],
+          {"SoftmaxCrossEntropyLoss": 1},
+          {"SoftmaxCrossEntropyLoss": 0, "LogSoftmax": 1, "GatherElements": 1})
+
+
+@pytest.mark.parametrize("case", ["mean", "rank 3"])
+def test_softmax_cross_entropy_rows_leaves_other_forms(case):
+    """A reduced loss and logits with more axes than (N, C) stay as they are."""
+    fn = _cross_entropy("mean") if case == "mean" else \
+        _cross_entropy(labels=np.zeros((3, 2), np.int64))
+    shape = (3, 5) if case == "mean" else (3, 5, 2)
+    model = build(fn, shape)
+    assert not SoftmaxCrossEntropyRows()(model).modified

@@ -40,6 +40,7 @@ from .relu_mask_as_mul import ReluMaskAsMul
 from .separable_average_pools import SeparableAveragePools
 from .share_batch_norm_centering import ShareBatchNormCentering
 from .share_casts_through_views import ShareCastsThroughViews
+from .softmax_cross_entropy_rows import SoftmaxCrossEntropyRows
 from .split_channel_reductions import SplitChannelReductions
 from .sum_square_reductions import SumSquareReductions
 
@@ -181,7 +182,7 @@ __all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchBackwardCasts",
            "MaskBeforeMaxUnpool",
            "PadBeforeTranspose", "RecomputeCheapValues", "ReluMaskAsMul",
            "SeparableAveragePools",
-           "ShareBatchNormCentering", "ShareCastsThroughViews",
+           "ShareBatchNormCentering", "ShareCastsThroughViews", "SoftmaxCrossEntropyRows",
            "SplitChannelReductions", "SumSquareReductions",
            "build_pipeline", "default_pass_names", "default_passes", "dump_folder",
            "format_op_count_diff", "has_user_passes", "mixed_precision_type", "op_counts",

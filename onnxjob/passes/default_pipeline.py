@@ -19,6 +19,7 @@ from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
 from .separable_average_pools import SeparableAveragePools
 from .share_batch_norm_centering import ShareBatchNormCentering
+from .softmax_cross_entropy_rows import SoftmaxCrossEntropyRows
 from .split_channel_reductions import SplitChannelReductions
 
 
@@ -36,6 +37,7 @@ def default_pipeline(device, mixed_precision=False):
         *([BatchNormRowStatistics()] if device == "cuda" and mixed_precision else []),
         FoldTransposeIntoGemm(),
         MaskBeforeMaxUnpool(),
+        SoftmaxCrossEntropyRows(),
         # (before SplitChannelReductions splits the mean it matches; after
         # BatchNormStatistics, which matches the batch norm's mean of a square itself)
         *([SumSquareReductions(), KeepOnCuda(), SplitChannelReductions(),

@@ -21,19 +21,21 @@ def _sce_infer(inputs, attrs, num_outputs):
 
 
 def _sce_grad(n, g, need):
-    """d loss_i / d logits_ij = softmax_ij - onehot_ij (the log-prob output gives softmax;
-    a loss traced without it, before minimize() made its job a train job, computes it)."""
+    """d loss_i / d logits_ij = (softmax_ij - onehot_ij) * dy_i (the log-prob output gives
+    softmax; a loss traced without it, before minimize() made its job a train job,
+    computes it), written as p * dy with each label's entry replaced by (p - 1) * dy: the
+    same numbers as OneFlow's kernel, without a one-hot tensor of the logits' size and
+    its subtraction (BERT's masked-LM head, (160, 30522) on 2 CPU threads: 23 -> 7 ms)."""
     logits, labels = n.inputs[:2]
     if len(n.outputs) > 1 and g[1] is not None:
         raise NotImplementedError("gradient through SoftmaxCrossEntropyLoss's log_prob output")
-    depth = logits.shape[1]
-    if labels.np_dtype != np.int64:  # onnxruntime's OneHot kernels take int64 indices
-        labels = op("Cast", labels, to=7)
-    onehot = op("OneHot", labels, int64_constant(labels, [depth]),
-                as_blob(np.array([0, 1], dtype=logits.np_dtype), like=logits), axis=1)
-    gy = op("Unsqueeze", g[0], int64_constant(g[0], [1]))
+    axis = int64_constant(labels, [1])
+    gy = op("Unsqueeze", g[0], axis)
     probs = op("Exp", n.outputs[1]) if len(n.outputs) > 1 else op("Softmax", logits, axis=1)
-    return [op("Mul", op("Sub", probs, onehot), gy), None]
+    column = op("Unsqueeze", labels, axis)
+    one = as_blob(np.array(1, dtype=logits.np_dtype), like=logits)
+    at_labels = op("Mul", op("Sub", op("GatherElements", probs, column, axis=1), one), gy)
+    return [op("ScatterElements", op("Mul", probs, gy), column, at_labels, axis=1), None]
 
 
 register("SoftmaxCrossEntropyLoss", _sce_infer, _sce_grad)
