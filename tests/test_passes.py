@@ -19,7 +19,7 @@ from onnxjob.passes import (AlignBroadcastRanks, BatchNormRowStatistics, BatchNo
                     FoldReshapes, FoldTransposeIntoGemm, HalfColumnSums, KeepOnCuda,
                     MaskBeforeMaxUnpool, PadBeforeTranspose,
                     SumSquareReductions, RecomputeCheapValues, ReluMaskAsMul,
-                    SeparableAveragePools,
+                    ScatterAddIntoSum, SeparableAveragePools,
                     ShareBatchNormCentering, ShareCastsThroughViews, SoftmaxCrossEntropyRows,
                     SplitChannelReductions,
                     op_counts)
@@ -1125,3 +1125,34 @@ def test_softmax_cross_entropy_rows_leaves_other_forms(case):
     shape = (3, 5) if case == "mean" else (3, 5, 2)
     model = build(fn, shape)
     assert not SoftmaxCrossEntropyRows()(model).modified
+
+
+def _scatter_add(data, updates, indices=np.array([[1, 1], [3, 0], [1, 2]], np.int64)):
+    return op("ScatterElements", data, data.builder.constant(indices), updates, axis=0,
+              reduction="add")
+
+
+@pytest.mark.parametrize("zeros", ["ConstantOfShape", "initializer"])
+def test_scatter_add_into_sum(zeros):
+    """A table's gradient from its lookups (a scatter-add into zeros) plus its gradient as
+    a whole (BERT's tied word embeddings) scatters into the latter."""
+    def fn(table_grad, updates):
+        if zeros == "ConstantOfShape":
+            zero = op("ConstantOfShape", table_grad.builder.constant(np.array([4, 2], np.int64)))
+        else:
+            zero = table_grad.builder.constant(np.zeros((4, 2), np.float32))
+        return op("Add", table_grad, _scatter_add(zero, updates))
+    check(ScatterAddIntoSum(), fn, [(4, 2), (3, 2)], {"ScatterElements": 1, "Add": 1},
+          {"ScatterElements": 1, "Add": 0})
+
+
+def test_scatter_add_into_sum_leaves_other_forms():
+    """Into data that is not zeros, or a sum that broadcasts: nothing to do."""
+    def into_data(table_grad, updates, data):
+        return op("Add", table_grad, _scatter_add(data, updates))
+
+    def broadcast(row, updates):
+        zero = op("ConstantOfShape", row.builder.constant(np.array([4, 2], np.int64)))
+        return op("Add", row, _scatter_add(zero, updates))
+    assert not ScatterAddIntoSum()(build(into_data, (4, 2), (3, 2), (4, 2))).modified
+    assert not ScatterAddIntoSum()(build(broadcast, (1, 2), (3, 2))).modified

@@ -37,6 +37,7 @@ from .mask_before_unpool import MaskBeforeMaxUnpool
 from .pad_before_transpose import PadBeforeTranspose
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
+from .scatter_add_into_sum import ScatterAddIntoSum
 from .separable_average_pools import SeparableAveragePools
 from .share_batch_norm_centering import ShareBatchNormCentering
 from .share_casts_through_views import ShareCastsThroughViews
@@ -181,7 +182,7 @@ __all__ = ["AlignBroadcastRanks", "AutoMixedPrecision", "BatchBackwardCasts",
            "FoldTransposeIntoGemm", "HalfAffinePairs", "HalfColumnSums", "KeepOnCuda",
            "MaskBeforeMaxUnpool",
            "PadBeforeTranspose", "RecomputeCheapValues", "ReluMaskAsMul",
-           "SeparableAveragePools",
+           "ScatterAddIntoSum", "SeparableAveragePools",
            "ShareBatchNormCentering", "ShareCastsThroughViews", "SoftmaxCrossEntropyRows",
            "SplitChannelReductions", "SumSquareReductions",
            "build_pipeline", "default_pass_names", "default_passes", "dump_folder",

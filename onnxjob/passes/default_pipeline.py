@@ -17,6 +17,7 @@ from .pad_before_transpose import PadBeforeTranspose
 from .sum_square_reductions import SumSquareReductions
 from .recompute_cheap_values import RecomputeCheapValues
 from .relu_mask_as_mul import ReluMaskAsMul
+from .scatter_add_into_sum import ScatterAddIntoSum
 from .separable_average_pools import SeparableAveragePools
 from .share_batch_norm_centering import ShareBatchNormCentering
 from .softmax_cross_entropy_rows import SoftmaxCrossEntropyRows
@@ -38,6 +39,7 @@ def default_pipeline(device, mixed_precision=False):
         FoldTransposeIntoGemm(),
         MaskBeforeMaxUnpool(),
         SoftmaxCrossEntropyRows(),
+        ScatterAddIntoSum(),
         # (before SplitChannelReductions splits the mean it matches; after
         # BatchNormStatistics, which matches the batch norm's mean of a square itself)
         *([SumSquareReductions(), KeepOnCuda(), SplitChannelReductions(),
