@@ -194,9 +194,10 @@ def test_a_one_element_result_converts_to_a_number_as_with_numpy_1():
     def predict(x: tp.Numpy.Placeholder((1, 4))) -> tp.Numpy:
         return flow.math.argmax(flow.nn.softmax(x))
 
-    pred = predict(np.array([[0, 3, 1, 2]], np.float32))
-    assert pred.shape == (1,) and "class %d" % pred == "class 1" and int(pred) == 1
-    assert float(pred) == 1.0 and type(pred * 2) in (np.ndarray, type(pred))
+    for step in range(3):     # (from the second call on, the job's fast path answers)
+        pred = predict(np.array([[0, 3, 1, 2]], np.float32))
+        assert pred.shape == (1,) and "class %d" % pred == "class 1" and int(pred) == 1
+        assert float(pred) == 1.0 and type(pred * 2) in (np.ndarray, type(pred))
 
 
 OLD_API_ADAM = '''

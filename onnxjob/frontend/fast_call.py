@@ -8,11 +8,10 @@ the run has finished when the call returns), and run in the caller's thread
 re-raise or another thread's inline run, gets NOT_INLINE back before anything ran and takes the full path of `JobFunction.__call__`, which checks, orders and
 reports exactly as before. bench/bench_serving.py measures the difference.
 """
-import operator
-
 import numpy as np
 
 from onnxjob import typing as tp
+from onnxjob.compat.zero_d_results import host_result
 from onnxjob.frontend import results
 from onnxjob.runtime.executor import NOT_INLINE
 
@@ -92,9 +91,11 @@ def make_fast_call(session, params, runtime, wrap=None):
 
 def output_builder(tree):
     """outputs (one array per graph output, one device) -> the caller's value, as
-    results.build makes it; a single tp.Numpy result that is not 0-d is just its array."""
+    results.build makes it; a single tp.Numpy result that is not 0-d is its array (a
+    VectorOfOne view where it has one element, as results.build gives it)."""
     if isinstance(tree, results.Leaf) and tree.kind is tp.Numpy and not tree.zero_d:
-        return operator.itemgetter(tree.index)
+        index = tree.index
+        return lambda outs: host_result(outs[index])
 
     def build(outs):
         return results.build(tree, [[value] for value in outs])
