@@ -297,9 +297,9 @@ def test_run_takes_a_folder_or_zip_with_a_main_as_python_does(tmp_path):
 def test_run_gives_scripts_the_names_numpy_and_python_removed_since_oneflow(tmp_path):
     """Programs written for OneFlow (NumPy 1.x, Python <= 3.9) use np.float / np.int /
     np.object dtypes, np.string_, np.NaN, np.asfarray, collections.Mapping and
-    inspect.getargspec: under the runner they mean what they meant, with one warning per
-    name at the line that first uses it; a library's feature test still sees the
-    installed NumPy."""
+    inspect.getargspec, np.fromstring's binary mode: under the runner they mean what they
+    meant, with one warning per name at the line that first uses it; a library's feature
+    test still sees the installed NumPy."""
     script = write(tmp_path / "old.py", """
         import collections
         import inspect
@@ -325,6 +325,9 @@ def test_run_gives_scripts_the_names_numpy_and_python_removed_since_oneflow(tmp_
               tuple(inspect.getargspec(f)))
         print("job", job(x.astype(np.float32)).tolist())
         np.float
+        print("bytes", np.fromstring("ab", dtype=np.int8).tolist(),
+              np.fromstring(b"\\x01\\x00", np.uint8).tolist(),
+              np.fromstring("1 2", sep=" ").tolist())
     """)
     done = run_onnxjob("run", script, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -333,6 +336,7 @@ def test_run_gives_scripts_the_names_numpy_and_python_removed_since_oneflow(tmp_
     assert "values True inf True float64 6 True [False, True]" in out
     assert "python True True (['a', 'b'], 'c', 'd', (2,))" in out
     assert "job [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]" in out
+    assert "bytes [97, 98] [1, 0] [1.0, 2.0]" in out        # (fromstring's binary mode)
     warned = [line for line in done.stderr.splitlines() if "UserWarning" in line]
     assert "old.py:9: UserWarning: numpy.int was removed in NumPy 1.24" in warned[1]
     assert sum("numpy.float was removed" in line for line in warned) == 1  # once, line 10

@@ -161,3 +161,23 @@ def test_object_style_is_refused():
     train.config_data(NumpyData())
     with pytest.raises(UnsupportedAPIError, match="is_deprecated_function_style=True"):
         Eager().fit(training_config=train)
+
+
+def test_a_step_reads_training_and_the_model_switches_it_as_nn_module_does():
+    """OneFlow's Model and DataModule are nn.Modules: `training` is True until eval(),
+    train(mode) sets it and returns the object."""
+    seen = []
+
+    class Switching(Regression):
+        def training_step(self, batch, optimizer_idx=0):
+            seen.append(self.training)
+            return super().training_step(batch, optimizer_idx)
+
+    model = Switching()
+    assert model.training is True and model.eval() is model and model.training is False
+    assert model.train() is model and model.training is True
+    assert NumpyData().training is True
+    config = flow.model.TrainingConfig()
+    config.config_data(NumpyData())
+    model.fit(training_config=config, max_steps=2)
+    assert seen and all(seen)

@@ -431,3 +431,18 @@ def test_an_unexpected_session_output_order_is_a_clear_error():
     check_output_order("job", list(reversed(outputs)), ["a", "b"])
     with pytest.raises(RuntimeError, match="job 'job'.*outputs"):
         check_output_order("job", outputs, ["a", "b"])
+
+
+def test_a_job_of_no_nodes_starts_again_without_a_cache_warning(tmp_path, monkeypatch, capfd):
+    """A job that only creates a summary writer has no nodes: nothing is cached for it,
+    so a second start has no damaged entry to warn about."""
+    monkeypatch.setenv("ONNXJOB_CACHE_DIR", str(tmp_path))
+    for start in range(2):
+        flow.clear_default_session()
+
+        @flow.global_function()
+        def create_writer():
+            flow.summary.create_summary_writer(str(tmp_path / "logs"))
+        create_writer()
+        flow.clear_default_session()
+    assert _warnings(capfd.readouterr().err) == []

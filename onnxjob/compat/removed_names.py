@@ -9,11 +9,14 @@ NumPy 1.24), `np.string_`, `np.NaN`, `np.asfarray`, `np.mat` (removed in NumPy 2
 program with an AttributeError or ImportError in its own code before or after its jobs
 run. `restore_removed_names()` answers them as the old releases did, each with one
 warning at the first line that uses it (the name, the release that removed it, what it is
-given as). Names still present are never touched: a lookup only reaches these when the
+given as). Names still present are never replaced: a lookup only reaches these when the
 module has no such attribute (PEP 562's module `__getattr__`, which NumPy's own removal
 messages already use), and only for the program's code: a lookup from an installed library
 or the standard library (a feature test such as `hasattr(np, "float_")`) gets the installed
-release's answer.
+release's answer. One removed behaviour comes back the same way: `np.fromstring(data,
+dtype)` without `sep` (its binary mode, removed in NumPy 2: `cv2.imdecode(np.fromstring(
+jpeg_bytes, np.uint8), 1)`, OneFlow's summary tags) reads the bytes as 1.x did, for the
+program's calls; every other call is NumPy's own.
 
 It runs in the runner's process and in the child processes it gives the alias to
 (compat/oneflow_alias.py), never on `import onnxjob`: a library user's NumPy stays as
@@ -118,6 +121,25 @@ def _give(module_name, name, value, removed_in):
     return value
 
 
+_NUMPY_FROMSTRING = np.fromstring
+
+
+def _fromstring(string, dtype=float, count=-1, *, sep="", **kwargs):
+    """NumPy 1.x's fromstring: with `sep` empty (its binary mode, deprecated in NumPy 1.14
+    and since removed) the bytes of `string` (a str as UTF-8, as 1.x read it) as a new
+    array of `dtype`, for the program's code (`cv2.imdecode(np.fromstring(data, np.uint8),
+    1)`, OneFlow's summary tags); any other call is NumPy's own."""
+    if sep == "" and _from_program(sys._getframe(1).f_code.co_filename):
+        if ("numpy", "fromstring") not in _warned:
+            _warned.add(("numpy", "fromstring"))
+            warnings.warn("numpy.fromstring's binary mode (no sep) was removed in NumPy 2; "
+                          "python -m onnxjob run reads the bytes as numpy.frombuffer(...)"
+                          ".copy()", UserWarning, stacklevel=2)
+        data = string.encode() if isinstance(string, str) else string
+        return np.frombuffer(data, dtype=dtype, count=count).copy()
+    return _NUMPY_FROMSTRING(string, dtype, count, sep=sep, **kwargs)
+
+
 def _described(value):
     """How a warning names what a removed name is given as."""
     if getattr(value, "__module__", None) == __name__:
@@ -148,9 +170,10 @@ def _extend_getattr(module, names):
 
 
 def restore_removed_names():
-    """Give NumPy's, collections' and inspect's removed names back (see the module doc);
-    calling it again does nothing."""
+    """Give NumPy's, collections' and inspect's removed names back (see the module doc),
+    and np.fromstring its binary mode; calling it again does nothing."""
     _extend_getattr(np, NUMPY_NAMES)
+    np.fromstring = _fromstring
     _extend_getattr(collections, {
         name: (getattr(collections.abc, name), "Python 3.10 (collections.abc has it)")
         for name in collections.abc.__all__ if name not in collections.__dict__})

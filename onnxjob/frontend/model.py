@@ -27,10 +27,22 @@ from onnxjob.train.optimizer import Optimizer
 
 
 class _Module:
-    """Calling the object calls `forward` (OneFlow's nn.Module protocol, no parameters)."""
+    """Calling the object calls `forward` (OneFlow's nn.Module protocol, no parameters);
+    `training` (True until `eval()`) as nn.Module keeps it, for a step that reads it."""
+
+    training = True
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
+
+    def train(self, mode=True):
+        """Set `training` to `mode`; returns the object (nn.Module.train)."""
+        self.training = mode
+        return self
+
+    def eval(self):
+        """`train(False)`."""
+        return self.train(False)
 
 
 class DataModule(_Module):

@@ -272,7 +272,9 @@ def _run_passes(model, builder, config, device, state_outputs):
         model.metadata_props[IN_PLACE] = "\n".join(sorted(
             in_place_state(model.graph, variable_inputs, state_outputs)))
     serialized = None
-    if cache_path is not None:
+    if cache_path is not None and len(model.graph):
+        # (a job of no nodes, e.g. one that only creates a summary writer, is not kept: the
+        # cache takes an empty graph for a damaged entry)
         serialized = ir.to_proto(model).SerializeToString()
         pass_cache.store(cache_path, serialized)
     return (model, serialized, {v.name for v in model.graph.inputs},
