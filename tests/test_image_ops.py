@@ -572,3 +572,48 @@ def test_map_ordered_keeps_order_across_threads_and_raises_the_first_failure(mon
     with pytest.raises(SettingsError,
                        match="ONNXJOB_DECODE_THREADS='many': expected an integer >= 1"):
         images.map_ordered(slow, range(3))
+
+
+def _png(array):
+    import io
+    out = io.BytesIO()
+    Image.fromarray(array).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_a_16_bit_png_decodes_as_opencv_reads_it():
+    """OneFlow's OFRecord decoders read images with cv::imdecode's default depth (a 16-bit
+    sample's high byte), flow.image.decode with IMREAD_ANYDEPTH (the 16-bit values,
+    saturated to uint8 or whole as float32)."""
+    import cv2
+    values = np.array([[0, 255, 256, 4096, 40000, 65535]], np.uint16)
+    data = _png(values)
+    buffer = np.frombuffer(data, np.uint8)
+    bgr = images.decode(data, "BGR")
+    np.testing.assert_array_equal(bgr, cv2.imdecode(buffer, cv2.IMREAD_COLOR))
+    np.testing.assert_array_equal(bgr[0, :, 0], [0, 0, 1, 16, 156, 255])
+    np.testing.assert_array_equal(images.decode(data, "GRAY")[:, :, 0],
+                                  cv2.imdecode(buffer, cv2.IMREAD_GRAYSCALE))
+    deep = images.decode(data, "BGR", any_depth=True)
+    np.testing.assert_array_equal(deep, cv2.imdecode(buffer, cv2.IMREAD_COLOR |
+                                                     cv2.IMREAD_ANYDEPTH))
+    color = _png(np.zeros((2, 2, 3), np.uint8))     # (8-bit color: decoded as ever)
+    assert images.decode(color, "RGB", any_depth=True).dtype == np.uint8
+    sixteen_color = cv2.imencode(".png", np.full((2, 2, 3), 40000, np.uint16))[1].tobytes()
+    with pytest.raises(ofrecord.RecordError, match="16-bit color"):
+        images.decode(sixteen_color, "BGR", any_depth=True)
+    np.testing.assert_array_equal(images.decode(sixteen_color, "BGR"),
+                                  cv2.imdecode(np.frombuffer(sixteen_color, np.uint8),
+                                               cv2.IMREAD_COLOR))
+
+
+def test_flow_image_decode_of_16_bit_pngs_saturates_to_uint8_and_keeps_float(tmp_path):
+    values = np.array([[0, 255, 256, 4096, 40000, 65535]], np.uint16)
+    records = [{"encoded": _png(values), "label": np.int32(i)} for i in range(len(SIZES))]
+    ofrecord.write_dataset(str(tmp_path), records)
+    as_uint8, as_float = run_job(str(tmp_path), lambda r: (
+        aligned(flow.image.decode(flow.data.OFRecordBytesDecoder(r, "encoded"))),
+        aligned(flow.image.decode(flow.data.OFRecordBytesDecoder(r, "encoded"),
+                                  dtype=flow.float), flow.float)), outputs=2)
+    np.testing.assert_array_equal(as_uint8[0, 0, :6, 0], [0, 255, 255, 255, 255, 255])
+    np.testing.assert_array_equal(as_float[0, 0, :6, 2], values[0].astype(np.float32))

@@ -6,7 +6,9 @@ repeating cv::resize's arithmetic, so resized pixels equal OneFlow's:
 - decode: Pillow (libjpeg-turbo, libpng) into BGR like cv::imdecode, RGB or GRAY on demand.
   Pixels equal OpenCV's when both use the same codec library. Read as GRAY, a color JPEG
   gives libjpeg's own luma (as OpenCV's does), other color images Pillow's ITU-R 601 luma
-  (OpenCV's weights; the rounding may differ by 1). EXIF orientation is not applied.
+  (OpenCV's weights; the rounding may differ by 1). EXIF orientation is not applied. A
+  16-bit PNG gives its high bytes (libpng's strip, as cv::imdecode's default depth reads
+  it) or, for flow.image.decode (IMREAD_ANYDEPTH), a grayscale one its 16-bit values.
 - resize: cv::resize's INTER_LINEAR, INTER_NEAREST, INTER_CUBIC and INTER_AREA, uint8 and
   float32, equal to cv2.resize's (OpenCV 4.x and 5.x, IPP off as in OneFlow's build) to
   the bit: its coordinate rounding, 11-bit fixed-point uint8 weights, integer-factor and
@@ -86,15 +88,30 @@ def _pillow_image():
     return Image
 
 
-def decode(data, color_space="BGR", where="image"):
-    """The (H, W, 3) BGR / RGB or (H, W, 1) GRAY uint8 pixels of encoded image `data`."""
+# Pillow's modes of a 16-bit single-channel image (a 16-bit grayscale PNG)
+_SIXTEEN_BIT_GRAY = ("I;16", "I;16B", "I;16L", "I")
+
+
+def decode(data, color_space="BGR", where="image", any_depth=False):
+    """The (H, W, 3) BGR / RGB or (H, W, 1) GRAY uint8 pixels of encoded image `data`, as
+    cv::imdecode reads them: a 16-bit image gives its high bytes (libpng's strip to 8
+    bits, OneFlow's OFRecord decoders), or with `any_depth` (IMREAD_ANYDEPTH, OneFlow's
+    flow.image.decode) a 16-bit grayscale image its own uint16 values, which the caller
+    converts (saturating to uint8, or to float32 whole)."""
     mode = "L" if color_space == "GRAY" else "RGB"
     Image = _pillow_image()
+    if any_depth and _is_sixteen_bit_color_png(data):
+        raise RecordError(f"{where}: a PNG of 16-bit color samples: OneFlow's "
+                          "flow.image.decode keeps their 16 bits (IMREAD_ANYDEPTH), onnxjob's "
+                          "decoder reads 8 of them; decode it with flow.data's OFRecord "
+                          "image decoders (8 bits, as OneFlow's) or convert the images")
     try:
         image = Image.open(io.BytesIO(data))
         if mode == "L" and image.format == "JPEG":
             image.draft("L", None)  # libjpeg's own luma, as cv::IMREAD_GRAYSCALE reads it
         image.load()
+        if image.mode in _SIXTEEN_BIT_GRAY:
+            return _sixteen_bit_gray(np.asarray(image), color_space, any_depth)
         if image.mode != mode:
             image = image.convert(mode)
     # NOTE: Pillow reports bad data with many exception types (OSError, SyntaxError,
@@ -106,6 +123,24 @@ def decode(data, color_space="BGR", where="image"):
     if color_space == "GRAY":
         return pixels[:, :, None]
     return np.ascontiguousarray(pixels[:, :, ::-1]) if color_space == "BGR" else pixels
+
+
+def _sixteen_bit_gray(values, color_space, any_depth):
+    """A 16-bit grayscale image's pixels in `color_space`: its values as uint16 with
+    `any_depth`, else their high bytes; three equal channels for BGR / RGB (cv::imdecode's
+    gray to color)."""
+    values = values.astype(np.uint16)
+    pixels = values if any_depth else (values >> 8).astype(np.uint8)
+    if color_space == "GRAY":
+        return pixels[:, :, None]
+    return np.repeat(pixels[:, :, None], 3, axis=2)
+
+
+def _is_sixteen_bit_color_png(data):
+    """Whether `data` is a PNG of 16-bit samples in color (its IHDR's bit depth and color
+    type: RGB, gray with alpha, RGBA)."""
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 25 and data[24] == 16 and \
+        data[25] in (2, 4, 6)
 
 
 def channels_of(color_space):

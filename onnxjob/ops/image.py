@@ -320,7 +320,10 @@ def decode(images_bytes_buffer, dtype=dtypes.uint8, color_space="BGR", name=None
     checked_args(image_io.channels_of, api, color_space)
 
     def decode_one(where, data):
-        return where, image_io.decode(data, color_space, where).astype(np_dtype, copy=False)
+        pixels = image_io.decode(data, color_space, where, any_depth=True)
+        if pixels.dtype == np.uint16 and np_dtype == np.uint8:    # (cv::Mat::convertTo)
+            pixels = np.minimum(pixels, 255)
+        return where, pixels.astype(np_dtype, copy=False)
 
     return host_value(name or "ImageDecode",
                       lambda batch: _each(encoded_items(batch, api), decode_one),
