@@ -8,7 +8,8 @@ repeating cv::resize's arithmetic, so resized pixels equal OneFlow's:
   gives libjpeg's own luma (as OpenCV's does), other color images Pillow's ITU-R 601 luma
   (OpenCV's weights; the rounding may differ by 1). EXIF orientation is not applied. A
   16-bit PNG gives its high bytes (libpng's strip, as cv::imdecode's default depth reads
-  it) or, for flow.image.decode (IMREAD_ANYDEPTH), a grayscale one its 16-bit values.
+  it) or, for flow.image.decode (IMREAD_ANYDEPTH), its 16-bit values (a color one through
+  OpenCV itself, an optional dependency: Pillow keeps 8 bits of it).
 - resize: cv::resize's INTER_LINEAR, INTER_NEAREST, INTER_CUBIC and INTER_AREA, uint8 and
   float32, equal to cv2.resize's (OpenCV 4.x and 5.x, IPP off as in OneFlow's build) to
   the bit: its coordinate rounding, 11-bit fixed-point uint8 weights, integer-factor and
@@ -96,15 +97,12 @@ def decode(data, color_space="BGR", where="image", any_depth=False):
     """The (H, W, 3) BGR / RGB or (H, W, 1) GRAY uint8 pixels of encoded image `data`, as
     cv::imdecode reads them: a 16-bit image gives its high bytes (libpng's strip to 8
     bits, OneFlow's OFRecord decoders), or with `any_depth` (IMREAD_ANYDEPTH, OneFlow's
-    flow.image.decode) a 16-bit grayscale image its own uint16 values, which the caller
-    converts (saturating to uint8, or to float32 whole)."""
+    flow.image.decode) a 16-bit image its own uint16 values (a color one through OpenCV,
+    when installed), which the caller converts (saturating to uint8, or to float32)."""
     mode = "L" if color_space == "GRAY" else "RGB"
     Image = _pillow_image()
     if any_depth and _is_sixteen_bit_color_png(data):
-        raise RecordError(f"{where}: a PNG of 16-bit color samples: OneFlow's "
-                          "flow.image.decode keeps their 16 bits (IMREAD_ANYDEPTH), onnxjob's "
-                          "decoder reads 8 of them; decode it with flow.data's OFRecord "
-                          "image decoders (8 bits, as OneFlow's) or convert the images")
+        return _opencv_any_depth(data, color_space, where)
     try:
         image = Image.open(io.BytesIO(data))
         if mode == "L" and image.format == "JPEG":
@@ -134,6 +132,26 @@ def _sixteen_bit_gray(values, color_space, any_depth):
     if color_space == "GRAY":
         return pixels[:, :, None]
     return np.repeat(pixels[:, :, None], 3, axis=2)
+
+
+def _opencv_any_depth(data, color_space, where):
+    """A 16-bit color PNG read by OpenCV itself with IMREAD_ANYDEPTH (Pillow keeps 8 of its
+    bits): OpenCV is optional, so without it the image is refused naming the record."""
+    try:
+        import cv2
+    except ImportError:
+        raise RecordError(
+            f"{where}: a PNG of 16-bit color samples, which OneFlow's flow.image.decode keeps "
+            "(IMREAD_ANYDEPTH) and Pillow reads 8 bits of: pip install "
+            "opencv-python-headless to decode it as OneFlow does") from None
+    flags = cv2.IMREAD_ANYDEPTH | (cv2.IMREAD_GRAYSCALE if color_space == "GRAY"
+                                   else cv2.IMREAD_COLOR)
+    pixels = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+    if pixels is None:
+        raise RecordError(f"{where}: the bytes ({len(data)}) do not decode as an image")
+    if color_space == "GRAY":
+        return pixels[:, :, None]
+    return np.ascontiguousarray(pixels[:, :, ::-1]) if color_space == "RGB" else pixels
 
 
 def _is_sixteen_bit_color_png(data):
