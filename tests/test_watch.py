@@ -100,3 +100,36 @@ def test_watch_diff_sees_onefows_unscaled_diffs_exactly():
     # the update still uses the mean over the loss's elements
     v = flow.get_all_variables()["v"].numpy()
     np.testing.assert_allclose(v, -0.5 * got["g"] / (3 * 20 * 15 * 45 * 5), rtol=1e-6)
+
+
+def test_watch_diff_without_a_gradient_is_skipped_as_oneflow_does():
+    """Model code shared by a train and a predict job watches a weight's diff: OneFlow's
+    add_lbi_diff_watcher serves the train job and skips the predict job's (and a blob off
+    the loss's path), calling no handler; onnxjob warns once at the line."""
+    seen = []
+
+    def model(x):
+        w = flow.get_variable("w", (4, 2), initializer=flow.ones_initializer())
+        flow.watch_diff(w, lambda d: seen.append(("w", d)))
+        y = flow.matmul(x, w)
+        flow.watch_diff(flow.math.reduce_max(y), lambda d: seen.append(("max", d)))
+        return y
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((3, 4))) -> tp.Numpy:
+        loss = flow.math.reduce_mean(model(x))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1])).minimize(loss)
+        return loss
+
+    @flow.global_function(type="predict")
+    def predict(x: tp.Numpy.Placeholder((3, 4))) -> tp.Numpy:
+        return model(x)
+
+    x = np.ones((3, 4), np.float32)
+    with pytest.warns(UserWarning, match="has no gradient in job") as caught:
+        train(x)
+        out = predict(x)
+    assert {str(w.filename) for w in caught} == {__file__} and len(caught) == 2
+    assert out.shape == (3, 2)
+    assert [name for name, _ in seen] == ["w"]
+    np.testing.assert_allclose(seen[0][1], np.full((4, 2), 3.0 / 6))

@@ -1,4 +1,6 @@
 """Compile one job: trace the body, add backward + updates, run passes, emit ONNX."""
+import warnings
+
 import onnx
 import onnx_ir as ir
 
@@ -292,14 +294,31 @@ def _watch_outputs(builder):
         if is_diff:
             grad = builder.gradients.get(id(blob))
             if grad is None:
-                raise TraceError(f"flow.watch_diff: {blob.name} has no gradient in this job "
-                                 "(is it on the path from a trainable variable to the loss?)",
-                                 location=location)
+                # as OneFlow's add_lbi_diff_watcher.cpp, which serves the diffs the backward
+                # makes and skips the others: a predict job's (model code shared with a
+                # train job), a blob off the loss's path; its handler is not called
+                _warn_once(location, f"flow.watch_diff: {blob.name} has no gradient in "
+                           f"job {builder.job_name!r} (a predict job, or a blob not on the path "
+                           "from a trainable variable to the loss): its handler is not called")
+                continue
             # As OneFlow (add_lbi_diff_watcher.cpp watches the backward's own diffs): not
             # divided by elem_cnt, and multiplied by the loss scale, if any, not unscaled.
             blob = grad * builder.loss_elem_count if builder.loss_elem_count != 1 else grad
         outs.append((blob, handler, location))
     return outs
+
+
+_warned_at = set()
+
+
+def _warn_once(location, message):
+    """Warn `message` once for the user's line `location` ("file.py:12")."""
+    if location in _warned_at:
+        return
+    _warned_at.add(location)
+    filename, _, line = location.rpartition(":")
+    warnings.warn_explicit(message, UserWarning, filename or location,
+                           int(line) if line.isdigit() else 0)
 
 
 def check_model(proto):
