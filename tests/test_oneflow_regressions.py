@@ -913,3 +913,26 @@ def test_a_sign_as_the_loss_has_zero_gradient_and_get_variable_keeps_oneflows_na
     assert flow.get_all_variables()["w"].numpy().tolist() == [1.0]
     assert flow.get_variable.__name__ == "api_get_variable"
     assert str(flow.get_variable).split()[1] == "api_get_variable"
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.6, 0.9])
+def test_dropout_scales_kept_values_by_oneflows_float_of_one_over_one_minus_rate(rate):
+    """OneFlow's wrapper stores float(1.0 / (1.0 - rate)), computed in double (10.0 at
+    0.9); onnxruntime's Dropout computes 1.0f / (1.0f - ratio) in float32 (9.999998)."""
+    flow.clear_default_session()
+    got = {}
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((400,))) -> tp.Numpy:
+        v = flow.get_variable("v", (400,), initializer=flow.zeros_initializer())
+        y = flow.nn.dropout(x + v, rate=rate)
+        flow.watch_diff(v, lambda d: got.setdefault("dx", d))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                           momentum=0).minimize(flow.math.reduce_sum(y))
+        return y
+    y = job(np.ones(400, np.float32))
+    kept = y != 0
+    assert 0 < kept.sum() < 400
+    scale = np.float32(1.0 / (1.0 - rate))
+    assert set(y[kept].tolist()) == {scale} and set(got["dx"][kept].tolist()) == {scale}
+    assert not got["dx"][~kept].any()

@@ -2,6 +2,7 @@
 import numpy as np
 
 from onnxjob.errors import TraceError
+from onnxjob.graph.primitives.random import dropout_scale
 from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.ops.random import op_seed
 
@@ -21,5 +22,11 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None):
                          "whose random_mask_like asserts on it); leave it None")
     ratio = as_blob(np.array(rate, dtype=x.np_dtype), like=x)
     training = as_blob(np.array(True), like=x, dtype=bool)
-    y, _mask = op("Dropout", x, ratio, training, num_outputs=2, name=name, seed=op_seed(seed))
+    y, mask = op("Dropout", x, ratio, training, num_outputs=2, name=name, seed=op_seed(seed))
+    scale = np.array(dropout_scale(rate), x.np_dtype)
+    one = np.array(1, x.np_dtype)
+    if scale != one / (one - np.array(rate, x.np_dtype)):
+        # (where onnxruntime's own float scale is not OneFlow's, e.g. rate 0.9: the kept
+        # values scaled by OneFlow's from the mask, and so their gradient)
+        y = op("Where", mask, op("Mul", x, as_blob(scale, like=x)), as_blob(0, like=x))
     return y

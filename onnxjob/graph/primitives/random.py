@@ -18,10 +18,20 @@ def _dropout_infer(inputs, attrs, num_outputs):
     return outs
 
 
+def dropout_scale(ratio):
+    """OneFlow's scale of the kept values, float(1.0 / (1.0 - rate)) of the rate the program
+    wrote (a Python float), from `ratio` as a graph holds it: the shortest decimal that is
+    the same float32 recovers the program's rate (0.9, not 0.89999998). onnxruntime's
+    Dropout scales by 1.0f / (1.0f - ratio) in float32 instead: 9.999998 at 0.9, where
+    OneFlow has 10.0."""
+    rate = float(str(np.float32(ratio)))
+    return 1.0 / (1.0 - rate)
+
+
 def _dropout_grad(n, g, need):
-    ratio = float(const_value(n.inputs[1]))
     mask = n.outputs[1]
-    scaled = op("Mul", g[0], as_blob(1.0 / (1.0 - ratio), like=g[0]))
+    scale = dropout_scale(const_value(n.inputs[1]))
+    scaled = op("Mul", g[0], as_blob(scale, like=g[0]))
     return [op("Where", mask, scaled, as_blob(0, like=g[0])), None, None]
 
 
