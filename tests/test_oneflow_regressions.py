@@ -936,3 +936,41 @@ def test_dropout_scales_kept_values_by_oneflows_float_of_one_over_one_minus_rate
     scale = np.float32(1.0 / (1.0 - rate))
     assert set(y[kept].tolist()) == {scale} and set(got["dx"][kept].tolist()) == {scale}
     assert not got["dx"][~kept].any()
+
+
+@pytest.mark.parametrize("case", ["label -1", "label 3", "one_hot -1", "one_hot 3",
+                                  "batch_gather 3"])
+def test_an_index_outside_its_range_stops_the_run_naming_it_as_oneflow_checks_it(case):
+    """OneFlow's CPU kernels CHECK labels (sparse_cross_entropy_kernel_util.cpp), one_hot
+    indices (one_hot_kernel.cpp) and batch_gather indices (batch_gather_kernel_util.cpp);
+    ONNX's ops wrapped -1 silently (the last class, trained on) or failed with onnxruntime's
+    own words. The run stops at the user's line, naming what is out of range."""
+    from onnxjob.errors import JobRunError
+    flow.clear_default_session()
+    kind, value = case.split()
+    index = tp.Numpy.Placeholder((2,), dtype=flow.int32)
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3)), i: index) -> tp.Numpy:
+        if kind == "label":
+            return flow.nn.sparse_softmax_cross_entropy_with_logits(labels=i, logits=x)
+        if kind == "one_hot":
+            return flow.one_hot(i, depth=3)
+        return flow.gather(x, flow.reshape(i, (2, 1)), batch_dims=1)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert job(x, np.array([2, 0], np.int32)).shape[0] == 2
+    what = {"label": "a label is", "one_hot": "an index is", "batch_gather": "an index is"}
+    with pytest.raises(JobRunError, match=f"{what[kind]} outside \\[0, 3\\)") as e:
+        job(x, np.array([1, int(value)], np.int32))
+    assert "test_oneflow_regressions.py:" in str(e.value)
+
+
+def test_one_hot_refuses_float_indices_as_oneflow_does():
+    from onnxjob.errors import TraceError
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(i: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        return flow.one_hot(i, depth=3)
+    with pytest.raises(TraceError, match="one_hot: indices must be int32 or int64"):
+        job(np.array([1.0, 2.0, 0.0], np.float32))

@@ -22,6 +22,8 @@ from onnxjob.source_info import short_location, user_location, warn_at_user_line
 OPSET = 17
 # the metadata property of each node saying what it is part of (GraphBuilder.origin)
 ORIGIN = "onnxjob.origin"
+# a node's metadata key for what its failure at run time means (runtime/backend.run_error)
+FAILURE = "onnxjob.failure"
 _state = threading.local()
 
 

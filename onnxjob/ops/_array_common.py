@@ -1,9 +1,10 @@
 """Private helpers shared by the array-op modules of onnxjob/ops/ (shapes, slicing,
-indexing, selection, creation, casts): axis checks and dtype lookups."""
+indexing, selection, creation, casts, losses): axis checks, dtype lookups, index ranges."""
 import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
+from onnxjob.graph.tracer import FAILURE, as_blob, op
 
 INDEX_DTYPES = (np.int32, np.int64)   # the dtypes OneFlow takes for indices and sizes
 
@@ -29,3 +30,25 @@ BATCH_AXIS = "onnxjob.batch_axis"
 def keep_batch_axis(blob, axis):
     """Make `axis` (or None) `blob`'s batch_axis, whatever axis the rows are on."""
     blob.value.metadata_props[BATCH_AXIS] = "none" if axis is None else str(axis)
+
+
+def indices_in_range(indices, size, what):
+    """`indices` as they are, through a Gather of arange(size) that fails the run when one
+    is outside [0, size), its error naming `what` at the user's line: OneFlow's CPU kernels
+    CHECK these ranges (sparse cross entropy, one_hot, batch_gather) where ONNX's ops wrap a
+    negative index silently. Jobs compiled for CUDA, whose kernels do not check (nor do
+    OneFlow's GPU kernels in a release build: their asserts are compiled out), and indices
+    known in range keep them as they are."""
+    known = indices.value.const_value
+    if known is not None:
+        values = known.numpy()
+        if values.size == 0 or (values.min() >= 0 and values.max() < size):
+            return indices
+    if indices.builder.device == "cuda" or not isinstance(size, (int, np.integer)):
+        return indices
+    table = as_blob(np.arange(size, dtype=indices.np_dtype), like=indices)
+    negative = op("Less", indices, as_blob(0, like=indices))
+    past_end = op("Where", negative, as_blob(size, like=indices), indices)
+    checked = op("Gather", table, past_end, axis=0)
+    checked.producer.ir_node.metadata_props[FAILURE] = f"{what} outside [0, {size})"
+    return checked

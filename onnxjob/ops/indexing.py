@@ -12,7 +12,7 @@ from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import dim_of
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
-from onnxjob.ops._array_common import INDEX_DTYPES
+from onnxjob.ops._array_common import INDEX_DTYPES, indices_in_range
 from onnxjob.ops.creation import zeros, zeros_like
 from onnxjob.ops.shapes import reshape
 
@@ -109,6 +109,8 @@ def _batch_gather(params, indices, b, name):
     """Gather over the flattened batch: row i*n + index of a (batch*n, ...) table."""
     batch = int(np.prod(params.shape[:b]))
     n, rest = params.shape[b], params.shape[b + 1:]
+    # (an index outside the row would read another row of the flattened table)
+    indices = indices_in_range(indices, n, "gather (batch_gather): an index is")
     table = reshape(params, (batch * n,) + rest)
     offsets = (np.arange(batch) * n).reshape((batch,) + (1,) * (len(indices.shape) - b))
     flat_idx = reshape(indices, (batch,) + indices.shape[b:]) + as_blob(
@@ -174,6 +176,10 @@ def dim_gather(input, dim, index, name=None):
 
 def one_hot(indices, depth, on_value=1, off_value=0, axis=-1, dtype=None, name=None):
     """`on_value` at each index along a new axis of size `depth`, `off_value` elsewhere."""
+    if indices.np_dtype not in INDEX_DTYPES:    # (OneFlow's one_hot_op.cpp checks it too)
+        raise TraceError(f"one_hot: indices must be int32 or int64, got {indices.np_dtype} "
+                         "(a placeholder's dtype defaults to float: give dtype=flow.int32)")
     np_dtype = dtypes.to_numpy(dtype) if dtype is not None else np.float32
     values = as_blob(np.array([off_value, on_value], np_dtype), like=indices, dtype=np_dtype)
+    indices = indices_in_range(indices, int(depth), "one_hot: an index is")
     return op("OneHot", indices, int64_constant(indices, [depth]), values, axis=axis, name=name)

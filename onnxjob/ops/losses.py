@@ -8,6 +8,7 @@ from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import as_blob, current_builder, int64_constant, op
 from onnxjob.ops import math
+from onnxjob.ops._array_common import indices_in_range
 from onnxjob.ops.casts import cast
 from onnxjob.ops.shapes import reshape
 
@@ -131,7 +132,7 @@ def _class_labels(labels, prediction, api, what="prediction"):
     if labels.shape != prediction.shape[:-1]:
         raise TraceError(f"{api}: labels {labels.shape} do not fit {what} "
                          f"{prediction.shape} (expected {prediction.shape[:-1]})")
-    return labels
+    return indices_in_range(labels, prediction.shape[-1], f"{api}: a label is")
 
 
 def sparse_cross_entropy(labels, prediction, name=None):

@@ -38,6 +38,7 @@ import onnxruntime as ort  # noqa: E402  (after the check above)
 
 from onnxjob import settings  # noqa: E402
 from onnxjob.errors import DeviceUnavailableError, JobRunError, TraceError  # noqa: E402
+from onnxjob.graph.tracer import FAILURE  # noqa: E402
 from onnxjob.runtime import (  # noqa: E402
     arena_reserve, cuda_libraries, custom_op_libraries, device_values, graph_order,
     session_cache)
@@ -706,6 +707,10 @@ def run_error(error, job_name, model):
     where = node.metadata_props.get("source") if node is not None else None
     if where is None:
         return None
+    failure = node.metadata_props.get(FAILURE)     # (what the node's failure means)
+    if failure is not None:
+        return JobRunError(f"{where}: job {job_name!r}: {failure} (onnxruntime's {op_type}: "
+                           f"{str(error).strip()})")
     return JobRunError(f"{where}: job {job_name!r}: {op_type} failed on this call's values: "
                        f"{str(error).strip()}")
 
