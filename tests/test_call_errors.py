@@ -397,3 +397,15 @@ def test_concat_of_two_dtypes_says_so():
     with pytest.raises(TraceError, match="float32 and int32 values") as e:
         job(np.ones((2, 3), np.float32), np.zeros((2, 3), np.int32))
     assert THIS_FILE in str(e.value)
+
+
+def test_a_switch_given_a_string_is_refused_at_the_line():
+    """OneFlow sets its switches as protobuf bools, which refuse a string; taken as given,
+    "False" would have turned mixed precision on."""
+    config = flow.function_config()
+    with pytest.raises(TypeError, match=f"{THIS_FILE}:.*enable_auto_mixed_precision takes a "
+                                        "bool, got the string 'False'"):
+        config.enable_auto_mixed_precision("False")
+    config.enable_auto_mixed_precision(False)
+    config.enable_inplace(1)
+    assert config.flags["enable_auto_mixed_precision"] is False

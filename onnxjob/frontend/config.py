@@ -304,6 +304,10 @@ _FUNCTION_FLAGS = _IGNORED_FLAGS | set(_UNSUPPORTED_FLAGS) | {
     "enable_ssp", "enable_qat", "enable_quantization_aware_training"}
 
 
+# flags named so are switches (OneFlow sets a protobuf bool field from the value)
+_SWITCH_PREFIXES = ("enable_", "use_", "disable_", "prune_", "allow_")
+
+
 class FunctionConfig:
     """Per-job configuration: `config.name(value)` records a flag (spec §4).
 
@@ -360,6 +364,10 @@ class FunctionConfig:
             raise _unknown_flag(name, known)
 
         def setter(value=True):
+            if name.startswith(_SWITCH_PREFIXES) and isinstance(value, (str, bytes)):
+                # (OneFlow sets a protobuf bool, which refuses a string: "False" is truthy)
+                raise TypeError(f"{user_location()}: function_config.{name} takes a bool, "
+                                f"got the string {value!r}")
             if name == "default_distribute_strategy":
                 print("WARNING: function_config.default_distribute_strategy has been deprecated. "
                       "Please use function_config.default_logical_view instead.")
