@@ -6,6 +6,7 @@ reader's labels: test_data_legacy.py), session calls before any job (a reader's 
 labels for the face-recognition ops: test_ops_legacy.py; every kind of the old API's
 learning_rate_decay: test_optimizers.py), a job body's scope being its own, not its
 caller's, and eager mode's switch (job functions run lazily)."""
+import argparse
 import os
 import warnings
 from typing import Tuple
@@ -1403,3 +1404,49 @@ def test_a_job_defined_after_the_session_started_is_refused_without_eager_mode()
         @flow.global_function()
         def late(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
             return x
+
+
+def test_an_eager_body_reads_a_variables_and_a_constants_value(eager_requested):
+    """OneFlow's eager variables and constants are eager blobs with numpy(): a body prints
+    its weight (the value before the call's step) and a constant."""
+    flow.clear_default_session()
+    seen = []
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", shape=(3, 1), initializer=flow.constant_initializer(0.5))
+        seen.append((w.numpy().ravel().copy(), flow.constant(3.0, shape=(2,)).numpy()))
+        loss = flow.math.reduce_sum(flow.matmul(x, w))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return loss
+    x = np.ones((2, 3), np.float32)
+    train(x)
+    train(x)
+    np.testing.assert_allclose(seen[-2][0], [0.5, 0.5, 0.5])
+    np.testing.assert_allclose(seen[-1][0], [0.3, 0.3, 0.3], rtol=1e-6)   # 0.5 - 0.1 * 2
+    np.testing.assert_array_equal(seen[-1][1], [3.0, 3.0])
+
+
+_ARGS = argparse.Namespace(scale=1.0, name="run")   # a program's options, read by a body
+
+
+def test_an_eager_body_sees_the_options_the_program_changes_between_calls(eager_requested):
+    """`args.lr` changed by the training loop (an argparse.Namespace's attribute) is read
+    anew, as OneFlow's eager mode ran the body at each call."""
+    flow.clear_default_session()
+    traced = []
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        traced.append(_ARGS.scale)
+        return x * _ARGS.scale
+    x = np.ones(2, np.float32)
+    try:
+        first = [job(x), job(x)]
+        _ARGS.scale = 3.0
+        later = [job(x), job(x)]
+    finally:
+        _ARGS.scale = 1.0
+    assert traced == [1.0, 3.0]
+    np.testing.assert_array_equal(first + later, [[1, 1], [1, 1], [3, 3], [3, 3]])

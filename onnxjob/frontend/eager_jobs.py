@@ -14,6 +14,7 @@ the new value each time. onnxjob notes the plain values (numbers, strings and tu
 them) the body's code reads from its globals and closure when it is traced
 (`plain_inputs`), and a call where one of them changed traces the body again
 (`inputs_changed`; Session.runtime_with_values)."""
+import argparse
 import numbers
 import types
 
@@ -92,26 +93,41 @@ def plain_inputs(func):
         code = stack.pop()
         names.update(code.co_names)
         stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    holders = {}
     for name in names:
-        if name in func.__globals__ and _is_plain(func.__globals__[name]):
-            found[("global", name)] = func.__globals__[name]
+        if name in func.__globals__:
+            holders[("global", name)] = func.__globals__[name]
     for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
         try:
-            value = cell.cell_contents
+            holders[("cell", name)] = cell.cell_contents
         except ValueError:          # (a cell not yet filled)
             continue
+    for key, value in holders.items():
         if _is_plain(value):
-            found[("cell", name)] = value
+            found[key] = value
+        elif isinstance(value, _NAMESPACES):
+            # the program's options (`args.lr` of an argparse.Namespace, a config module's
+            # names): the plain attributes of the names the code reads
+            attributes = vars(value)
+            for attribute in names & attributes.keys():
+                if _is_plain(attributes[attribute]):
+                    found[key + (attribute,)] = attributes[attribute]
     return found
+
+
+# objects whose plain attributes a body's options are read from
+_NAMESPACES = (argparse.Namespace, types.SimpleNamespace, types.ModuleType)
 
 
 def inputs_changed(func, noted):
     """Whether a value `plain_inputs(func)` noted as `noted` is another now."""
     cells = dict(zip(func.__code__.co_freevars, func.__closure__ or ()))
-    for (kind, name), value in noted.items():
+    for (kind, name, *attribute), value in noted.items():
         try:
             now = func.__globals__[name] if kind == "global" else cells[name].cell_contents
-        except (KeyError, ValueError):
+            if attribute:
+                now = vars(now)[attribute[0]]
+        except (KeyError, ValueError, TypeError):
             return True
         if not _same(value, now):
             return True

@@ -48,6 +48,13 @@ class ValueReader:
             return np.array(self.feeds[name])
         if name in builder.sources:
             return self._host_values(builder, [name], blob)[name]
+        variables = {b.value.name: n for n, b in builder.variables.items()}
+        if name in variables:       # a variable: its value before this call's step
+            if variables[name] not in self.session.variable_values:
+                self.session.draw_new_variables()
+            return self.session.variable_numpy(variables[name])
+        if name in builder.graph.initializers:      # a constant
+            return np.array(builder.graph.initializers[name].const_value.numpy())
         proto = ir.to_proto(ir.Model(builder.graph, ir_version=IR_VERSION,
                                      producer_name="onnxjob"))
         key = hashlib.sha256(proto.SerializeToString() + name.encode()).digest()
