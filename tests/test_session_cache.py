@@ -433,6 +433,7 @@ def test_an_unexpected_session_output_order_is_a_clear_error():
         check_output_order("job", outputs, ["a", "b"])
 
 
+@pytest.mark.filterwarnings("ignore:flow.summary.create_summary_writer")
 def test_a_job_of_no_nodes_starts_again_without_a_cache_warning(tmp_path, monkeypatch, capfd):
     """A job that only creates a summary writer has no nodes: nothing is cached for it,
     so a second start has no damaged entry to warn about."""
