@@ -47,12 +47,17 @@ def user_location():
     return f"{where[0]}:{where[1]}"
 
 
-def warn_at_user_line(message, category=UserWarning):
+def warn_at_user_line(message, category=UserWarning, location=None):
     """Warn `message` as raised at the user's innermost line (outside onnxjob), whatever
     number of onnxjob frames (API wrappers, setters) lie between: a `stacklevel` would
-    count them and name onnxjob's own line when one more is added."""
-    filename, lineno = user_frame() or ("<unknown>", 0)
-    warnings.warn_explicit(message, category, filename, lineno)
+    count them and name onnxjob's own line when one more is added. `location`, a
+    user_location() taken earlier ("file.py:12"), names that line instead."""
+    if location is not None:
+        filename, _, line = location.rpartition(":")
+        where = (filename or location, int(line) if line.isdigit() else 0)
+    else:
+        where = user_frame() or ("<unknown>", 0)
+    warnings.warn_explicit(message, category, *where)
 
 
 def short_location():

@@ -48,10 +48,12 @@ def current_placement():
     return stack[-1] if stack else None
 
 
-def placement_asked(config):
+def placement_asked(config=None):
     """The placement the program put the op being traced under: the innermost
-    flow.scope.placement, else the job's `config` default_placement_scope; None for
-    OneFlow's default placement."""
+    flow.scope.placement, else the job's `config` default_placement_scope (when there is
+    a job); None for OneFlow's default placement."""
+    if config is None:
+        return current_placement()
     return current_placement() or config.get("default_placement_scope")
 
 

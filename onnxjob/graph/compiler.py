@@ -1,6 +1,4 @@
 """Compile one job: trace the body, add backward + updates, run passes, emit ONNX."""
-import warnings
-
 import onnx
 import onnx_ir as ir
 
@@ -11,6 +9,7 @@ from onnxjob.graph.in_place import in_place_state
 from onnxjob.graph.dynamic_batch import make_batch_symbolic
 from onnxjob.graph.tracer import GraphBuilder, op, tracing
 from onnxjob.runtime import distributed
+from onnxjob.source_info import warn_at_user_line
 from onnxjob.passes import mixed_precision_type, run_default_pipeline
 
 IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13; opset 17 needs 8
@@ -316,9 +315,7 @@ def _warn_once(location, message):
     if location in _warned_at:
         return
     _warned_at.add(location)
-    filename, _, line = location.rpartition(":")
-    warnings.warn_explicit(message, UserWarning, filename or location,
-                           int(line) if line.isdigit() else 0)
+    warn_at_user_line(message, location=location)
 
 
 def check_model(proto):

@@ -32,6 +32,15 @@ def keep_batch_axis(blob, axis):
     blob.value.metadata_props[BATCH_AXIS] = "none" if axis is None else str(axis)
 
 
+def known_in_range(indices, size):
+    """Whether `indices` are a constant whose values all lie in [0, size)."""
+    known = indices.value.const_value
+    if known is None:
+        return False
+    values = known.numpy()
+    return values.size == 0 or (values.min() >= 0 and values.max() < size)
+
+
 def indices_in_range(indices, size, what):
     """`indices` as they are, through a Gather of arange(size) that fails the run when one
     is outside [0, size), its error naming `what` at the user's line: OneFlow's CPU kernels
@@ -39,12 +48,8 @@ def indices_in_range(indices, size, what):
     negative index silently. Jobs compiled for CUDA, whose kernels do not check (nor do
     OneFlow's GPU kernels in a release build: their asserts are compiled out), and indices
     known in range keep them as they are."""
-    known = indices.value.const_value
-    if known is not None:
-        values = known.numpy()
-        if values.size == 0 or (values.min() >= 0 and values.max() < size):
-            return indices
-    if indices.builder.device == "cuda" or not isinstance(size, (int, np.integer)):
+    if known_in_range(indices, size) or indices.builder.device == "cuda" or \
+            not isinstance(size, (int, np.integer)):
         return indices
     table = as_blob(np.arange(size, dtype=indices.np_dtype), like=indices)
     negative = op("Less", indices, as_blob(0, like=indices))

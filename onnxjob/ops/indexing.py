@@ -12,7 +12,7 @@ from onnxjob.compat.zero_d_inputs import as_vector
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import dim_of
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
-from onnxjob.ops._array_common import INDEX_DTYPES, indices_in_range
+from onnxjob.ops._array_common import INDEX_DTYPES, indices_in_range, known_in_range
 from onnxjob.ops.creation import zeros, zeros_like
 from onnxjob.ops.shapes import reshape
 
@@ -59,12 +59,9 @@ def _gather_zero_outside(params, indices, axis, name):
     size is the common case). ONNX's Gather wraps negative indices and fails the run past
     the end, so the indices are made safe and the rows masked; constant indices all in
     range keep the plain Gather."""
-    known = indices.value.const_value
     size = params.shape[axis]
-    if known is not None and not params.is_dynamic:
-        values = known.numpy()
-        if values.size == 0 or (values.min() >= 0 and values.max() < size):
-            return op("Gather", params, indices, axis=int(axis), name=name)
+    if not params.is_dynamic and known_in_range(indices, size):
+        return op("Gather", params, indices, axis=int(axis), name=name)
     limit = dim_of(params, axis) if params.is_dynamic else size
     if isinstance(limit, Blob):     # (1,) int64 -> a scalar of the indices' type
         limit = op("Cast", op("Squeeze", limit, int64_constant(limit, [0])),

@@ -322,8 +322,7 @@ def _oneflow_cpu_layer(builder):
     or asked for no GPU (flow.config.gpu_device_num(0)). A program that says nothing ran
     on GPUs in OneFlow, wherever onnxjob runs it."""
     job = getattr(builder, "job_function", None)
-    placed = scope.placement_asked(job.config) if job is not None else \
-        scope.current_placement()
+    placed = scope.placement_asked(getattr(job, "config", None))
     if placed is not None:
         return str(placed.device_tag).lower() == "cpu"
     return _process_config.gpu_device_num == 0

@@ -71,8 +71,7 @@ def parallel_num():
     placement (flow.config.gpu_device_num's GPUs, or cpu_device_num's CPUs, on each of
     machine_num machines)."""
     job = getattr(current_builder("flow.advanced.distribute_*"), "job_function", None)
-    placement = scope.placement_asked(job.config) if job is not None else \
-        scope.current_placement()
+    placement = scope.placement_asked(getattr(job, "config", None))
     if placement is None:
         return default_parallel_num()
     return scope.device_count(placement.machine_device_ids or "0:0")

@@ -48,11 +48,9 @@ class ValueReader:
             return np.array(self.feeds[name])
         if name in builder.sources:
             return self._host_values(builder, [name], blob)[name]
-        variables = {b.value.name: n for n, b in builder.variables.items()}
+        variables = _variables_by_input(builder)
         if name in variables:       # a variable: its value before this call's step
-            if variables[name] not in self.session.variable_values:
-                self.session.draw_new_variables()
-            return self.session.variable_numpy(variables[name])
+            return self._variable_values([variables[name]])[0]
         if name in builder.graph.initializers:      # a constant
             return np.array(builder.graph.initializers[name].const_value.numpy())
         proto = ir.to_proto(ir.Model(builder.graph, ir_version=IR_VERSION,
@@ -79,20 +77,21 @@ class ValueReader:
         return session, [i.name for i in session.get_inputs()]
 
     def _inputs(self, builder, input_names, blob):
-        """The cut graph's feeds: the call's arguments and the variables' values (drawn
-        now for the variables this trace declared first)."""
-        variables = {b.value.name: n for n, b in builder.variables.items()}
-        if any(variables.get(i) not in self.session.variable_values
-               for i in input_names if i in variables):
-            self.session.draw_new_variables()
+        """The cut graph's feeds: the call's arguments and the variables' values."""
+        variables = _variables_by_input(builder)
         inputs = self._host_values(
             builder, [i for i in input_names if i in builder.sources], blob)
-        for input_name in input_names:
-            if input_name in self.feeds:
-                inputs[input_name] = self.feeds[input_name]
-            elif input_name in variables:
-                inputs[input_name] = self.session.variable_numpy(variables[input_name])
+        read = [i for i in input_names if i not in self.feeds and i in variables]
+        inputs.update(zip(read, self._variable_values([variables[i] for i in read])))
+        inputs.update({i: self.feeds[i] for i in input_names if i in self.feeds})
         return inputs
+
+    def _variable_values(self, names):
+        """The values of variables `names` before this call (drawn now for the variables
+        this trace declared first)."""
+        if any(name not in self.session.variable_values for name in names):
+            self.session.draw_new_variables()
+        return [self.session.variable_numpy(name) for name in names]
 
     def _host_values(self, builder, input_names, blob):
         """The values host ops make for graph inputs `input_names` from this call's
@@ -106,6 +105,11 @@ class ValueReader:
                 "reads values made from the job's arguments and variables (return the blob "
                 "from the job, or flow.watch it)")
         return pipeline.make_feeds(self.feeds)
+
+
+def _variables_by_input(builder):
+    """{graph input name: variable name} of the variables `builder`'s trace reads."""
+    return {b.value.name: n for n, b in builder.variables.items()}
 
 
 def first_trace(compile_one, with_values):
