@@ -156,7 +156,7 @@ def test_return_value_mismatch_raises_at_first_call(ann, ret, msg):
     def foo(x: tp.Numpy.Placeholder((2,))) -> ann:
         return ret(x)
 
-    with pytest.raises(AssertionError, match=msg):
+    with pytest.raises(AssertionError, match=rf"{THIS_FILE}:[0-9]+: .*{msg}"):
         foo(np.zeros(2, np.float32))
 
 

@@ -160,7 +160,10 @@ class JobFunction:
         ret = self.func(*args)
         blobs = []
         if self.has_return_annotation:
-            tree = results.flatten(ret, self.return_annotation, self.name, blobs)
+            try:
+                tree = results.flatten(ret, self.return_annotation, self.name, blobs)
+            except AssertionError as e:   # OneFlow's type; the job's line added
+                raise AssertionError(f"{self.location}: {e}") from None
         else:
             tree = results.flatten_unannotated(ret, blobs, f"{self.location}: job {self.name}")
         if self.written_for_0_4:
