@@ -255,11 +255,14 @@ def test_gradient_buckets_and_half_all_reduce(tmp_path, net, config, rtol, atol)
 def test_an_embedding_trains_over_two_ranks_as_one_process(tmp_path, optimizer):
     """A table looked up by the examples' ids (one outside it) trains over two ranks as one
     process: each rank adds its lookups' gradient rows into the table's gradient; under
-    LazyAdam each rank updates the rows any rank looked up (the indices gathered for the
-    update; a row looked up in one step and not the next would move in a dense update)."""
+    LazyAdam (row-sparse: indexed_slices_optimizer_conf) each rank updates the rows any
+    rank looked up (the indices gathered for the update; a row looked up in one step and not the next would move in a dense update)."""
     chosen = {"SGD": "flow.optimizer.SGD({schedule}, momentum=0.9)",
               "LazyAdam": "flow.optimizer.LazyAdam({schedule})"}[optimizer]
-    script = write_script(tmp_path, "embedding", mean_loss=True, optimizer=chosen)
+    rows = ("config.indexed_slices_optimizer_conf("
+            "dict(include_op_names=dict(op_name=['table'])))")
+    script = write_script(tmp_path, "embedding", mean_loss=True, optimizer=chosen,
+                          config=rows if optimizer == "LazyAdam" else "")
     assert_trains_as_one_process(script, run(script, 2, tmp_path / "many"), tmp_path)
 
 

@@ -309,14 +309,15 @@ def test_cuda_graph_binds_the_stored_device_values_without_a_copy(monkeypatch):
 
 
 def _lazy_adam_steps(in_place, steps=4):
-    """A LazyAdam embedding whose loss reads the rows it looks up (so the forward's lookup is
-    an ancestor of the update): the tables after each step and the variables written in
-    place."""
+    """A row-sparse LazyAdam embedding (indexed_slices_optimizer_conf) whose loss reads the
+    rows it looks up (so the forward's lookup is an ancestor of the update): the tables
+    after each step and the variables written in place."""
     flow.clear_default_session()
     flow.config.seed(5)
     config = flow.function_config()
     config.enable_inplace(in_place)
     config.execution_provider("cpu")
+    config.indexed_slices_optimizer_conf(dict(include_op_names=dict(op_name=["emb"])))
 
     @flow.global_function(type="train", function_config=config)
     def job(ids: tp.Numpy.Placeholder((3, 2), dtype=flow.int32)) -> tp.Numpy:

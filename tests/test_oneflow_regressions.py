@@ -520,10 +520,17 @@ def test_gather_gives_zero_rows_for_indices_outside_the_axis(axis, index_dtype):
     np.testing.assert_array_equal(got, np.where(mask, expected, 0))
 
 
+def _rows_of_table():
+    """A function_config naming "table" for indexed-slices (row-sparse) updates."""
+    config = flow.function_config()
+    config.indexed_slices_optimizer_conf(dict(include_op_names=dict(op_name=["table"])))
+    return config
+
+
 def _table_after_one_step(optimizer, ids):
     flow.clear_default_session()
 
-    @flow.global_function(type="train")
+    @flow.global_function(type="train", function_config=_rows_of_table())
     def job(i: tp.Numpy.Placeholder(ids.shape, dtype=flow.int32)) -> tp.Numpy:
         table = flow.get_variable("table", (6, 2), initializer=flow.constant_initializer(1.5))
         rows = flow.gather(table, i)
@@ -539,7 +546,7 @@ def _table_after_one_step(optimizer, ids):
 def test_ids_outside_a_table_neither_read_nor_train_a_row(optimizer):
     """Looked-up ids 6 and -1 of a 6-row table read zeros and add no gradient: the table
     trains as for the ids inside alone, and under LazyAdam (an indexed-slices update of
-    the looked-up rows) no other row moves."""
+    the looked-up rows, indexed_slices_optimizer_conf) no other row moves."""
     make = {"SGD": lambda lr: flow.optimizer.SGD(lr, momentum=0),
             "LazyAdam": flow.optimizer.LazyAdam}[optimizer]
     loss, table = _table_after_one_step(make, np.int32([2, 6, 4, -1]))
@@ -556,7 +563,7 @@ def test_a_lazy_update_leaves_row_zero_alone_when_an_id_falls_outside():
     it on), as OneFlow's sparse update skips ids outside the table."""
     flow.clear_default_session()
 
-    @flow.global_function(type="train")
+    @flow.global_function(type="train", function_config=_rows_of_table())
     def job(i: tp.Numpy.Placeholder((2,), dtype=flow.int32)) -> tp.Numpy:
         table = flow.get_variable("table", (6, 2), initializer=flow.constant_initializer(1.5))
         loss = flow.math.reduce_sum(flow.math.square(flow.gather(table, i)))

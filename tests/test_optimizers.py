@@ -542,8 +542,17 @@ def test_indexed_slices_through_a_scalar_multiply():
     assert_sparse(got, sparse_reference(momentum(), scale=2.0))
 
 
-def test_lazy_adam_is_sparse_without_the_config():
-    assert_sparse(train_embedding(lambda: optim.LazyAdam(0.1)), sparse_reference(adam(bc=True)))
+def test_lazy_adam_without_the_config_updates_every_row_as_oneflow_and_says_so():
+    """OneFlow 0.2-0.5's adam_optm.cpp reads lazy_adam_conf into a dense adam_update; only
+    indexed_slices_optimizer_conf makes it row-sparse (test above). The documentation's
+    promise of row updates is a trap: said once."""
+    with pytest.warns(UserWarning, match=r"LazyAdam updates every row of 'emb'.*"
+                                         r"indexed_slices_optimizer_conf") as caught:
+        got = train_embedding(lambda: optim.LazyAdam(0.1))
+    assert sum("LazyAdam" in str(w.message) for w in caught) == 1
+    for t, (a, b) in enumerate(zip(got, dense_reference(adam(bc=True)))):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=f"step {t + 1}")
+    assert not np.array_equal(got[1][[3, 8]], got[0][[3, 8]])  # moments move unseen rows
 
 
 def dense_reference(update, clip=None, self_coef=0.0, lr=0.1):

@@ -57,7 +57,7 @@ def small_groups(optimizer, ctx, grads):
     """[[names]] of `grads`' variables (`grads` {name: (gradient, factor)}) that
     `optimizer` can update as one: small, dense, of one dtype, weight decay rate and
     gradient factor; groups of two or more."""
-    if not optimizer._elementwise_update or optimizer._always_lazy:
+    if not optimizer._elementwise_update:
         return []
     groups = {}
     for name, (g, factor) in grads.items():

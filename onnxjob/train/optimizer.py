@@ -23,7 +23,7 @@ from onnxjob.frontend import initializers
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.primitives.shape_ops import concat_flat, concat_flat_constant
 from onnxjob.graph.tracer import current_builder, int64_constant, op
-from onnxjob.source_info import warn_at_user_line
+from onnxjob.source_info import user_location, warn_at_user_line
 from onnxjob.train import flat_groups, update_rules as R
 from onnxjob.train.lr_schedules import (  # noqa: F401  (re-exported as flow.optimizer.*)
     CosineDecayScheduler, CosineScheduler, CustomScheduler, ExponentialScheduler,
@@ -212,7 +212,9 @@ class Optimizer:
     """
 
     _sparse_capable = False  # OneFlow has indexed-slices kernels for sgd/momentum/adam
-    _always_lazy = False
+    # a variable read only through a lookup and not named for indexed-slices updates is
+    # said to be updated densely (LazyAdam, whose documentation promises row updates)
+    _warns_dense_rows = False
     # the update is elementwise in the variable, its gradient and its slots: small
     # variables are updated as one (train/flat_groups.py)
     _elementwise_update = False
@@ -255,6 +257,7 @@ class Optimizer:
     def minimize(self, loss):
         """Record this optimizer and `loss` (a Blob or a list of Blobs) on the current job."""
         builder = current_builder("Optimizer.minimize")
+        self._minimize_location = user_location()   # for warnings at compile time
         if builder.optimizer is not None and builder.optimizer is not self:
             # OneFlow's minimize replaces the job's whole train conf (SetTrainConf): the
             # last optimizer updates, on its loss alone; a trap, so said (warnings shows
@@ -384,8 +387,7 @@ class Optimizer:
         gradient, finite where the regularized one is) and the update is elementwise."""
         deferred = {}
         for member in self._members():
-            if not member._elementwise_update or member._always_lazy or \
-                    member.grad_clipping is not None:
+            if not member._elementwise_update or member.grad_clipping is not None:
                 continue
             for name in member._names(builder):
                 reg = builder.variable_specs[name].regularizer
@@ -446,6 +448,8 @@ class Optimizer:
         builder = ctx.builder
         if not grads:
             return
+        if self._warns_dense_rows:
+            _warn_dense_rows(self, ctx, grads)
         lr = self.lr_scheduler.lr(ctx.step)
         keep = ctx.finite if self._skips_by_coefficients else None
         folds = self._folds_gradient_factor and ctx.fold_factors
@@ -522,15 +526,20 @@ class Optimizer:
     def _sparse_indices(self, ctx, name):
         """The Gather indices whose rows alone change (OneFlow's indexed-slices update), or
         None for a dense update. As OneFlow, only sgd/momentum/adam updates of included
-        variables (LazyAdam: every variable) without regularizer, clipping or dynamic
-        loss scale (whose gradient ops break the pattern) become sparse; nor under
-        gradient accumulation (OneFlow's GradientAccumulationRewritePass runs before
-        IndexedSlicesOptimizerRewritePass, whose pattern its accumulation breaks) or a
-        mirrored step, whose update would see one part's lookups."""
+        variables (function_config.indexed_slices_optimizer_conf) without regularizer,
+        clipping or dynamic loss scale (whose gradient ops break the pattern) become
+        sparse; nor under gradient accumulation (OneFlow's
+        GradientAccumulationRewritePass runs before IndexedSlicesOptimizerRewritePass,
+        whose pattern its accumulation breaks) or a mirrored step, whose update would see
+        one part's lookups."""
+        if name not in ctx.sparse_names:
+            return None
+        return self._lookup_rows(ctx, name)
+
+    def _lookup_rows(self, ctx, name):
+        """_sparse_indices' indices for a variable whether or not it is named."""
         if not self._sparse_capable or self.grad_clipping is not None or \
                 ctx.dynamic_loss_scale or not ctx.builder.update_sees_every_lookup:
-            return None
-        if not (self._always_lazy or name in ctx.sparse_names):
             return None
         if ctx.builder.variable_specs[name].regularizer is not None:
             return None
@@ -541,6 +550,27 @@ class Optimizer:
         optimizers with _skips_by_coefficients) is the dynamic loss scale's bool "every
         gradient is finite", false on a step the update must leave as it was."""
         raise NotImplementedError
+
+
+_lazy_adam_dense_warned = weakref.WeakSet()
+
+
+def _warn_dense_rows(optimizer, ctx, grads):
+    """Say once per optimizer that a variable read only through a lookup, which its
+    documentation promises row updates, is updated densely (not named for them)."""
+    if optimizer in _lazy_adam_dense_warned:
+        return
+    dense = [n for n in grads if n not in ctx.sparse_names
+             and optimizer._lookup_rows(ctx, n) is not None]
+    if not dense:
+        return
+    _lazy_adam_dense_warned.add(optimizer)
+    name = dense[0]
+    warn_at_user_line(
+        f"LazyAdam updates every row of {name!r} (and its moments), as OneFlow's code does "
+        "without function_config.indexed_slices_optimizer_conf: name the variable there "
+        f"(include_op_names=dict(op_name=[{name!r}])) to update only the rows looked up",
+        location=getattr(optimizer, "_minimize_location", None))
 
 
 def _step_blob(builder, lbn):
@@ -667,14 +697,14 @@ class AdamW(Adam):
 
 
 class LazyAdam(Adam):
-    """Adam with bias correction whose update touches only the rows a Gather looked up in
-    this step (weights and moments); other variables get the dense Adam update.
+    """Adam with bias correction. As OneFlow 0.2-0.5's code (adam_optm.cpp reads
+    lazy_adam_conf into a dense adam_update), the update touches only the rows a Gather
+    looked up in the step (weights and moments) for the variables named in
+    function_config.indexed_slices_optimizer_conf, and every row of the others: its
+    documentation's "only updates the element that has gradient" holds with that
+    config only, which is said once for a looked-up variable left dense."""
 
-    NOTE: OneFlow 0.5 makes LazyAdam sparse only for the variables named in
-    function_config.indexed_slices_optimizer_conf; onnxjob does so for every variable
-    whose whole gradient comes from one Gather (LazyAdam's documented behaviour)."""
-
-    _always_lazy = True
+    _warns_dense_rows = True
 
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  loss_scale_factor=None, grad_clipping=None, train_step_lbn=None,
