@@ -256,7 +256,8 @@ def test_an_embedding_trains_over_two_ranks_as_one_process(tmp_path, optimizer):
     """A table looked up by the examples' ids (one outside it) trains over two ranks as one
     process: each rank adds its lookups' gradient rows into the table's gradient; under
     LazyAdam (row-sparse: indexed_slices_optimizer_conf) each rank updates the rows any
-    rank looked up (the indices gathered for the update; a row looked up in one step and not the next would move in a dense update)."""
+    rank looked up (the indices gathered for the update; a row looked up in one step and
+    not the next would move in a dense update)."""
     chosen = {"SGD": "flow.optimizer.SGD({schedule}, momentum=0.9)",
               "LazyAdam": "flow.optimizer.LazyAdam({schedule})"}[optimizer]
     rows = ("config.indexed_slices_optimizer_conf("
