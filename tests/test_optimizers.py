@@ -376,18 +376,34 @@ def test_l2_regularizer_adds_to_gradient():
     assert_steps(train(lambda: optim.SGD(0.1), l2=0.5), ref)
 
 
-def test_l1_regularizer_uses_plus_one_at_zero():
-    @flow.global_function(type="train")
+@pytest.mark.parametrize("fuse, clip, sign_at_zero", [
+    (False, None, 1.0),
+    # FuseUpdateOpsPass folds the regularizer into the update, whose kernel's L1 term is
+    # l1 * ((w >= 0) - (w <= 0)) (model_update_kernel_util.h): 0 at 0
+    (True, None, 0.0),
+    # clipping reads the regularized gradient: not folded, l1_l2_regularize_gradient's +1
+    (True, 100.0, 1.0),
+])
+def test_l1_regularizer_term_at_zero(fuse, clip, sign_at_zero):
+    config = flow.function_config()
+    config.enable_fuse_model_update_ops(fuse)
+    clipping = clip and optim.grad_clipping.by_global_norm(clip)
+
+    @flow.global_function(type="train", function_config=config)
     def job(a: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
         w = flow.get_variable("w", (3,), initializer=flow.zeros_initializer(),
                               regularizer=flow.regularizers.l1(0.5))
-        optim.SGD(0.1, momentum=0).minimize(flow.math.reduce_sum(w * a))
+        optim.SGD(0.1, momentum=0, grad_clipping=clipping).minimize(
+            flow.math.reduce_sum(w * a))
         return w
 
     a = np.array([1.0, 1.0, 1.0], np.float32)
     flow.load_variables({"w": np.array([0.0, -2.0, 3.0], np.float32)})
     job(a)
-    expected = np.array([0.0, -2.0, 3.0]) - 0.1 * (a + 0.5 * np.array([1.0, -1.0, 1.0]))
+    g = a + 0.5 * np.array([sign_at_zero, -1.0, 1.0])
+    if clip:
+        g = g * min(1 / np.linalg.norm(g), 1 / clip)
+    expected = np.array([0.0, -2.0, 3.0]) - 0.1 * g
     np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), expected, rtol=1e-6)
 
 

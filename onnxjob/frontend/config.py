@@ -26,7 +26,7 @@ _IGNORED_FLAGS = {
     "enable_reused_mem", "enable_nccl", "use_nccl_inter_node_communication",
     "all_reduce_group_num", "all_reduce_lazy_ratio", "all_reduce_group_size_warmup",
     "use_boxing_v2", "enable_fuse_add_to_output",
-    "enable_fuse_cast_scale", "enable_fuse_model_update_ops", "enable_gradients_stats_aggregation",
+    "enable_fuse_cast_scale", "enable_gradients_stats_aggregation",
     "concurrency_width", "allow_cpu_return_op",
     "prune_parallel_cast_ops", "prune_cast_to_static_shape_ops",
     # flags of OneFlow 0.1-0.4 (and still accepted by 0.5, some printing "deprecated")
@@ -301,7 +301,8 @@ _FUNCTION_FLAGS = _IGNORED_FLAGS | set(_UNSUPPORTED_FLAGS) | {
     "cudnn_conv_heuristic_search_algo", "indexed_slices_optimizer_conf", "prefetch",
     "default_initializer_conf",
     "dynamic_batch", "use_tensorrt", "all_reduce_fp16", "all_reduce_group_min_mbyte",
-    "enable_ssp", "enable_qat", "enable_quantization_aware_training"}
+    "enable_ssp", "enable_qat", "enable_quantization_aware_training",
+    "enable_fuse_model_update_ops"}     # L1's term at w = 0 (train/optimizer.py)
 
 
 # flags named so are switches (OneFlow sets a protobuf bool field from the value)

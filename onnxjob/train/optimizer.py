@@ -212,6 +212,8 @@ class Optimizer:
     """
 
     _sparse_capable = False  # OneFlow has indexed-slices kernels for sgd/momentum/adam
+    # OneFlow's FuseUpdateOpsPass folds the regularizer into this update's kernel
+    _update_fuses_regularizer = False
     # a variable read only through a lookup and not named for indexed-slices updates is
     # said to be updated densely (LazyAdam, whose documentation promises row updates)
     _warns_dense_rows = False
@@ -360,12 +362,13 @@ class Optimizer:
         ctx.fold_factors = _folds_factors(config)
         updated = {n for member in self._members() for n in member._names(builder)}
         ctx.deferred = self._deferred_regularizers(builder, grads)
+        fused = _fused_regularizer_names(config, self._members(), builder)
         regularized = {}
         for name, g in grads.items():
             reg = builder.variable_specs[name].regularizer
             if reg is not None and name in updated and name not in ctx.deferred:
                 g = R.regularize(builder.variables[name], R.scaled(g, factors.pop(name, None)),
-                                 reg)
+                                 reg, fused=name in fused)
             regularized[name] = g
         scaled = [(member, member._scaled_gradients(ctx, regularized, factors))
                   for member in self._members()]
@@ -598,6 +601,17 @@ def _folds_factors(config):
     return config is not None and mixed_precision_type(config) == ir.DataType.FLOAT16
 
 
+def _fused_regularizer_names(config, members, builder):
+    """The variables whose regularizer OneFlow's FuseUpdateOpsPass folds into their update
+    (function_config.enable_fuse_model_update_ops): updated by sgd/momentum/adam/rmsprop/
+    lars, with no clipping (whose ops read the regularized gradient: its pattern needs
+    one consumer). The fused kernels' L1 term is 0 at w = 0 (update_rules.regularize)."""
+    if config is None or not config.get("enable_fuse_model_update_ops"):
+        return set()
+    return {n for m in members if m._update_fuses_regularizer and m.grad_clipping is None
+            for n in m._names(builder)}
+
+
 def _indexed_slices_names(config):
     """Variable names of function_config.indexed_slices_optimizer_conf(dict(
     include_op_names=dict(op_name=[...]))) (with enable, default True)."""
@@ -618,6 +632,7 @@ class SGD(Optimizer):
     update m = beta*m - lr*g; w += m. Default momentum 0.9."""
 
     _sparse_capable = True
+    _update_fuses_regularizer = True
     _folds_gradient_factor = True
     _elementwise_update = True
 
@@ -653,6 +668,7 @@ class Adam(Optimizer):
     in OneFlow 0.5) w -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps), bc = 1 - beta**(step+1)."""
 
     _sparse_capable = True
+    _update_fuses_regularizer = True
     _skips_by_coefficients = True
     _folds_gradient_factor = True
     _elementwise_update = True
@@ -717,6 +733,7 @@ class RMSProp(Optimizer):
     """mean_square = d*ms + (1-d)*g^2; w -= lr*g/sqrt(ms + eps) (centered: ms - mg^2)."""
 
     _elementwise_update = True
+    _update_fuses_regularizer = True
 
     def __init__(self, lr_scheduler, decay_rate=0.99, epsilon=1e-8, centered=False,
                  loss_scale_factor=None, grad_clipping=None, train_step_lbn=None,
@@ -799,6 +816,8 @@ class LARS(Optimizer):
     """Momentum SGD with the layer-wise rate coeff*||w|| / (eps + ||g|| + wd*||w||);
     the weight decay is applied outside the momentum, as OneFlow's lars_update. OneFlow
     <= 0.3's positional order (grad_clipping sixth) is accepted too."""
+
+    _update_fuses_regularizer = True
 
     @two_generations(("self", "lr_scheduler", "momentum_beta", "epsilon", "lars_coefficient",
                       "loss_scale_factor", "grad_clipping", "train_step_lbn",

@@ -55,9 +55,13 @@ def _norm(x):
 
 
 # -- gradient passes ---------------------------------------------------------------------
-def regularize(w, g, regularizer):
-    """l1_l2_regularize_gradient: g + l1 * (w >= 0 ? 1 : -1) + l2 * w."""
-    if regularizer.l1:
+def regularize(w, g, regularizer, fused=False):
+    """l1_l2_regularize_gradient: g + l1 * (w >= 0 ? 1 : -1) + l2 * w; `fused`: as the
+    update kernels that FuseUpdateOpsPass folds it into compute it (model_update_kernel_util.h
+    CastScaleRegularizeGradientFunctor), l1 * ((w >= 0) - (w <= 0)), 0 where w is 0."""
+    if regularizer.l1 and fused:
+        g = g + attr(w, regularizer.l1) * op("Sign", w)
+    elif regularizer.l1:
         g = g + op("Where", op("GreaterOrEqual", w, attr(w, 0.0)), attr(w, regularizer.l1),
                    attr(w, -regularizer.l1))
     if regularizer.l2:
