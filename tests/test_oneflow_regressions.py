@@ -221,8 +221,9 @@ def test_batch_norm_with_moving_statistics_in_a_train_job_updates_gamma_and_beta
 
 
 # batch_dims, index shape: OneFlow's batch axes are all but the last axis of the indices
-# (pretrain.py:165 gathers (B, seq, hidden) at (B, P) positions with batch_dims=2)
-BATCH_GATHERS = [(1, (2, 2)), (2, (2, 3, 2)), (2, (2, 4))]
+# (pretrain.py:165 gathers (B, seq, hidden) at (B, P) positions with batch_dims=2); 1-D
+# indices have none: rows of axis 0 (batch_gather_op.cpp takes any rank >= 1)
+BATCH_GATHERS = [(1, (2, 2)), (2, (2, 3, 2)), (2, (2, 4)), (1, (3,))]
 
 
 @pytest.mark.parametrize("batch_dims,index_shape", BATCH_GATHERS)

@@ -26,7 +26,8 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     `batch_dims > 0` (with `axis == batch_dims`) is OneFlow's batch_gather, whose batch
     axes are all but the last axis of `indices`, whatever `batch_dims` says: with b =
     rank(indices) - 1, out[i.., k] = params[i.., indices[i.., k], ...] for the first b
-    axes shared (BERT's masked-LM positions call it with batch_dims=2 on (B, P) indices).
+    axes shared (BERT's masked-LM positions call it with batch_dims=2 on (B, P) indices;
+    1-D indices pick rows of axis 0).
     0-d `params` are their one-element vector, as OneFlow <= 0.4's (compat/zero_d_inputs.py).
     """
     params = as_vector(params)
@@ -46,7 +47,7 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
         raise TraceError(f"gather with batch_dims={batch_dims} needs axis={batch_dims} (OneFlow "
                          f"has no other batched gather), got axis={axis}")
     b = len(indices.shape) - 1
-    if not 1 <= b < rank or tuple(indices.shape[:b]) != tuple(params.shape[:b]):
+    if not 0 <= b < rank or tuple(indices.shape[:b]) != tuple(params.shape[:b]):
         raise TraceError(f"gather (batch_gather): all but the last axis of indices "
                          f"{indices.shape} must be the leading axes of params {params.shape}")
     return _batch_gather(params, indices, b, name)
