@@ -137,6 +137,23 @@ def test_legacy_model_io_saves_and_loads_across_modes(tmp_path):
     np.testing.assert_array_equal(flow.get_all_variables()["dense2-weight"].numpy(), saved)
 
 
+def test_model_io_v2_leaves_legacy_model_io_on(capsys):
+    """OneFlow-Benchmark's GPT: enable_legacy_model_io() then enable_model_io_v2(True),
+    two fields of OneFlow's resource config; CheckPoint() is deprecated only without
+    legacy model io (check_point.py)."""
+    flow.config.enable_legacy_model_io()
+    try:
+        flow.config.enable_model_io_v2(True)
+        assert flow.config.legacy_model_io_enabled()
+        flow.train.CheckPoint()
+        assert "deprecated" not in capsys.readouterr().out
+    finally:
+        flow.config.enable_legacy_model_io(False)
+        flow.config.enable_model_io_v2(False)
+    flow.train.CheckPoint()
+    assert "'flow.train.CheckPoint' is deprecated" in capsys.readouterr().out
+
+
 def test_simple_checkpoint_manager_initializes_then_restores_the_newest(tmp_path):
     root = str(tmp_path / "snapshots")
     train_job = define_train_job()

@@ -448,6 +448,7 @@ class _ProcessConfig:
         self.machines = []      # flow.env.machine's addresses (frontend/ranks.py)
         self.ctrl_port = None   # flow.env.ctrl_port
         self.legacy_model_io = False
+        self.model_io_v2 = False    # (its own field in OneFlow: no effect on legacy io)
         self.debug_mode = False
         self.random_seed = None
         self.tf32 = None        # enable_tensor_float_32_compute; None: onnxruntime's default
@@ -566,7 +567,7 @@ class _ConfigModule:
         self.enable_debug_mode = _setter(lambda v=True: setattr(c, "debug_mode", bool(v)))
         self.load_library = _setter(lambda path: warnings.warn(
             f"flow.config.load_library({path!r}): custom OneFlow kernels cannot run on onnxruntime"))
-        self.enable_model_io_v2 = _setter(lambda v=True: setattr(c, "legacy_model_io", not v))
+        self.enable_model_io_v2 = _setter(lambda v=True: setattr(c, "model_io_v2", bool(v)))
         self.seed = _setter(lambda s: setattr(c, "random_seed", int(s)))
         # TF32 convolutions and matmuls on the CUDA EP (on by default there, as in OneFlow)
         self.enable_tensor_float_32_compute = _setter(lambda v=True: setattr(c, "tf32", bool(v)))

@@ -18,7 +18,7 @@ import numpy as np
 
 from onnxjob import dtypes, settings
 from onnxjob.errors import CheckpointError, missing_api
-from onnxjob.frontend.config import started_session
+from onnxjob.frontend.config import process_config, started_session
 from onnxjob.runtime.session import default_session
 from onnxjob.runtime import backend, distributed
 from onnxjob.source_info import user_location
@@ -282,6 +282,8 @@ class CheckPoint:
     """Old API: `save(path)`, `load(path)`, `init()` over the v2 functions (§6.3)."""
 
     def __init__(self):
+        if process_config.legacy_model_io:   # (OneFlow's check_point.py says nothing then)
+            return
         print("\033[1mWARNING: 'flow.train.CheckPoint' is deprecated. Please use the new API:\033[0m\n"
               "flow.train.CheckPoint().save(path) => \033[1mflow.checkpoint.save(path)\033[0m\n"
               "flow.train.CheckPoint().load(path) => \033[1mflow.load_variables(flow.checkpoint.get(path))\033[0m\n"
