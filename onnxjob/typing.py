@@ -203,9 +203,11 @@ def convert_argument(arg, ph, param, device_num=1):
     """Validate one argument against its annotation and copy it (spec §2.2).
 
     Returns the value the runtime feeds: an ndarray, a list of ndarrays (ListNumpy, one
-    per device) or a list of lists (ListListNumpy).
+    per device) or a list of lists (ListListNumpy). `device_num`: the length a list takes,
+    or a tuple of the lengths it may take (the first named in errors).
     """
     where = f"argument {param!r}"
+    lengths = device_num if isinstance(device_num, tuple) else (device_num,)
     if typing.get_origin(ph) is tuple:
         sub = typing.get_args(ph)
         if not isinstance(arg, (list, tuple)):
@@ -226,8 +228,8 @@ def convert_argument(arg, ph, param, device_num=1):
                                    f"{ph.shape} (tp.Numpy placeholders take no other shape)")
         return _cast_argument(arg, ph, where)
     if issubclass(ph, ListNumpyDef):
-        if not isinstance(arg, (list, tuple)) or len(arg) != device_num:
-            raise JobArgumentError(f"{where} must be a list of {device_num} ndarray(s) "
+        if not isinstance(arg, (list, tuple)) or len(arg) not in lengths:
+            raise JobArgumentError(f"{where} must be a list of {lengths[0]} ndarray(s) "
                                    f"(one per device), got {type(arg).__name__}"
                                    + (f" of length {len(arg)}" if isinstance(arg, (list, tuple)) else ""))
         out = []
@@ -240,8 +242,8 @@ def convert_argument(arg, ph, param, device_num=1):
             out.append(_cast_argument(x, ph, f"{where}[{i}]"))
         return out
     if issubclass(ph, ListListNumpyDef):
-        if not isinstance(arg, (list, tuple)) or len(arg) != device_num:
-            raise JobArgumentError(f"{where} must be a list of {device_num} list(s) of ndarrays")
+        if not isinstance(arg, (list, tuple)) or len(arg) not in lengths:
+            raise JobArgumentError(f"{where} must be a list of {lengths[0]} list(s) of ndarrays")
         out = []
         for i, items in enumerate(arg):
             if type(items) is not list:

@@ -28,13 +28,17 @@ def _conv_bn(images, labels):
     return flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
 
 
-def _train(net, shape, devices, mirrored):
-    """A fresh session's train job: mirrored over `devices` list elements, or consistent."""
+def _train(net, shape, devices, mirrored, cpus=False):
+    """A fresh session's train job: mirrored over `devices` list elements (GPUs, or CPUs:
+    `cpus`), or consistent."""
     flow.clear_default_session()
     flow.config.seed(7)         # the same initial values in every session
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")     # gpu_device_num(n > 1) on one device says so
-        flow.config.gpu_device_num(devices)
+        warnings.simplefilter("ignore")     # n > 1 devices in one process say so
+        if cpus:
+            flow.config.cpu_device_num(devices)
+        else:
+            flow.config.gpu_device_num(devices)
     config = flow.FunctionConfig()
     kind = tp.ListNumpy if mirrored else tp.Numpy
     if mirrored:
@@ -109,6 +113,22 @@ def test_each_device_of_a_mirrored_step_sees_only_its_rows_statistics():
     np.testing.assert_allclose(second, alone[1], rtol=1e-5, atol=1e-6)
     whole = _train(_conv_bn, (8,) + shape[1:], 1, mirrored=False)(x, y)
     assert not np.allclose(np.concatenate([first, second]), whole, rtol=1e-3)
+
+
+def test_a_cpu_only_program_s_mirrored_lists_have_one_element_per_cpu_device():
+    """cpu_device_num(2) and no GPUs asked (a program for OneFlow's CPU-only build, whose
+    jobs are placed on its CPU devices): two elements, the step as over two GPUs."""
+    shape = (6, 4)
+    x, y = _data(10, shape, 0)
+    two_cpus = _train(_mlp, shape, 2, mirrored=True, cpus=True)([x[:6], x[6:]], [y[:6], y[6:]])
+    got = _variables()
+    from onnxjob.frontend.config import process_config
+    process_config.reset()
+    two_gpus = _train(_mlp, shape, 2, mirrored=True)([x[:6], x[6:]], [y[:6], y[6:]])
+    for a, b in zip(two_cpus, two_gpus):
+        np.testing.assert_array_equal(a, b)
+    for name, value in _variables().items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
 def test_mirrored_inputs_must_have_one_element_per_device():

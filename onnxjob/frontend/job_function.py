@@ -89,7 +89,7 @@ class JobFunction:
         device_feeds = None
         try:
             for arg, ann, pname in zip(args, self.param_annotations, self.param_names):
-                value = tp.convert_argument(arg, ann, pname, process_config.gpu_device_num)
+                value = tp.convert_argument(arg, ann, pname, _mirrored_list_lengths())
                 device_feeds = _flat_feed(device_feeds, pname, ann, value)
         except tp.JobArgumentError as e:
             # the caller's line is looked up only when there is an error to report
@@ -183,7 +183,7 @@ class JobFunction:
         mirrored = any(isinstance(ann, type) and issubclass(ann, lists)
                        for ann in self.param_annotations)
         return mirrored and self.is_train and (
-            process_config.gpu_device_num > 1 or distributed.enabled())
+            _mirrored_device_count() > 1 or distributed.enabled())
 
     @property
     def accumulation_steps(self):
@@ -434,6 +434,24 @@ def _deliver(pending, value):
 
 def _drop(pending, value):
     return None
+
+
+def _mirrored_device_count():
+    """The devices of a job's default placement in OneFlow, one element of a mirrored
+    (tp.ListNumpy) argument each: gpu_device_num GPUs, or, where a program asked for CPU
+    devices and no GPUs (written for a CPU-only build, placement_util.py), cpu_device_num
+    CPUs."""
+    c = process_config
+    if not c.gpu_device_num_set and c.cpu_device_num > 1:
+        return c.cpu_device_num
+    return c.gpu_device_num
+
+
+def _mirrored_list_lengths():
+    """The lengths a mirrored argument's list may have: one element per device; over
+    data-parallel ranks also one, the rank's own (docs/distributed.md)."""
+    count = _mirrored_device_count()
+    return (count, 1) if distributed.enabled() else count
 
 
 def _flat_feed(device_feeds, name, annotation, value):
