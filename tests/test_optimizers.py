@@ -376,17 +376,22 @@ def test_l2_regularizer_adds_to_gradient():
     assert_steps(train(lambda: optim.SGD(0.1), l2=0.5), ref)
 
 
-@pytest.mark.parametrize("fuse, clip, sign_at_zero", [
-    (False, None, 1.0),
-    # FuseUpdateOpsPass folds the regularizer into the update, whose kernel's L1 term is
-    # l1 * ((w >= 0) - (w <= 0)) (model_update_kernel_util.h): 0 at 0
-    (True, None, 0.0),
-    # clipping reads the regularized gradient: not folded, l1_l2_regularize_gradient's +1
-    (True, 100.0, 1.0),
+@pytest.mark.parametrize("cpu, fuse, clip, sign_at_zero", [
+    # where OneFlow runs l1_l2_regularize_gradient: its CUDA kernel computes
+    # l1 * ((w >= 0) - (w <= 0)), 0 at 0, its CPU kernel l1 * (w >= 0 ? 1 : -1)
+    (False, False, None, 0.0),      # a program that says nothing ran on GPUs
+    (True, False, None, 1.0),       # placed on CPUs
+    # FuseUpdateOpsPass folds the regularizer into the update, whose kernels (CPU and
+    # CUDA, model_update_kernel_util.h) give 0 at 0 ...
+    (True, True, None, 0.0),
+    # ... unless clipping reads the regularized gradient: not folded
+    (True, True, 100.0, 1.0),
 ])
-def test_l1_regularizer_term_at_zero(fuse, clip, sign_at_zero):
+def test_l1_regularizer_term_at_zero(cpu, fuse, clip, sign_at_zero):
     config = flow.function_config()
     config.enable_fuse_model_update_ops(fuse)
+    if cpu:
+        config.default_placement_scope(flow.scope.placement("cpu", "0:0"))
     clipping = clip and optim.grad_clipping.by_global_norm(clip)
 
     @flow.global_function(type="train", function_config=config)
@@ -405,6 +410,24 @@ def test_l1_regularizer_term_at_zero(fuse, clip, sign_at_zero):
         g = g * min(1 / np.linalg.norm(g), 1 / clip)
     expected = np.array([0.0, -2.0, 3.0]) - 0.1 * g
     np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), expected, rtol=1e-6)
+
+
+def test_l1_regularizer_of_a_variable_placed_on_cpus_in_a_gpu_job():
+    """The variable's own placement decides (OneFlow puts the regularizer beside it)."""
+    @flow.global_function(type="train")
+    def job(a: tp.Numpy.Placeholder((2,))) -> tp.Numpy:
+        with flow.scope.placement("cpu", "0:0"):
+            on_cpu = flow.get_variable("on_cpu", (2,), initializer=flow.zeros_initializer(),
+                                       regularizer=flow.regularizers.l1(0.5))
+        on_gpu = flow.get_variable("on_gpu", (2,), initializer=flow.zeros_initializer(),
+                                   regularizer=flow.regularizers.l1(0.5))
+        optim.SGD(0.1, momentum=0).minimize(flow.math.reduce_sum((on_cpu + on_gpu) * a))
+        return a
+
+    job(np.zeros(2, np.float32))
+    values = flow.get_all_variables()
+    np.testing.assert_allclose(values["on_cpu"].numpy(), [-0.05, -0.05], rtol=1e-6)
+    np.testing.assert_array_equal(values["on_gpu"].numpy(), [0.0, 0.0])
 
 
 # -- weight decay patterns, variables=, CombinedOptimizer --------------------------------

@@ -57,6 +57,20 @@ def placement_asked(config=None):
     return current_placement() or config.get("default_placement_scope")
 
 
+def oneflow_places_on_cpu(builder):
+    """Whether OneFlow runs the op being traced on its CPU kernel: where the program placed
+    it on CPUs (flow.scope.placement("cpu", ...), a CPU default_placement_scope) or asked
+    for no GPU (flow.config.gpu_device_num(0)). A program that says nothing ran on GPUs in
+    OneFlow, wherever onnxjob runs it; the kernels differ in a few numbers (batch norm's
+    moving variance, an L1 regularizer at 0)."""
+    from onnxjob.frontend.config import process_config
+    job = getattr(builder, "job_function", None)
+    placed = placement_asked(getattr(job, "config", None))
+    if placed is not None:
+        return str(placed.device_tag).lower() == "cpu"
+    return process_config.gpu_device_num == 0
+
+
 def _device_list(devices):
     """[device ids] from an int, a "0-3" range string or a list of either."""
     if isinstance(devices, int):

@@ -28,6 +28,7 @@ class VariableSpec:
         self.trainable = trainable
         self.regularizer = regularizer
         self.random_seed = None if random_seed is None else int(random_seed)
+        self.placed_on_cpu = False  # set per job: scope.oneflow_places_on_cpu
 
 
 class Regularizer:
@@ -87,6 +88,8 @@ def _variable(builder, spec, reuse):
     builder.variable_specs[spec.name] = VariableSpec(
         spec.name, spec.shape, spec.np_dtype, shared.initializer, spec.trainable,
         spec.regularizer)
+    # where OneFlow's gradient ops of the variable run (its regularizer's kernels differ)
+    builder.variable_specs[spec.name].placed_on_cpu = scope.oneflow_places_on_cpu(builder)
     return blob
 
 

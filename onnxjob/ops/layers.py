@@ -8,7 +8,6 @@ import numpy as np
 from onnxjob import settings
 from onnxjob.errors import TraceError, missing_api
 from onnxjob.frontend import initializers, scope
-from onnxjob.frontend.config import process_config as _process_config
 from onnxjob.frontend.variables import VariableSpec, variable_blob
 from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.graph.tracer import int64_constant as _int64_constant
@@ -317,15 +316,8 @@ def _per_device_batch_norm(builder, x, axis, momentum, epsilon, gamma, beta, mov
 def _oneflow_cpu_layer(builder):
     """Whether OneFlow builds this batch norm as its CPU layer (flow.nn.moments and
     assigns: the moving variance takes the batch's biased variance; ops/layers.py of
-    v0.5.0) rather than its GPU normalization op (the unbiased one): where the program
-    placed it on CPUs (flow.scope.placement("cpu", ...), a CPU default_placement_scope)
-    or asked for no GPU (flow.config.gpu_device_num(0)). A program that says nothing ran
-    on GPUs in OneFlow, wherever onnxjob runs it."""
-    job = getattr(builder, "job_function", None)
-    placed = scope.placement_asked(getattr(job, "config", None))
-    if placed is not None:
-        return str(placed.device_tag).lower() == "cpu"
-    return _process_config.gpu_device_num == 0
+    v0.5.0) rather than its GPU normalization op (the unbiased one)."""
+    return scope.oneflow_places_on_cpu(builder)
 
 
 def _affine(normed, axis, gamma, beta):

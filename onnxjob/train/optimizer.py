@@ -365,10 +365,11 @@ class Optimizer:
         fused = _fused_regularizer_names(config, self._members(), builder)
         regularized = {}
         for name, g in grads.items():
-            reg = builder.variable_specs[name].regularizer
-            if reg is not None and name in updated and name not in ctx.deferred:
+            spec = builder.variable_specs[name]
+            if spec.regularizer is not None and name in updated and name not in ctx.deferred:
                 g = R.regularize(builder.variables[name], R.scaled(g, factors.pop(name, None)),
-                                 reg, fused=name in fused)
+                                 spec.regularizer,
+                                 cpu_kernel=spec.placed_on_cpu and name not in fused)
             regularized[name] = g
         scaled = [(member, member._scaled_gradients(ctx, regularized, factors))
                   for member in self._members()]
@@ -605,7 +606,8 @@ def _fused_regularizer_names(config, members, builder):
     """The variables whose regularizer OneFlow's FuseUpdateOpsPass folds into their update
     (function_config.enable_fuse_model_update_ops): updated by sgd/momentum/adam/rmsprop/
     lars, with no clipping (whose ops read the regularized gradient: its pattern needs
-    one consumer). The fused kernels' L1 term is 0 at w = 0 (update_rules.regularize)."""
+    one consumer). The fused kernels' L1 term is 0 at w = 0 on the CPU too
+    (update_rules.regularize)."""
     if config is None or not config.get("enable_fuse_model_update_ops"):
         return set()
     return {n for m in members if m._update_fuses_regularizer and m.grad_clipping is None

@@ -55,11 +55,12 @@ def _norm(x):
 
 
 # -- gradient passes ---------------------------------------------------------------------
-def regularize(w, g, regularizer, fused=False):
-    """l1_l2_regularize_gradient: g + l1 * (w >= 0 ? 1 : -1) + l2 * w; `fused`: as the
-    update kernels that FuseUpdateOpsPass folds it into compute it (model_update_kernel_util.h
-    CastScaleRegularizeGradientFunctor), l1 * ((w >= 0) - (w <= 0)), 0 where w is 0."""
-    if regularizer.l1 and fused:
+def regularize(w, g, regularizer, cpu_kernel=False):
+    """l1_l2_regularize_gradient: g + l1 * ((w >= 0) - (w <= 0)) + l2 * w, as its CUDA
+    kernel and the update kernels FuseUpdateOpsPass folds it into compute it
+    (model_update_kernel_util.h), 0 at w = 0; `cpu_kernel`: its CPU kernel's
+    l1 * (w >= 0 ? 1 : -1), +l1 at 0 (l1_l2_regularize_gradient_kernel_util.cpp/.cu)."""
+    if regularizer.l1 and not cpu_kernel:
         g = g + attr(w, regularizer.l1) * op("Sign", w)
     elif regularizer.l1:
         g = g + op("Where", op("GreaterOrEqual", w, attr(w, 0.0)), attr(w, regularizer.l1),
