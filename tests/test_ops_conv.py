@@ -651,3 +651,48 @@ def test_overlapping_max_pool_gradient_leaves_no_input_sized_constant(tmp_path):
     optimized = onnx.load(str(tmp_path / "optimized.onnx"))
     sizes = [int(np.prod(t.dims)) for t in optimized.graph.initializer]
     assert max(sizes) < np.prod(shape), sorted(sizes)[-3:]
+
+
+def _ndhwc_layer(groups=1, padding="SAME", kernel=(1, 3, 3)):
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((1, 4, 6, 6, 4))) -> tp.Numpy:
+        return flow.layers.conv3d(x, 4, kernel_size=kernel, padding=padding, groups=groups,
+                                  data_format="NDHWC", name="c")
+    return job
+
+
+def test_conv3d_layer_ndhwc_is_oneflow_s_ncdhw_between_transposes():
+    """OneFlow's conv3d layer transposes an NDHWC input to NCDHW first: its weight is
+    (filters, in/groups, kd, kh, kw) and groups are taken (layers.py of v0.4/v0.5)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 4, 6, 6, 4)).astype(np.float32)
+    torch = pytest.importorskip("torch")
+    for groups in (1, 2):
+        job = _ndhwc_layer(groups)
+        job(x)
+        weight = rng.standard_normal((4, 4 // groups, 1, 3, 3)).astype(np.float32)
+        flow.load_variables({"c-weight": weight, "c-bias": np.zeros(4, np.float32)})
+        expected = torch.nn.functional.conv3d(
+            torch.from_numpy(x).permute(0, 4, 1, 2, 3), torch.from_numpy(weight),
+            padding=(0, 1, 1), groups=groups).permute(0, 2, 3, 4, 1).numpy()
+        np.testing.assert_allclose(job(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_conv3d_ndhwc_explicit_pads_are_read_as_oneflow_reads_them():
+    """OneFlow swaps only the pads of axes 1 and 4 when it transposes NDHWC to NCDHW: the
+    depth, height and width take those written for height, width and depth (said once)."""
+    pads = [[0, 0], [0, 0], [1, 1], [1, 1], [0, 0]]   # written: H and W padded by 1
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((1, 4, 6, 6, 2)),
+            w: tp.Numpy.Placeholder((3, 1, 3, 3, 2))) -> tp.Numpy:
+        return flow.nn.conv3d(x, w, 1, pads, data_format="NDHWC")
+
+    with pytest.warns(UserWarning, match="depth, height and width take the pads"):
+        out = job(np.ones((1, 4, 6, 6, 2), np.float32), np.ones((3, 1, 3, 3, 2), np.float32))
+    assert out.shape == (1, 6, 6, 4, 3)     # D and H padded, W not
+    with pytest.warns(UserWarning, match="depth, height and width take the pads"):
+        assert _ndhwc_layer(padding=pads, kernel=(1, 3, 3))(
+            np.ones((1, 4, 6, 6, 4), np.float32)).shape == (1, 6, 6, 4, 4)

@@ -20,6 +20,7 @@ from onnxjob.errors import TraceError
 from onnxjob.graph.tracer import Blob, as_blob, current_builder, op
 from onnxjob.ops import qat
 from onnxjob.ops.shapes import reshape, transpose
+from onnxjob.source_info import warn_at_user_line
 
 # NOTE: `upsample` is not listed: OneFlow has no flow.nn.upsample, it is
 # flow.layers.upsample_2d, which ops/layers.py wires to it.
@@ -322,11 +323,30 @@ def conv1d(input, filters, strides, padding, data_format="NCW", dilations=None, 
                        name, 1)
 
 
+def oneflow_ndhwc_pads(padding, data_format):
+    """The pads OneFlow applies for a 3-D channels-last convolution given an explicit
+    per-axis list [N, D, H, W, C] (nn_ops.conv3d and layers.conv3d of v0.4/v0.5): it
+    transposes the input to NCDHW and swaps only entries 1 and 4, so its D, H and W take
+    the pads written for H, W and D. Returned in the NDHWC order onnxjob's convolution
+    reads; a trap where they differ, so said once."""
+    if not is_channels_last(data_format) or not isinstance(padding, (list, tuple)) or \
+            len(padding) != 5:
+        return padding
+    moved = [padding[0], padding[2], padding[3], padding[1], padding[4]]
+    if list(moved) != list(padding):
+        warn_at_user_line(
+            f"conv3d with data_format='NDHWC' and padding={list(padding)}: as OneFlow, the "
+            f"depth, height and width take the pads written for height, width and depth "
+            f"({moved}: it swaps only the entries of axes 1 and 4 when it transposes to NCDHW)")
+    return moved
+
+
 def conv3d(input, filters, strides, padding, data_format="NCDHW", dilations=None, groups=1,
            name=None):
     """3-D convolution with an explicit weight Blob: (out, in/groups, kd, kh, kw) for
     NCDHW, (out, kd, kh, kw, in/groups) for NDHWC (no bias argument, as in OneFlow)."""
     check_format(data_format, ("NCDHW", "NDHWC"), "flow.nn.conv3d")
+    padding = oneflow_ndhwc_pads(padding, data_format)
     return convolution(input, filters, strides, padding, data_format, dilations, groups, None,
                        name, 3)
 

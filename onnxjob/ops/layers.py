@@ -13,13 +13,14 @@ from onnxjob.graph.tracer import as_blob, current_builder, op
 from onnxjob.graph.tracer import int64_constant as _int64_constant
 from onnxjob.graph import moving_averages
 from onnxjob.ops import math, qat
-from onnxjob.ops.conv import bias_add, convolution, is_channels_last, spatial_tuple
+from onnxjob.ops.conv import (bias_add, convolution, is_channels_last, oneflow_ndhwc_pads,
+                              spatial_tuple)
 from onnxjob.ops.linalg import matmul
 from onnxjob.ops.conv import upsample as upsample_2d  # noqa: F401  (OneFlow's name)
 from onnxjob.ops.normalization import layer_norm as functional_layer_norm
 # (under private names: this module is the flow.layers namespace)
 from onnxjob.ops.parallel import balanced_parts as _balanced_parts, parallel_num as _parallel_num
-from onnxjob.ops.shapes import reshape
+from onnxjob.ops.shapes import reshape, transpose
 from onnxjob.source_info import user_frame, warn_at_user_line
 
 
@@ -130,6 +131,16 @@ def _conv_layer(ndims, inputs, filters, kernel_size, strides, padding, data_form
     if len(inputs.shape) != ndims + 2:
         raise TraceError(f"flow.layers.conv{ndims}d needs a {ndims + 2}-D input, got "
                          f"{inputs.shape}")
+    if ndims == 3 and is_channels_last(data_format):
+        # OneFlow's conv3d layer computes NDHWC as NCDHW between two transposes: its weight
+        # is (filters, in/groups, kd, kh, kw), groups are taken, and explicit pads are
+        # read as its nn.conv3d reads them (oneflow_ndhwc_pads)
+        out = _conv_layer(ndims, transpose(inputs, [0, 4, 1, 2, 3]), filters, kernel_size,
+                          strides, _ncdhw_pads(oneflow_ndhwc_pads(padding, data_format)),
+                          "NCDHW", dilation_rate, groups, activation, use_bias,
+                          kernel_initializer, bias_initializer, kernel_regularizer,
+                          bias_regularizer, trainable, name, weight_name, bias_name)
+        return transpose(out, [0, 2, 3, 4, 1])
     kernel = tuple(spatial_tuple(kernel_size, ndims, "kernel_size"))
     channels_last = is_channels_last(data_format)
     in_channels = inputs.shape[-1] if channels_last else inputs.shape[1]
@@ -156,6 +167,13 @@ def _conv_layer(ndims, inputs, filters, kernel_size, strides, padding, data_form
     return _activate(out, activation, name)
 
 
+def _ncdhw_pads(padding):
+    """An explicit NDHWC pad list in NCDHW order (strings and per-axis forms as they are)."""
+    if isinstance(padding, (list, tuple)) and len(padding) == 5:
+        return [padding[0], padding[4], padding[1], padding[2], padding[3]]
+    return padding
+
+
 def _conv_layer_function(ndims, default_format, default_name, doc):
     """flow.layers.conv{ndims}d: one signature (OneFlow 0.5's) for the three ranks."""
     def layer(inputs, filters, kernel_size=1, strides=1, padding="VALID",
@@ -178,7 +196,8 @@ conv2d = _conv_layer_function(
     2, "NCHW", "Conv2d", "2-D convolution layer; weight `<name>-weight` (filters, in/groups, "
     "kh, kw) for NCHW, (filters, kh, kw, in) for NHWC.")
 conv3d = _conv_layer_function(3, "NCDHW", "Conv3d",
-                              "3-D convolution layer; weight (filters, in/groups, kd, kh, kw).")
+                              "3-D convolution layer; weight (filters, in/groups, kd, kh, kw), "
+                              "for NDHWC too (computed as NCDHW between transposes).")
 
 
 # -- batch normalization ------------------------------------------------------------------
