@@ -112,6 +112,14 @@ def t_ctc_of_logits(reduction, blank=0):
 
 
 # name, onnxjob fn, torch fn, input makers, differentiated inputs, float64 kernels exist
+def on_cpu(fn):
+    """`fn` traced under a CPU placement (OneFlow's CPU kernels where they differ)."""
+    def placed(*args):
+        with flow.scope.placement("cpu", "0:0"):
+            return fn(*args)
+    return placed
+
+
 CASES = [
     # normalization
     ("layer_norm_last_axis", lambda x, g, b: nn.layer_norm(x, g, b, begin_norm_axis=-1),
@@ -131,14 +139,20 @@ CASES = [
      [normal((2, 3, 4)), normal((3, 4))], [1, 1], True),
     ("layer_norm_no_params", lambda x: nn.layer_norm(x), lambda x: F.layer_norm(x, (3, 4)),
      [normal((2, 3, 4))], [1], False),
-    ("batch_normalization_1d_stats", lambda x, m, v, o, s: nn.batch_normalization(
-        x, m, v, o, s, variance_epsilon=1e-3, axis=1), lambda *a: t_bn(*a, eps=1e-3),
+    # OneFlow's CPU form (flow.math ops: every input has a gradient) ...
+    ("batch_normalization_1d_stats", on_cpu(lambda x, m, v, o, s: nn.batch_normalization(
+        x, m, v, o, s, variance_epsilon=1e-3, axis=1)), lambda *a: t_bn(*a, eps=1e-3),
      [normal((2, 3, 4)), normal((3,)), pos((3,)), normal((3,)), normal((3,))], [1] * 5, True),
-    ("batch_normalization_of_moments", lambda x: nn.batch_normalization(
-        x, *nn.moments(x, [0]), axis=1), lambda x: F.batch_norm(x, None, None, training=True),
+    # ... and its GPU op (normalization, training=False): the statistics take no gradient
+    ("batch_normalization_gpu_stats", lambda x, m, v, o, s: nn.batch_normalization(
+        x, m, v, o, s, variance_epsilon=1e-3, axis=1), lambda *a: t_bn(*a, eps=1e-3),
+     [normal((2, 3, 4)), normal((3,)), pos((3,)), normal((3,)), normal((3,))],
+     [1, 0, 0, 1, 1], True),
+    ("batch_normalization_of_moments", on_cpu(lambda x: nn.batch_normalization(
+        x, *nn.moments(x, [0]), axis=1)), lambda x: F.batch_norm(x, None, None, training=True),
      [normal((5, 3))], [1], True),
-    ("batch_normalization_last_axis_nd_stats", lambda x, o, s: nn.batch_normalization(
-        x, *nn.moments(x, [0, 1], keepdims=True), o, s, axis=-1),
+    ("batch_normalization_last_axis_nd_stats", on_cpu(lambda x, o, s: nn.batch_normalization(
+        x, *nn.moments(x, [0, 1], keepdims=True), o, s, axis=-1)),
      lambda x, o, s: F.batch_norm(x.reshape(-1, 3), None, None, s.reshape(3), o.reshape(3),
                                   True).reshape(2, 4, 3),
      [normal((2, 4, 3)), normal((1, 1, 3)), normal((1, 1, 3))], [1, 1, 1], True),
@@ -234,6 +248,26 @@ CASES = [
 
 
 test_against_finite_differences, test_against_pytorch = gradient_tests(CASES)
+
+
+@pytest.mark.parametrize("cpu", [False, True])
+def test_batch_normalization_of_moments_differentiates_the_statistics_on_cpus_only(cpu):
+    """flow.nn.batch_normalization(x, *moments(x)): on OneFlow's GPU op the statistics are
+    constants of the gradient (dx = dy * scale / sqrt(var + eps)); its CPU form of
+    flow.math ops differentiates them (a batch norm's full gradient)."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    dy = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    fn = lambda a: nn.batch_normalization(a, *nn.moments(a, [0]), axis=1,  # noqa: E731
+                                          variance_epsilon=1e-3)
+    run, _ = vjp(on_cpu(fn) if cpu else fn, [x], [1])
+    _, (dx,) = run([x], dy)
+    t = torch.tensor(x, requires_grad=True)
+    mean, var = t.mean(0), t.var(0, unbiased=False)
+    if not cpu:
+        mean, var = mean.detach(), var.detach()
+    ((t - mean) / torch.sqrt(var + 1e-3)).backward(torch.tensor(dy))
+    np.testing.assert_allclose(dx, t.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
 # -- forward values: OneFlow's documented examples ------------------------------------------

@@ -56,9 +56,11 @@ def batch_normalization(x, mean, variance, offset=None, scale=None, variance_eps
     """(x - mean) / sqrt(variance + variance_epsilon) * scale + offset.
 
     1-D statistics and parameters lie along `axis`; statistics of x's rank (moments with
-    keepdims=True) broadcast as they are. Every input gets a gradient. A float16 `x` takes
-    float32 statistics and parameters as OneFlow's GPU kernel does: computed in float32,
-    rounded once.
+    keepdims=True) broadcast as they are. A float16 `x` takes float32 statistics and
+    parameters as OneFlow's GPU kernel does: computed in float32, rounded once. As OneFlow:
+    on its CPU kernel (scope.oneflow_places_on_cpu) these flow.math ops, every input with a
+    gradient; on a GPU its inference-mode `normalization` op, whose statistics take none
+    (normalization_op.cpp: requires_grad(false)).
     """
     if x.np_dtype == np.float16 and mean.np_dtype == np.float32:
         wide = batch_normalization(cast(x, dtypes.float32), mean, variance, offset, scale,
@@ -76,6 +78,8 @@ def batch_normalization(x, mean, variance, offset=None, scale=None, variance_eps
     elif len(mean.shape) != rank:
         raise TraceError(f"flow.nn.batch_normalization: mean {mean.shape} must be 1-D or of "
                          f"the rank of x {x.shape}")
+    if not scope.oneflow_places_on_cpu(current_builder("flow.nn.batch_normalization")):
+        mean, variance = (op("onnxjob.StopGradient", v) for v in (mean, variance))
     std_inv = math.rsqrt(variance + as_blob(variance_epsilon, like=variance))
     out = (x - mean) * std_inv
     if scale is not None:

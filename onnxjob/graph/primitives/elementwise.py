@@ -264,6 +264,10 @@ def _one_plus_square(x):
 
 
 register("Identity", same_as_input(), lambda n, g, need: [g[0]])
+# its input's value, through which no gradient flows (an input OneFlow's op marks
+# requires_grad(false): flow.nn.batch_normalization's statistics on a GPU)
+register_composite("onnxjob.StopGradient", lambda inputs, attrs, n: [op("Identity", inputs[0])],
+                   differentiable=False)
 register("Neg", same_as_input(), lambda n, g, need: [op("Neg", g[0])])
 def _abs_grad(n, g, need):
     """As OneFlow's abs gradient: 0 at x == 0, -dy where x < 0, else dy (NaN's too)."""
