@@ -34,11 +34,17 @@ def argmax(x: tp.Numpy.Placeholder((5,))) -> tp.Numpy:
     return flow.math.argmax(x)
 
 
+@flow.global_function()
+def stacked(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+    return flow.stack([flow.math.reduce_mean(x), flow.math.reduce_max(x)], axis=0)
+
+
 flow.load_variables({{"w": W0}})
 MASKS = [np.random.default_rng(i).uniform(size=4).astype(np.float32) for i in range(4)]
 LOSSES = [train(m) for m in MASKS]
 W = flow.get_all_variables()["w"].numpy()
 ARGMAX = argmax(np.array([0.0, 3.0, 1.0, -2.0, 0.5], np.float32))
+STACKED = stacked(np.arange(6, dtype=np.float32).reshape(2, 3))
 '''
 
 
@@ -93,6 +99,8 @@ def test_a_0_4_program_gets_0_d_results_as_one_element_vectors(tmp_path):
     assert np.array_equal(ns["ARGMAX"], np.array([1]))
     assert ns["ARGMAX"].tolist() == [1]
     assert ns["ARGMAX"].dtype == np.int32       # (0.4's argmax_op.cpp; 0.5's is int64)
+    # two (1,) reductions stacked: (2, 1), as 0.4's expand_dims + concat made them
+    np.testing.assert_array_equal(ns["STACKED"], [[2.5], [5.0]])
     # and to a number, as NumPy 1.x converted any one-element array
     loss = ns["LOSSES"][0]
     assert float(loss) == loss[0] and int(ns["ARGMAX"]) == 1 and "%.3f" % loss
@@ -113,6 +121,7 @@ def test_a_0_5_program_gets_0_d_results(tmp_path):
     assert all(loss.shape == () for loss in ns["LOSSES"])
     assert f"{ns['LOSSES'][0]:.3f}" and ns["ARGMAX"].shape == () and int(ns["ARGMAX"]) == 1
     assert ns["ARGMAX"].dtype == np.int64
+    np.testing.assert_array_equal(ns["STACKED"], [2.5, 5.0])
 
 
 def test_a_job_only_api_outside_a_job_raises_oneflow_s_not_implemented_error():

@@ -10,6 +10,7 @@ import builtins
 import numpy as np
 
 from onnxjob import dtypes
+from onnxjob.compat.generations import written_for_0_4
 from onnxjob.compat.zero_d_inputs import as_vector, as_vectors
 from onnxjob.errors import TraceError
 from onnxjob.graph.registry import normalize_axis
@@ -47,9 +48,11 @@ def concat(inputs=None, axis=0, max_dim_size=None, name=None, values=None):
 
 
 def stack(inputs, axis=0, name=None):
-    """Stack same-shaped Blobs along a new axis `axis` (0-d Blobs beside (1,) ones, or 0-d
-    Blobs stacked along axis 1, are one-element vectors: compat/zero_d_inputs.py)."""
-    inputs = as_vectors(inputs, mixed_only=isinstance(axis, int) and -1 <= axis <= 0)
+    """Stack same-shaped Blobs along a new axis `axis` (0-d Blobs beside (1,) ones, 0-d
+    Blobs stacked along axis 1, or any in code written for OneFlow <= 0.4, whose full
+    reductions were (1,), are one-element vectors: compat/zero_d_inputs.py)."""
+    inputs = as_vectors(inputs, mixed_only=isinstance(axis, int) and -1 <= axis <= 0
+                        and not written_for_0_4())
     first = inputs[0].shape
     if any(x.shape != first for x in inputs):
         raise TraceError(f"stack: every input must have shape {first}, got "
