@@ -90,7 +90,11 @@ def test_loss_falls_on_a_fixed_batch(monkeypatch):
     model, create_optimizer, flags = (namespace[k] for k in ("_model", "CreateOptimizer",
                                                              "FLAGS"))
 
-    @flow.global_function(type="train")
+    config = flow.function_config()     # as upstream's train job: the tables row-sparse
+    config.indexed_slices_optimizer_conf(
+        dict(include_op_names=dict(op_name=["wide_embedding", "deep_embedding"])))
+
+    @flow.global_function(type="train", function_config=config)
     def step(labels: tp.Numpy.Placeholder((64, 1), dtype=flow.int32),
              dense: tp.Numpy.Placeholder((64, 13)),
              wide: tp.Numpy.Placeholder((64, 2), dtype=flow.int32),
