@@ -131,6 +131,31 @@ def test_a_cpu_only_program_s_mirrored_lists_have_one_element_per_cpu_device():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
+@pytest.mark.parametrize("cpus", [1, 2])
+def test_a_program_without_gpus_passes_one_element_per_cpu_device(cpus):
+    """gpu_device_num(0): OneFlow places the jobs on cpu_device_num CPUs (1 by default);
+    a mirrored argument has one element per CPU and parallel_num counts them."""
+    flow.clear_default_session()
+    flow.config.gpu_device_num(0)
+    if cpus > 1:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # n > 1 devices in one process say so
+            flow.config.cpu_device_num(cpus)
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+    seen = {}
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.ListNumpy.Placeholder((4, 2))) -> tp.ListNumpy:
+        seen["n"] = flow.current_scope().device_parallel_desc_symbol.parallel_num
+        return x * 2
+
+    out = job([np.full((3, 2), i, np.float32) for i in range(cpus)])
+    assert seen["n"] == cpus and len(out) == cpus
+    for i, o in enumerate(out):
+        np.testing.assert_array_equal(o, np.full((3, 2), 2 * i))
+
+
 def test_mirrored_inputs_must_have_one_element_per_device():
     job = _train(_mlp, (6, 4), 2, mirrored=True)
     x, y = _data(6, (6, 4), 0)

@@ -102,8 +102,12 @@ def default_machine_device_ids():
 
 
 def _devices_per_machine():
+    """The devices of OneFlow's default placement on each machine: gpu_device_num GPUs,
+    or cpu_device_num CPUs where the program asked for no GPU (gpu_device_num(0)) or for
+    CPU devices and no GPUs (written for a CPU-only build, placement_util.py)."""
     c = process_config
-    return max(1, c.gpu_device_num if c.gpu_device_num > 0 else c.cpu_device_num)
+    on_cpus = c.gpu_device_num == 0 or (not c.gpu_device_num_set and c.cpu_device_num > 1)
+    return max(1, c.cpu_device_num if on_cpus else c.gpu_device_num)
 
 
 def manual_seed(seed):

@@ -9,8 +9,9 @@ import numpy as np
 from onnxjob import dtypes
 from onnxjob.frontend import eager_jobs, results, scope, ssp
 from onnxjob.frontend.fast_call import NOT_INLINE, make_fast_call
+from onnxjob.frontend.helpers import default_parallel_num
 from onnxjob import typing as tp
-from onnxjob.frontend.config import FunctionConfig, process_config, started_session
+from onnxjob.frontend.config import FunctionConfig, started_session
 from onnxjob.ops import qat
 from onnxjob.runtime import distributed
 from onnxjob.runtime.micro_batches import PerMicroBatch
@@ -438,13 +439,8 @@ def _drop(pending, value):
 
 def _mirrored_device_count():
     """The devices of a job's default placement in OneFlow, one element of a mirrored
-    (tp.ListNumpy) argument each: gpu_device_num GPUs, or, where a program asked for CPU
-    devices and no GPUs (written for a CPU-only build, placement_util.py), cpu_device_num
-    CPUs."""
-    c = process_config
-    if not c.gpu_device_num_set and c.cpu_device_num > 1:
-        return c.cpu_device_num
-    return c.gpu_device_num
+    (tp.ListNumpy) argument each (helpers.default_parallel_num: GPUs, or CPUs)."""
+    return default_parallel_num()
 
 
 def _mirrored_list_lengths():
