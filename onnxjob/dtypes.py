@@ -89,6 +89,19 @@ def is_floating(np_dtype):
     return np.issubdtype(np.dtype(np_dtype), np.floating)
 
 
+def scalar_array(value, np_dtype):
+    """`value` (a number or array) as an ndarray of `np_dtype` (None: its own), where an
+    integer outside an integer dtype's range wraps as OneFlow's kernels cast the int64
+    operand or value they are given (`static_cast<T>`: scalar_mul, scalar_add, constant;
+    `ids * 2654435761` on int32 ids, `mask * 255` on int8) instead of NumPy 2's
+    OverflowError."""
+    if np_dtype is not None and np.dtype(np_dtype).kind in "iu":
+        arr = np.asarray(value)
+        if arr.dtype.kind in "iub":
+            return arr.astype(np.int64).astype(np_dtype)
+    return np.asarray(value, dtype=np_dtype)
+
+
 # OneFlow's flow.dtypes(): the list its framework/dtype.py keeps (flow.float and
 # flow.double appear under both of their names, as there)
 _ONEFLOW_DTYPES = (char, float, float32, double, float64, float16, int8, int32, int64, uint8,

@@ -982,3 +982,21 @@ def test_one_hot_refuses_float_indices_as_oneflow_does():
         return flow.one_hot(i, depth=3)
     with pytest.raises(TraceError, match="one_hot: indices must be int32 or int64"):
         job(np.array([1.0, 2.0, 0.0], np.float32))
+
+
+@pytest.mark.parametrize("fn,array,expected", [
+    # a multiplicative hash of int32 ids: OneFlow's scalar_mul casts its int64 operand
+    (lambda a: a * 2654435761, np.int32([1, 2, 3]),
+     (np.int64([1, 2, 3]) * 2654435761).astype(np.int32)),
+    (lambda a: a * 255, np.int8([0, 1, -1]), np.int8([0, -1, 1])),
+    (lambda a: flow.math.add(a, 2 ** 32 + 5), np.int32([1, -1]), np.int32([6, 4])),
+    (lambda a: a + flow.constant(300, dtype=flow.int8, shape=(2,)), np.int8([0, 1]),
+     np.int8([44, 45])),
+    (lambda a: flow.constant_like(a, 1000), np.int8([0, 1]), np.int8([-24, -24])),
+])
+def test_an_integer_outside_an_integer_blob_s_range_wraps(fn, array, expected):
+    """OneFlow's kernels static_cast the int64 operand or value to the Blob's dtype
+    (scalar_mul/scalar_add/constant kernels); NumPy 2 refused such a Python int."""
+    out = _predict(fn, array)
+    assert out.dtype == expected.dtype
+    np.testing.assert_array_equal(out, expected)

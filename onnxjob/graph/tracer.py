@@ -602,8 +602,7 @@ def as_blob(x, like=None, dtype=None):
     builder = like.builder if like is not None else current_builder()
     if dtype is None:
         dtype = like.np_dtype if like is not None else None
-    arr = np.asarray(x, dtype=dtype)
-    return builder.constant(arr)
+    return builder.constant(dtypes.scalar_array(x, dtype))
 
 
 def _ir_attr(name, value):

@@ -19,7 +19,7 @@ __all__ = ["constant", "constant_like", "constant_scalar", "ones", "ones_like", 
 def constant(value, dtype=None, shape=None, name=None):
     """A Blob of `shape` filled with `value` (dtype default float32)."""
     np_dtype = dtypes.to_numpy(dtype) if dtype is not None else np.float32
-    arr = np.asarray(value, dtype=np_dtype)
+    arr = dtypes.scalar_array(value, np_dtype)
     if shape is not None:
         arr = np.broadcast_to(arr, tuple(shape))
     return current_builder("flow.constant").constant(np.array(arr), name_hint=name or "constant")
@@ -33,6 +33,7 @@ def constant_scalar(value, dtype=None, name=None):
 def constant_like(like, value, dtype=None, name=None):
     """A Blob of like's shape filled with `value` (dtype default: like's)."""
     np_dtype = dtypes.to_numpy(dtype) if dtype is not None else like.np_dtype
+    value = dtypes.scalar_array(value, np_dtype)
     if like.is_dynamic:     # of like's run-time shape
         return op("ConstantOfShape", op("Shape", like), value=np.full(1, value, np_dtype),
                   name=name)
