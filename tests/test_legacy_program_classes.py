@@ -586,10 +586,26 @@ def test_op_code_copied_from_oneflow_reads_its_blob_classes_and_names(oneflow_al
         assert isinstance(x, (remote_blob_util.ConsistentBlob, internal.LazyMirroredBlob))
         return flow.math.multiply(x, 2.0, name=name)
 
-    names = {id_util.UniqueStr("Scaled_") for _ in range(3)}
-    assert len(names) == 3 and all(n.startswith("Scaled_") for n in names)
+    names = {id_util.UniqueStr("Scaled_") for _ in range(3)} | {
+        internal.UniqueStr("Scaled_") for _ in range(3)}    # (oneflow_convert's handlers)
+    assert len(names) == 6 and all(n.startswith("Scaled_") for n in names)
     assert distribute_util.split(0).axis == 0
     np.testing.assert_allclose(_run(lambda x: scaled(scaled(x))), 4 * X)
+
+
+def test_oneflow_0_4_s_export_decorators_return_what_they_tag(oneflow_alias):
+    """`from oneflow.python.oneflow_export import oneflow_export` (oneflow_convert's older
+    flow2onnx and onnx2flow): the decorators only tag (OneFlow's build reads the tags)."""
+    export = oneflow_alias("oneflow.python.oneflow_export")
+
+    @export.oneflow_export("my_scaled")
+    @export.stable_api
+    def scaled(x):
+        return flow.math.multiply(x, 2.0)
+
+    assert scaled._ONEFLOW_API == ["my_scaled"]
+    assert export.experimental_api(scaled) is export.oneflow_deprecate("old")(scaled) is scaled
+    np.testing.assert_allclose(_run(scaled), 2 * X)
 
 
 @pytest.mark.parametrize("module, name", [

@@ -21,7 +21,8 @@ them, and what of them onnxjob provides:
     distribute        flow.distribute
     c_api_util        JobBuildAndInferCtx_GetCurrentJobName()
     oneflow_api /     JobBuildAndInferCtx_GetCurrentJobName(), the blob classes (BlobDesc,
-    _oneflow_internal ConsistentBlob, LazyConsistentBlob, ...), distribute
+    _oneflow_internal ConsistentBlob, LazyConsistentBlob, ...), distribute, UniqueStr
+    oneflow_export    (<= 0.4, oneflow.python.oneflow_export) its tagging decorators
 
 Any other name of these modules raises UnsupportedAPIError naming it and the user's line
 (the rest is OneFlow's C++ runtime, which onnxjob replaces); any other framework module
@@ -92,7 +93,28 @@ def extension_module(name):
     return _module(name, extension_module.__doc__, distribute=distribute,
                    JobBuildAndInferCtx_GetCurrentJobName=(
                        job_build_and_infer_ctx_get_current_job_name),
-                   deprecated=deprecated, **{cls: Blob for cls in BLOB_CLASSES})
+                   UniqueStr=unique_str, deprecated=deprecated,
+                   **{cls: Blob for cls in BLOB_CLASSES})
+
+
+def oneflow_export_module(name):
+    """OneFlow <= 0.4's `oneflow.python.oneflow_export`: its decorators only tag a
+    function or class with the API names it is exported under (OneFlow's build generates
+    the `oneflow.*` modules from the tags), so a program's own use of them changes
+    nothing; here they return what they decorate (oneflow_convert's older
+    flow2onnx/onnx2flow import them)."""
+    def oneflow_export(*api_names, **kwargs):
+        def tag(func_or_class):
+            func_or_class._ONEFLOW_API = list(api_names)
+            return func_or_class
+        return tag
+
+    def stable_api(func_or_class):
+        return func_or_class
+
+    return _module(name, oneflow_export_module.__doc__, oneflow_export=oneflow_export,
+                   oneflow_deprecate=oneflow_export, stable_api=stable_api,
+                   experimental_api=stable_api)
 
 
 def _proto_dtype(dtype):

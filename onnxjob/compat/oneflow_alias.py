@@ -172,6 +172,8 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return importlib.import_module("onnxjob.compat.oneflow_onnx_converter")
         if fullname in ("oneflow._oneflow_internal", _EXTENSION_04):
             return framework_modules.extension_module(fullname)
+        if fullname == "oneflow.python.oneflow_export":
+            return framework_modules.oneflow_export_module(fullname)
         if fullname in _FRAMEWORK_PACKAGES or fullname == "oneflow.python":
             package = types.ModuleType(fullname)
             package.__path__ = []
