@@ -437,6 +437,9 @@ def test_l1_regularizer_of_a_variable_placed_on_cpus_in_a_gpu_job():
     (dict(weight_decay_excludes="bias"), "w"),
     (dict(weight_decay_excludes=["ias", "zzz"]), "w"),
     (dict(), "both"),
+    # an empty list is none given: OneFlow's wrappers add no includes message for it
+    (dict(weight_decay_includes=[]), "both"),
+    (dict(weight_decay_excludes=[]), "both"),
 ])
 def test_weight_decay_patterns_partial_match(kw, decayed):
     make = lambda: optim.AdamW(0.1, weight_decay=0.3, **kw)  # noqa: E731
@@ -459,6 +462,8 @@ def test_weight_decay_excludes_for_every_optimizer_taking_it(opt):
 def test_weight_decay_includes_and_excludes_together_is_an_error():
     with pytest.raises(TraceError, match="cannot both be set"):
         optim.AdamW(0.1, weight_decay=0.1, weight_decay_includes="a", weight_decay_excludes="b")
+    # without a rate OneFlow reads neither (its assert sits under `if weight_decay`)
+    optim.AdamW(0.1, weight_decay_includes="a", weight_decay_excludes="b")
 
 
 @pytest.mark.parametrize("opt", ["SGD", "SGDW", "Adam", "AdamW", "LazyAdam", "RMSProp",

@@ -102,7 +102,11 @@ class loss_scale:
 
 
 def _patterns(value):
-    return [value] if isinstance(value, str) else value
+    """A weight-decay pattern list: a string is one pattern; an empty list is none given, as
+    OneFlow's wrappers add no includes/excludes message for it (every variable decays)."""
+    if isinstance(value, str):
+        return [value]
+    return list(value) if value else None
 
 
 # (variable name, its shape, picked rows) while an optimizer updates some rows of it alone
@@ -242,7 +246,8 @@ class Optimizer:
             loss_scale_policy = StaticLossScalePolicy(loss_scale_factor)
         self.loss_scale_policy = loss_scale_policy
         self.variables = variables
-        if weight_decay_includes is not None and weight_decay_excludes is not None:
+        if weight_decay is not None and weight_decay_includes is not None and \
+                weight_decay_excludes is not None:   # (OneFlow asserts it with a rate only)
             raise TraceError("weight_decay_includes and weight_decay_excludes cannot both be "
                              "set; give the patterns of one of them")
         self.weight_decay = weight_decay
