@@ -324,6 +324,9 @@ def test_run_gives_scripts_the_names_numpy_and_python_removed_since_oneflow(tmp_
         print("python", isinstance({}, collections.Mapping), isinstance([], Iterable),
               tuple(inspect.getargspec(f)))
         print("job", job(x.astype(np.float32)).tolist())
+        out = job(np.ones((2, 3), np.float32))
+        print("metrics", {"acc": out.mean(), "row": list(out[0][:2])}, float(out[:1, :1]),
+              "%.1f" % out.max(axis=None), int(np.argmax(out[:1], 1)))
         np.float
         print("bytes", np.fromstring("ab", dtype=np.int8).tolist(),
               np.fromstring(b"\\x01\\x00", np.uint8).tolist(),
@@ -336,6 +339,8 @@ def test_run_gives_scripts_the_names_numpy_and_python_removed_since_oneflow(tmp_
     assert "values True inf True float64 6 True [False, True]" in out
     assert "python True True (['a', 'b'], 'c', 'd', (2,))" in out
     assert "job [[0.0, 2.0, 4.0], [6.0, 8.0, 10.0]]" in out
+    # printed as NumPy 1.x printed them; one-element arrays taken from a result convert
+    assert "metrics {'acc': 2.0, 'row': [2.0, 2.0]} 2.0 2.0 0" in out
     assert "bytes [97, 98] [1, 0] [1.0, 2.0]" in out        # (fromstring's binary mode)
     warned = [line for line in done.stderr.splitlines() if "UserWarning" in line]
     assert "old.py:9: UserWarning: numpy.int was removed in NumPy 1.24" in warned[1]

@@ -7,6 +7,7 @@ labels for the face-recognition ops: test_ops_legacy.py; every kind of the old A
 learning_rate_decay: test_optimizers.py), a job body's scope being its own, not its
 caller's, and eager mode's switch (job functions run lazily)."""
 import argparse
+import json
 import os
 import warnings
 from typing import Tuple
@@ -430,7 +431,7 @@ def test_a_04_program_indexes_a_returned_0d_result_as_its_one_element_vector():
         assert total.shape == () and total.ndim == 0 and float(total) == 11.5
         assert f"{total:.2f}" == "11.50" and total[()] == loss and total.item() == 11.5
         assert total + 1 == 12.5 and repr(total) == repr(np.array(11.5, np.float32))
-        assert vector[0] == 3 and len(vector) == 5 and type(vector) is np.ndarray
+        assert vector[0] == 3 and len(vector) == 5 and isinstance(vector, np.ndarray)
     with pytest.raises(IndexError):
         total[1]                         # as the (1,) vector refuses it
     assert watched["numpy"][0] == watched["local"][0] == pytest.approx(11.5)
@@ -439,16 +440,26 @@ def test_a_04_program_indexes_a_returned_0d_result_as_its_one_element_vector():
     assert f"{blob.numpy():.1f}" == "7.0"
 
 
-def test_what_numpy_computes_from_a_0d_result_is_numpys_own_value():
+def test_what_numpy_computes_from_a_0d_result_is_numpy_1_s_value():
+    """NumPy's own value, promoted as NumPy 1.x (OneFlow's) promoted 0-d operands: a
+    Python number counts as a 64-bit value (NumPy 2 keeps float32 for `* 2`, and an
+    accumulated `total += loss` would be a float32 json refuses)."""
     annotated, _, _, _ = _reductions_job()
     total, _, vector = annotated(np.array([3, -1, 7, 2, 0.5], np.float32))
     plain = np.array(11.5, np.float32)
-    for compute in (lambda v: v * 2, lambda v: v + 1, lambda v: v.mean(), np.sqrt,
-                    lambda v: v == 11.5, lambda v: -v):
-        # as for a plain 0-d array (NumPy 1.x and 2 promote `* 2` differently)
-        value, expected = compute(total), compute(plain)
-        assert type(value) is type(expected) and value == expected, (value, expected)
+    for compute, numpy_1 in ((lambda v: v * 2, np.float64), (lambda v: v + 1, np.float64),
+                             (lambda v: 0.0 + v, np.float64), (lambda v: v / 3, np.float64),
+                             (lambda v: v.mean(), np.float32), (np.sqrt, np.float32),
+                             (lambda v: v == 11.5, np.bool_), (lambda v: -v, np.float32),
+                             (lambda v: v + np.float32(1), np.float32)):
+        value = compute(total)
+        expected = compute(plain.astype(np.float64) if numpy_1 is np.float64 else plain)
+        assert type(value) is numpy_1 and value == expected, (value, expected)
+    accumulated = 0.0
+    accumulated += total
+    assert json.dumps({"loss": accumulated / 2}) == '{"loss": 5.75}'
     assert type(total + vector) is np.ndarray and (total + vector).shape == (5,)
+    assert (total + vector).dtype == np.float32      # (an array keeps its dtype in 1.x too)
 
 
 def test_callbacks_and_async_get_read_a_0d_result_as_its_one_element_vector():

@@ -16,7 +16,8 @@ or the standard library (a feature test such as `hasattr(np, "float_")`) gets th
 release's answer. One removed behaviour comes back the same way: `np.fromstring(data,
 dtype)` without `sep` (its binary mode, removed in NumPy 2: `cv2.imdecode(np.fromstring(
 jpeg_bytes, np.uint8), 1)`, OneFlow's summary tags) reads the bytes as 1.x did, for the
-program's calls; every other call is NumPy's own.
+program's calls; every other call is NumPy's own. And NumPy's print options are 1.x's
+(`legacy="1.25"`: a scalar in a printed list or dict reads `0.75`, not `np.float32(0.75)`).
 
 It runs in the runner's process and in the child processes it gives the alias to
 (compat/oneflow_alias.py), never on `import onnxjob`: a library user's NumPy stays as
@@ -174,6 +175,9 @@ def restore_removed_names():
     and np.fromstring its binary mode; calling it again does nothing."""
     _extend_getattr(np, NUMPY_NAMES)
     np.fromstring = _fromstring
+    # NumPy 2 prints a scalar as `np.float32(0.75)` inside lists and dicts (a program's
+    # printed metrics); NumPy 1.x, OneFlow's, printed `0.75`
+    np.set_printoptions(legacy="1.25")
     _extend_getattr(collections, {
         name: (getattr(collections.abc, name), "Python 3.10 (collections.abc has it)")
         for name in collections.abc.__all__ if name not in collections.__dict__})

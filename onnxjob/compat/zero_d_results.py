@@ -32,17 +32,41 @@ def _reads_as_vector(key):
     return isinstance(key, (numbers.Integral, slice))
 
 
+_PYTHON_NUMBERS = (int, float, complex)
+
+
 class _HostResult(np.ndarray):
     """A result array whose repr is the plain array's and whose derived arrays are plain:
     a ufunc's result (arithmetic, comparisons, reductions such as .mean()) is what it is
-    for a plain array, a NumPy scalar or a plain ndarray."""
+    for a plain array, a NumPy scalar or a plain ndarray (`_derived`), computed as NumPy
+    1.x computed it where every operand is 0-d: a Python number counts as a 64-bit NumPy
+    value there (`total = 0.0; total += loss` is float64, a Python float that json
+    writes, as with the NumPy of OneFlow's time; NumPy 2 keeps the float32)."""
 
     def __repr__(self):
         return repr(np.asarray(self))
 
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        if method == "__call__" and all(np.ndim(x) == 0 for x in inputs):
+            inputs = tuple(np.asarray(x) if type(x) in _PYTHON_NUMBERS else x for x in inputs)
+        inputs = tuple(x.view(np.ndarray) if isinstance(x, _HostResult) else x for x in inputs)
+        if out is not None:
+            kwargs["out"] = tuple(o.view(np.ndarray) if isinstance(o, _HostResult) else o
+                                  for o in out)
+        result = getattr(ufunc, method)(*inputs, **kwargs)
+        if isinstance(result, tuple):
+            return tuple(self._derived(r) for r in result)
+        return self._derived(result)
+
     def __array_wrap__(self, array, context=None, return_scalar=False):
-        array = array.view(np.ndarray)
-        return array[()] if return_scalar or array.ndim == 0 else array
+        return self._derived(array, return_scalar)
+
+    def _derived(self, value, return_scalar=False):
+        """What NumPy computed from this result, as it is for a plain array."""
+        if not isinstance(value, np.ndarray):
+            return value
+        value = value.view(np.ndarray)
+        return value[()] if return_scalar or value.ndim == 0 else value
 
 
 class ZeroDResult(_HostResult):
@@ -61,19 +85,18 @@ class ZeroDResult(_HostResult):
         return iter(np.asarray(self).reshape(1)) if self.ndim == 0 else super().__iter__()
 
 
-class VectorOfOne(_HostResult):
-    """OneFlow <= 0.4's one-element result, shape (1,), that also converts to a Python
-    number as NumPy 1.x let any one-element array do (`float(loss)`, `int(argmax)`,
-    `"%.3f" % loss`; NumPy 2 refuses arrays of rank > 0 there). What NumPy computes from
-    it with shape (1,) converts too (`total += loss`, `total / steps`, then `"%.3f" % total`,
-    as a 0.4 program formats its epoch's mean loss); derived arrays of other shapes are
-    plain."""
+class HostArray(_HostResult):
+    """A job's result array that, where it or an array taken from it has one element,
+    converts to a Python number as NumPy 1.x let any one-element array do: `float(prob[:,
+    1])`, `int(np.argmax(prob, 1))`, `"%.4f" % prob.max(axis=1)` of a batch-1 prediction
+    (NumPy 2 refuses arrays of rank > 0 there). Views keep the class; what NumPy computes
+    from it is a plain array unless it has one element."""
 
-    def __array_wrap__(self, array, context=None, return_scalar=False):
-        result = super().__array_wrap__(array, context, return_scalar)
-        if type(result) is np.ndarray and result.shape == (1,):
-            return result.view(VectorOfOne)
-        return result
+    def _derived(self, value, return_scalar=False):
+        value = super()._derived(value, return_scalar)
+        if type(value) is np.ndarray and value.size == 1:
+            return value.view(VectorOfOne)
+        return value
 
     def _number(self, kind):
         """kind(its one element), or NumPy's own refusal for a view of another size."""
@@ -90,16 +113,26 @@ class VectorOfOne(_HostResult):
         return self._number(complex)
 
 
+class VectorOfOne(HostArray):
+    """OneFlow <= 0.4's one-element result, shape (1,), and any one-element array
+    (`float(loss)`, `int(argmax)`, `"%.3f" % loss`); what NumPy computes from it with one
+    element converts too (`total += loss`, `total / steps`, then `"%.3f" % total`, as a
+    0.4 program formats its epoch's mean loss)."""
+
+
 def host_result(array, as_vector=False):
     """`array` as the caller receives it: a 0-d ndarray as a ZeroDResult view, or with
-    `as_vector` as OneFlow <= 0.4's (1,) vector (a VectorOfOne); any other one-element
-    array as a VectorOfOne view too, so a batch-1 prediction converts to a number
-    (`int(pred)`, `"%d" % pred`) as it did with the NumPy 1.x of OneFlow's time."""
+    `as_vector` as OneFlow <= 0.4's (1,) vector (a VectorOfOne); any other numeric
+    array as a HostArray view (a VectorOfOne where it has one element), so a batch-1
+    prediction and the arrays taken from it convert to numbers (`int(pred)`, `"%d" %
+    pred`, `float(prob[:, 1])`) as with the NumPy 1.x of OneFlow's time."""
     if type(array) is not np.ndarray:
         return array
     if array.ndim == 0:
         return array.reshape(1).view(VectorOfOne) if as_vector else array.view(ZeroDResult)
-    return array.view(VectorOfOne) if array.size == 1 else array
+    if array.dtype.kind not in "biufc":
+        return array
+    return array.view(VectorOfOne) if array.size == 1 else array.view(HostArray)
 
 
 def host_results(values, as_vector=False):
