@@ -12,6 +12,8 @@ import onnxjob.typing as tp
 from onnxjob.compat import install_oneflow_alias, uninstall_oneflow_alias
 
 PROGRAM = '''
+from typing import Tuple
+
 import numpy as np
 import {module} as flow
 import {module}.typing as tp
@@ -39,12 +41,20 @@ def stacked(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
     return flow.stack([flow.math.reduce_mean(x), flow.math.reduce_max(x)], axis=0)
 
 
+@flow.global_function()
+def expanded(x: tp.Numpy.Placeholder((2, 3))) -> Tuple[tp.Numpy, tp.Numpy]:
+    best = flow.math.argmax(flow.math.reduce_sum(x, axis=0))
+    return (flow.expand_dims(flow.math.reduce_mean(x), 0),
+            flow.one_hot(flow.cast(best, flow.int32), depth=3))
+
+
 flow.load_variables({{"w": W0}})
 MASKS = [np.random.default_rng(i).uniform(size=4).astype(np.float32) for i in range(4)]
 LOSSES = [train(m) for m in MASKS]
 W = flow.get_all_variables()["w"].numpy()
 ARGMAX = argmax(np.array([0.0, 3.0, 1.0, -2.0, 0.5], np.float32))
 STACKED = stacked(np.arange(6, dtype=np.float32).reshape(2, 3))
+EXPANDED = expanded(np.arange(6, dtype=np.float32).reshape(2, 3))
 '''
 
 
@@ -101,6 +111,9 @@ def test_a_0_4_program_gets_0_d_results_as_one_element_vectors(tmp_path):
     assert ns["ARGMAX"].dtype == np.int32       # (0.4's argmax_op.cpp; 0.5's is int64)
     # two (1,) reductions stacked: (2, 1), as 0.4's expand_dims + concat made them
     np.testing.assert_array_equal(ns["STACKED"], [[2.5], [5.0]])
+    # and expand_dims / one_hot of them: (1, 1), (1, depth)
+    np.testing.assert_array_equal(ns["EXPANDED"][0], [[2.5]])
+    np.testing.assert_array_equal(ns["EXPANDED"][1], [[0, 0, 1]])
     # and to a number, as NumPy 1.x converted any one-element array
     loss = ns["LOSSES"][0]
     assert float(loss) == loss[0] and int(ns["ARGMAX"]) == 1 and "%.3f" % loss
@@ -122,6 +135,8 @@ def test_a_0_5_program_gets_0_d_results(tmp_path):
     assert f"{ns['LOSSES'][0]:.3f}" and ns["ARGMAX"].shape == () and int(ns["ARGMAX"]) == 1
     assert ns["ARGMAX"].dtype == np.int64
     np.testing.assert_array_equal(ns["STACKED"], [2.5, 5.0])
+    np.testing.assert_array_equal(ns["EXPANDED"][0], [2.5])
+    np.testing.assert_array_equal(ns["EXPANDED"][1], [0, 0, 1])
 
 
 def test_a_job_only_api_outside_a_job_raises_oneflow_s_not_implemented_error():
