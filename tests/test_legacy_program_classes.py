@@ -604,6 +604,47 @@ def test_op_code_copied_from_oneflow_reads_its_blob_classes_and_names(oneflow_al
     np.testing.assert_allclose(_run(lambda x: scaled(scaled(x))), 4 * X)
 
 
+def test_checkpoint_tools_write_meta_files_with_oneflow_s_variable_meta_info(oneflow_alias,
+                                                                            tmp_path):
+    """A converter writes `<name>/out` and a `meta` text proto with VariableMetaInfo (the
+    MXNet-to-OneFlow tool of OneFlow-Benchmark); flow.checkpoint.get reads it, and reading
+    a meta of onnxjob's back gives its shape and DataType."""
+    from google.protobuf import text_format
+    meta_pb = oneflow_alias("oneflow.core.framework.variable_meta_info_pb2")
+    internal = oneflow_alias("oneflow._oneflow_internal")
+    value = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (tmp_path / "w").mkdir()
+    value.tofile(tmp_path / "w" / "out")
+    info = meta_pb.VariableMetaInfo()
+    info.shape.dim[:] = value.shape
+    info.data_type = internal.deprecated.GetProtoDtype4OfDtype(flow.float32)
+    (tmp_path / "w" / "meta").write_bytes(text_format.MessageToBytes(info))
+    np.testing.assert_array_equal(flow.checkpoint.get(str(tmp_path))["w"].numpy(), value)
+    flow.checkpoint.save(str(tmp_path / "again"), {"v": value.astype(np.float64)})
+    read = text_format.Parse((tmp_path / "again" / "v" / "meta").read_text(),
+                             meta_pb.VariableMetaInfo())
+    assert list(read.shape.dim) == [2, 3] and read.data_type == meta_pb.kDouble == 3
+
+
+def test_model_code_s_other_internal_imports(oneflow_alias):
+    """Imports at the top of real model files: YOLOv3's ops (logical_blob_id_pb2), Mask
+    R-CNN's test helpers (local_blob.LocalBlob, what .get() returns), OneFlow 0.2/0.3's
+    documentation samples (python_gen.compatibility.with_cuda)."""
+    lbi = oneflow_alias("oneflow.core.register.logical_blob_id_pb2")
+    blob_id = lbi.LogicalBlobId(op_name="conv", blob_name="out")
+    assert lbi.LogicalBlobId.FromString(blob_id.SerializeToString()) == blob_id
+    local_blob = oneflow_alias("oneflow.python.framework.local_blob")
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2,))):
+        return flow.math.relu(x)
+
+    out = job(np.array([-1.0, 2.0], np.float32)).get()
+    assert isinstance(out, local_blob.LocalBlob) and out.numpy().tolist() == [0.0, 2.0]
+    compatibility = oneflow_alias("oneflow.python_gen.compatibility")
+    assert compatibility.with_cuda is flow.sysconfig.with_cuda()
+
+
 def test_oneflow_0_4_s_export_decorators_return_what_they_tag(oneflow_alias):
     """`from oneflow.python.oneflow_export import oneflow_export` (oneflow_convert's older
     flow2onnx and onnx2flow): the decorators only tag (OneFlow's build reads the tags)."""

@@ -20,6 +20,7 @@ them, and what of them onnxjob provides:
     remote_blob       BlobDef, RemoteBlob's classes: onnxjob's Blob (annotations, isinstance)
     distribute        flow.distribute
     c_api_util        JobBuildAndInferCtx_GetCurrentJobName()
+    local_blob        LocalBlob (what `job(...).get()` returns)
     oneflow_api /     JobBuildAndInferCtx_GetCurrentJobName(), the blob classes (BlobDesc,
     _oneflow_internal ConsistentBlob, LazyConsistentBlob, ...), distribute, UniqueStr
     oneflow_export    (<= 0.4, oneflow.python.oneflow_export) its tagging decorators
@@ -137,6 +138,9 @@ def framework_module(package, name):
                        **{cls: Blob for cls in BLOB_CLASSES})
     if name == "distribute":
         return distribute
+    if name == "local_blob":      # (the class of what `job(...).get()` gives)
+        from onnxjob.frontend.results import LocalBlob
+        return _module(full, "The fetched blobs' class.", LocalBlob=LocalBlob)
     if name == "c_api_util":
         return _module(full, "The job-build context's queries.",
                        JobBuildAndInferCtx_GetCurrentJobName=(

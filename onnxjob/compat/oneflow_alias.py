@@ -16,6 +16,8 @@ What resolves:
     oneflow.core.common.data_type_pb2
     oneflow.core.record.record_pb2                 OFRecord messages (compat/protos.py)
     oneflow.core.job.initializer_conf_pb2          InitializerConf messages
+    oneflow.core.framework.variable_meta_info_pb2  VariableMetaInfo (a checkpoint's `meta`)
+    oneflow.core.register.logical_blob_id_pb2      LogicalBlobId messages
     oneflow.core.serving.saved_model_pb2           importable (tests import it at the top); its
                                                    messages describe OneFlow's saved-model
                                                    format, so using one raises naming the line
@@ -27,7 +29,10 @@ What resolves:
                                                    any other name raises naming it
     oneflow.python.framework.<m>,                  OneFlow's internal modules that programs
     oneflow.compatible.single_client.framework.<m>  copy code from: session_context, id_util,
-                                                   remote_blob, distribute, c_api_util
+                                                   remote_blob, distribute, c_api_util,
+                                                   local_blob
+    oneflow.python.oneflow_export                  (<= 0.4) its tagging decorators
+    oneflow.python_gen.compatibility               (0.2/0.3) with_cuda
 
     oneflow_onnx.oneflow2onnx.util, .flow2onnx     OneFlow's standalone ONNX converter, in its
                                                    job-function form, on onnxjob's export
@@ -101,7 +106,9 @@ def _core_modules():
     return {op_conf.__name__: op_conf, data_type.__name__: data_type,
             saved_model.__name__: saved_model,
             "oneflow.core.record.record_pb2": protos.record_pb2,
-            "oneflow.core.job.initializer_conf_pb2": protos.initializer_conf_pb2}
+            "oneflow.core.job.initializer_conf_pb2": protos.initializer_conf_pb2,
+            "oneflow.core.framework.variable_meta_info_pb2": protos.variable_meta_info_pb2,
+            "oneflow.core.register.logical_blob_id_pb2": protos.logical_blob_id_pb2}
 
 
 class _RootAlias(types.ModuleType):
@@ -158,7 +165,8 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return root
         if fullname in ("oneflow.compatible", "oneflow.core", "oneflow.core.operator",
                         "oneflow.core.common", "oneflow.core.record", "oneflow.core.job",
-                        "oneflow.core.serving"):
+                        "oneflow.core.serving", "oneflow.core.framework",
+                        "oneflow.core.register"):
             package = types.ModuleType(fullname)
             package.__path__ = []
             return package
@@ -174,6 +182,13 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return framework_modules.extension_module(fullname)
         if fullname == "oneflow.python.oneflow_export":
             return framework_modules.oneflow_export_module(fullname)
+        if fullname == "oneflow.python_gen":
+            package = types.ModuleType(fullname)
+            package.__path__ = []
+            return package
+        if fullname == "oneflow.python_gen.compatibility":    # (OneFlow 0.2/0.3's build)
+            from onnxjob.frontend.sysconfig import with_cuda
+            return _enum_module(fullname, "Whether this build runs CUDA.", with_cuda=with_cuda())
         if fullname in _FRAMEWORK_PACKAGES or fullname == "oneflow.python":
             package = types.ModuleType(fullname)
             package.__path__ = []

@@ -118,3 +118,82 @@ def record_pb2():
         setattr(module, name, record_message_class(name))
     module.__getattr__ = missing_api(module.__name__)
     return module
+
+
+# OneFlow's data_type.proto, shape.proto, logical_blob_id.proto and
+# framework/variable_meta_info.proto (v0.3-v0.5): checkpoint tools write and read the
+# `meta` files with VariableMetaInfo; model code builds LogicalBlobIds
+_DATA_TYPES = ["kInvalidDataType", "kChar", "kFloat", "kDouble", "kInt8", "kInt32", "kInt64",
+               "kUInt8", "kOFRecord", "kFloat16", "kTensorBuffer", "kBFloat16", "kMaxDataType"]
+
+
+def _field(message, name, number, label, kind):
+    """Add a field: `kind` a scalar type name, or ".oneflow.<Message or Enum>"."""
+    f = message.field.add(name=name, number=number, label=label)
+    if kind in _SCALARS:
+        f.type = _SCALARS[kind]
+    else:
+        f.type_name = kind
+        f.type = _F.TYPE_ENUM if kind == ".oneflow.DataType" else _F.TYPE_MESSAGE
+
+
+@functools.lru_cache(maxsize=None)
+def _framework_pool():
+    pool = descriptor_pool.DescriptorPool()
+    data_type = descriptor_pb2.FileDescriptorProto(
+        name="oneflow/core/common/data_type.proto", package="oneflow", syntax="proto2")
+    enum = data_type.enum_type.add(name="DataType")
+    for number, name in enumerate(_DATA_TYPES):
+        enum.value.add(name=name, number=number)
+    shape = descriptor_pb2.FileDescriptorProto(
+        name="oneflow/core/common/shape.proto", package="oneflow", syntax="proto2")
+    _field(shape.message_type.add(name="ShapeProto"), "dim", 1, _F.LABEL_REPEATED, "int64")
+    meta = descriptor_pb2.FileDescriptorProto(
+        name="oneflow/core/framework/variable_meta_info.proto", package="oneflow",
+        syntax="proto2", dependency=[shape.name, data_type.name])
+    info = meta.message_type.add(name="VariableMetaInfo")
+    _field(info, "shape", 2, _F.LABEL_REQUIRED, ".oneflow.ShapeProto")
+    _field(info, "data_type", 3, _F.LABEL_REQUIRED, ".oneflow.DataType")
+    lbi = descriptor_pb2.FileDescriptorProto(
+        name="oneflow/core/register/logical_blob_id.proto", package="oneflow", syntax="proto2")
+    blob_id = lbi.message_type.add(name="LogicalBlobId")
+    _field(blob_id, "op_name", 1, _F.LABEL_OPTIONAL, "string")
+    _field(blob_id, "blob_name", 2, _F.LABEL_OPTIONAL, "string")
+    pair = lbi.message_type.add(name="LogicalBlobIdPair")
+    _field(pair, "first", 1, _F.LABEL_REQUIRED, ".oneflow.LogicalBlobId")
+    _field(pair, "second", 2, _F.LABEL_REQUIRED, ".oneflow.LogicalBlobId")
+    _field(lbi.message_type.add(name="LogicalBlobIdPairs"), "pair", 1, _F.LABEL_REPEATED,
+           ".oneflow.LogicalBlobIdPair")
+    for file in (data_type, shape, meta, lbi):
+        pool.Add(file)
+    return pool
+
+
+def _messages_module(name, doc, messages, enum_values=False):
+    pool = _framework_pool()
+    module = types.ModuleType(name, doc)
+    for message in messages:
+        descriptor = pool.FindMessageTypeByName(f"oneflow.{message}")
+        setattr(module, message, message_factory.GetMessageClass(descriptor))
+    if enum_values:
+        module.DataType = enum_type_wrapper.EnumTypeWrapper(
+            pool.FindEnumTypeByName("oneflow.DataType"))
+        module.__dict__.update({n: number for number, n in enumerate(_DATA_TYPES)})
+    module.__getattr__ = missing_api(module.__name__)
+    return module
+
+
+@functools.lru_cache(maxsize=None)
+def variable_meta_info_pb2():
+    """The `oneflow.core.framework.variable_meta_info_pb2` module (a checkpoint's `meta`)."""
+    return _messages_module("oneflow.core.framework.variable_meta_info_pb2",
+                            "OneFlow's variable_meta_info.proto: a checkpoint entry's meta.",
+                            ["VariableMetaInfo", "ShapeProto"], enum_values=True)
+
+
+@functools.lru_cache(maxsize=None)
+def logical_blob_id_pb2():
+    """The `oneflow.core.register.logical_blob_id_pb2` module."""
+    return _messages_module("oneflow.core.register.logical_blob_id_pb2",
+                            "OneFlow's logical_blob_id.proto messages.",
+                            ["LogicalBlobId", "LogicalBlobIdPair", "LogicalBlobIdPairs"])
