@@ -88,7 +88,8 @@ from onnxjob.train import optimizer  # noqa: F401
 from onnxjob.dtypes import dtype  # noqa: F401  (the class of flow.float & co.)
 from onnxjob.frontend import distributed, model, profiler, sysconfig  # noqa: F401
 from onnxjob.compat.keras import keras  # noqa: F401  (OneFlow 0.1.0's flow.keras)
-from onnxjob.frontend.extras import (INVALID_SPLIT_AXIS, current_global_function_desc,  # noqa: F401
+from onnxjob.frontend.extras import (INVALID_BATCH_AXIS, INVALID_SPLIT_AXIS,  # noqa: F401
+                                     current_global_function_desc,
                                      empty_initializer, inter_job_reuse_mem_strategy,
                                      system_assign as _system_assign, unique_str as _unique_str)
 from onnxjob.frontend.model import Model  # noqa: F401

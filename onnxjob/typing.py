@@ -26,7 +26,7 @@ class Numpy(PyStructCompatibleToBlob):
 
     @staticmethod
     def Placeholder(shape, dtype=dtypes.float, batch_axis=0):
-        return _make_placeholder(NumpyDef, shape, dtype)
+        return _make_placeholder(NumpyDef, shape, dtype, batch_axis)
 
 
 class ListNumpy(PyStructCompatibleToBlob):
@@ -34,7 +34,7 @@ class ListNumpy(PyStructCompatibleToBlob):
 
     @staticmethod
     def Placeholder(shape, dtype=dtypes.float, batch_axis=0):
-        return _make_placeholder(ListNumpyDef, shape, dtype)
+        return _make_placeholder(ListNumpyDef, shape, dtype, batch_axis)
 
 
 class ListListNumpy(PyStructCompatibleToBlob):
@@ -42,7 +42,7 @@ class ListListNumpy(PyStructCompatibleToBlob):
 
     @staticmethod
     def Placeholder(shape, dtype=dtypes.float, batch_axis=0):
-        return _make_placeholder(ListListNumpyDef, shape, dtype)
+        return _make_placeholder(ListListNumpyDef, shape, dtype, batch_axis)
 
 
 class Callback(Generic[T]):
@@ -80,13 +80,17 @@ class ListListNumpyDef(PlaceholderDef):
     leaf = ListListNumpy
 
 
-def _make_placeholder(base, shape, dtype):
+def _make_placeholder(base, shape, dtype, batch_axis=0):
     assert isinstance(shape, tuple), "shape should be a tuple. %s found" % (shape,)
     for d in shape:
         assert isinstance(d, int) and d > 0, (
             f"every dimension of a placeholder shape must be a positive int, got {shape}")
     dtypes.to_numpy(dtype)
-    return type(f"{base.leaf.__name__}Placeholder", (base,), {"shape": shape, "dtype": dtype})
+    if isinstance(batch_axis, int) and -len(shape) <= batch_axis < 0:
+        batch_axis += len(shape)     # (OneFlow <= 0.3's input_blob_def normalizes it)
+    # OneFlow <= 0.3's Blob.batch_axis of the placeholder (None: it has none)
+    return type(f"{base.leaf.__name__}Placeholder", (base,),
+                {"shape": shape, "dtype": dtype, "batch_axis": batch_axis})
 
 
 def is_placeholder(annotation):

@@ -179,6 +179,28 @@ def test_transpose_keeps_the_batch_axis_where_asked():
     flow.clear_default_session()
 
 
+def test_a_placeholder_s_batch_axis_is_the_one_it_was_given():
+    """OneFlow <= 0.3's input_blob_def: Placeholder(batch_axis=1) (and FixedTensorDef's)
+    is the blob's batch_axis, a negative one counted from the end; None is none, which
+    0.2 tested with `is None` and 0.3 against flow.INVALID_BATCH_AXIS."""
+    import onnxjob.typing as tp
+    seen = {}
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 5), batch_axis=1),
+            y: tp.Numpy.Placeholder((2, 5), batch_axis=-1),
+            z: tp.Numpy.Placeholder((2, 5), batch_axis=None),
+            m: tp.ListNumpy.Placeholder((2, 5))) -> tp.Numpy:
+        seen.update(x=x.batch_axis, y=y.batch_axis, z=z.batch_axis, m=m.batch_axis,
+                    z_invalid=z.batch_axis == flow.INVALID_BATCH_AXIS)
+        return x
+
+    ones = np.ones((2, 5), np.float32)
+    job(ones, ones, ones, [ones])
+    assert seen == {"x": 1, "y": 1, "z": None, "m": 0, "z_invalid": True}
+    flow.clear_default_session()
+
+
 DEPRECATED_NAMES = '''
 import {module} as flow
 flow.optimizer.PolynomialSchduler(0.1, 10)

@@ -95,6 +95,8 @@ def extension_module(name):
                    JobBuildAndInferCtx_GetCurrentJobName=(
                        job_build_and_infer_ctx_get_current_job_name),
                    UniqueStr=unique_str, deprecated=deprecated,
+                   INVALID_BATCH_AXIS=distribute.INVALID_BATCH_AXIS,
+                   INVALID_SPLIT_AXIS=distribute.INVALID_SPLIT_AXIS,
                    **{cls: Blob for cls in BLOB_CLASSES})
 
 

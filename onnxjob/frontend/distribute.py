@@ -26,6 +26,10 @@ from onnxjob.ops._array_common import BATCH_AXIS
 
 # OneFlow's split axis of a blob that is not split (py_blob_desc.h)
 INVALID_SPLIT_AXIS = -22
+# OneFlow <= 0.3's batch axis of a blob that has none: 0.2's Blob.batch_axis is None there
+# (`is None`), 0.3 compares it with flow.INVALID_BATCH_AXIS; Blob.batch_axis gives None, so
+# both hold
+INVALID_BATCH_AXIS = None
 
 
 class Distribute:

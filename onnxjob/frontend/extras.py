@@ -2,7 +2,7 @@
 initializer, the job-set memory strategy, unique names and system assign."""
 import itertools
 
-from onnxjob.frontend.distribute import INVALID_SPLIT_AXIS  # noqa: F401  (flow.INVALID_SPLIT_AXIS)
+from onnxjob.frontend.distribute import INVALID_BATCH_AXIS, INVALID_SPLIT_AXIS  # noqa: F401
 from onnxjob.frontend.function_desc import FunctionDesc
 from onnxjob.frontend.initializers import Initializer
 from onnxjob.frontend.variables import assign

@@ -13,6 +13,7 @@ from onnxjob.frontend.helpers import default_parallel_num
 from onnxjob import typing as tp
 from onnxjob.frontend.config import FunctionConfig, started_session
 from onnxjob.ops import qat
+from onnxjob.ops._array_common import keep_batch_axis
 from onnxjob.runtime import distributed
 from onnxjob.runtime.micro_batches import PerMicroBatch
 from onnxjob.runtime.session import default_session, default_session_slot
@@ -363,6 +364,7 @@ def _placeholders(builder, annotation, name, split=False, micro=1):
     blob = builder.add_input(name, shape, annotation.np_dtype(), dynamic=dynamic,
                              tensor_list=tensor_list)
     blob.is_dynamic = dynamic or tensor_list
+    keep_batch_axis(blob, getattr(annotation, "batch_axis", 0))
     builder.placeholders[blob.name] = blob
     return blob
 
@@ -544,13 +546,13 @@ def FixedTensorDef(shape, dtype=None, batch_axis=0, split_axis="same_with_batch_
     """Deprecated placeholder used as a parameter default (pre-typing style; OneFlow 0.1.0's
     `split_axis` is taken: one device)."""
     print("WARNING: flow.FixedTensorDef is deprecated, use oneflow.typing.Numpy.Placeholder")
-    return tp.Numpy.Placeholder(tuple(shape), dtype or dtypes.float)
+    return tp.Numpy.Placeholder(tuple(shape), dtype or dtypes.float, batch_axis)
 
 
 def MirroredTensorDef(shape, dtype=None, batch_axis=0, name=None):
     """Deprecated mirrored placeholder used as a parameter default (pre-typing style)."""
     print("WARNING: flow.MirroredTensorDef is deprecated, use oneflow.typing.ListNumpy.Placeholder")
-    return tp.ListNumpy.Placeholder(tuple(shape), dtype or dtypes.float)
+    return tp.ListNumpy.Placeholder(tuple(shape), dtype or dtypes.float, batch_axis)
 
 
 def MirroredTensorListDef(shape, dtype=None, batch_axis=0, name=None):
@@ -558,4 +560,4 @@ def MirroredTensorListDef(shape, dtype=None, batch_axis=0, name=None):
     tp.ListListNumpy.Placeholder."""
     print("WARNING: flow.MirroredTensorListDef is deprecated, use "
           "oneflow.typing.ListListNumpy.Placeholder")
-    return tp.ListListNumpy.Placeholder(tuple(shape), dtype or dtypes.float)
+    return tp.ListListNumpy.Placeholder(tuple(shape), dtype or dtypes.float, batch_axis)
