@@ -1000,3 +1000,37 @@ def test_an_integer_outside_an_integer_blob_s_range_wraps(fn, array, expected):
     out = _predict(fn, array)
     assert out.dtype == expected.dtype
     np.testing.assert_array_equal(out, expected)
+
+
+def test_a_variable_takes_the_initializer_of_the_last_job_declaring_it():
+    """OneFlow 0.3-0.5 initializes a variable from the conf of the last job that declares
+    it (Session.UpdateInfo4InterfaceOp fills its table in job order; check_point_v2.Init
+    reads it): an EMA job re-declaring the weights with a placeholder initializer sets
+    them. A value loaded before the jobs run stays."""
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def train_like() -> tp.Numpy:
+        return flow.get_variable("w", (3,), initializer=flow.ones_initializer()) + 0
+
+    @flow.global_function()
+    def ema_like() -> tp.Numpy:
+        return flow.get_variable("w", (3,), initializer=flow.zeros_initializer()) + 0
+
+    @flow.global_function()
+    def reader() -> tp.Numpy:      # no initializer: the declared one stays
+        return flow.get_variable("w", (3,)) + 0
+
+    np.testing.assert_array_equal(train_like(), [0, 0, 0])
+    flow.clear_default_session()
+
+    @flow.global_function()
+    def first() -> tp.Numpy:
+        return flow.get_variable("v", (2,), initializer=flow.ones_initializer()) + 0
+
+    @flow.global_function()
+    def second() -> tp.Numpy:
+        return flow.get_variable("v", (2,), initializer=flow.zeros_initializer()) + 0
+
+    flow.load_variables({"v": np.array([3, 4], np.float32)})
+    np.testing.assert_array_equal(first(), [3, 4])

@@ -306,12 +306,19 @@ class VariableRegistry:
         self.variable_specs = {}
 
     def declare_variable(self, spec, check_same):
-        """The registered spec named `spec.name` (registering `spec` if new)."""
+        """The registered spec named `spec.name` (registering `spec` if new). A later
+        job's declaration with an initializer sets the one the value is drawn from, as
+        OneFlow 0.3-0.5 initializes a variable from the last job declaring it (its
+        session's table of interface ops is filled in job order); a value drawn or
+        loaded already stays."""
         existing = self.variable_specs.get(spec.name)
         if existing is None:
             self.variable_specs[spec.name] = spec
             return spec
         check_same(existing, spec)
+        if spec.initializer is not None:
+            existing.initializer = spec.initializer
+            existing.random_seed = spec.random_seed
         return existing
 
     def has_variable(self, name):
