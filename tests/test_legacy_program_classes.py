@@ -626,6 +626,13 @@ def test_checkpoint_tools_write_meta_files_with_oneflow_s_variable_meta_info(one
     assert list(read.shape.dim) == [2, 3] and read.data_type == meta_pb.kDouble == 3
 
 
+def test_oneflow_s_version_is_the_api_release_onnxjob_reproduces(oneflow_alias):
+    """OneFlow's documentation samples branch on `flow.__version__ < "0.3.0"` (the old
+    CheckPoint API); onnxjob's own version number took them there."""
+    assert oneflow_alias("oneflow").__version__ == "0.5.0"
+    assert flow.__version__ != "0.5.0"      # (import onnxjob: onnxjob's own)
+
+
 def test_model_code_s_other_internal_imports(oneflow_alias):
     """Imports at the top of real model files: YOLOv3's ops (logical_blob_id_pb2), Mask
     R-CNN's test helpers (local_blob.LocalBlob, what .get() returns), OneFlow 0.2/0.3's

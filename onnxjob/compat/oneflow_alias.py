@@ -61,6 +61,7 @@ _SINGLE_CLIENT = "oneflow.compatible.single_client"
 _EXTENSION_04 = "oneflow_api"  # OneFlow <= 0.4's top-level name of its C++ extension
 _CONVERTER = "oneflow_onnx"    # OneFlow's standalone ONNX converter (oneflow_convert)
 _CONVERTER_MODULES = (_CONVERTER + ".oneflow2onnx.util", _CONVERTER + ".oneflow2onnx.flow2onnx")
+ONEFLOW_API_VERSION = "0.5.0"
 _FRAMEWORK_PACKAGES = ("oneflow.python.framework", _SINGLE_CLIENT + ".framework")
 
 
@@ -162,6 +163,10 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if fullname == "oneflow":
             root = _RootAlias("oneflow", onnxjob.__doc__)
             root.__path__ = []
+            # the OneFlow release whose job-function API onnxjob reproduces: a program's
+            # version test (`flow.__version__ < "0.3.0"` in OneFlow's documentation
+            # samples) takes the branch of that API, not of onnxjob's own version number
+            root.__version__ = ONEFLOW_API_VERSION
             return root
         if fullname in ("oneflow.compatible", "oneflow.core", "oneflow.core.operator",
                         "oneflow.core.common", "oneflow.core.record", "oneflow.core.job",
