@@ -460,6 +460,10 @@ def test_what_numpy_computes_from_a_0d_result_is_numpy_1_s_value():
     assert json.dumps({"loss": accumulated / 2}) == '{"loss": 5.75}'
     assert type(total + vector) is np.ndarray and (total + vector).shape == (5,)
     assert (total + vector).dtype == np.float32      # (an array keeps its dtype in 1.x too)
+    # pickled as plain arrays: loadable without onnxjob
+    import pickle
+    for result in (total, vector, vector[:1]):
+        assert type(pickle.loads(pickle.dumps(result))) is np.ndarray
 
 
 def test_callbacks_and_async_get_read_a_0d_result_as_its_one_element_vector():

@@ -46,6 +46,10 @@ class _HostResult(np.ndarray):
     def __repr__(self):
         return repr(np.asarray(self))
 
+    def __reduce__(self):
+        # pickled as the plain array: loadable where onnxjob is not installed
+        return np.asarray(self).__reduce__()
+
     def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
         if method == "__call__" and all(np.ndim(x) == 0 for x in inputs):
             inputs = tuple(np.asarray(x) if type(x) in _PYTHON_NUMBERS else x for x in inputs)
