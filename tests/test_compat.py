@@ -57,8 +57,9 @@ def test_run_m_runs_a_module_of_a_package_as_python_m_does(tmp_path, ranks):
         import oneflow as flow
         from .helpers import UNITS
         assert flow.nn is __import__("onnxjob").nn
-        print("argv", sys.argv[1:], "main", __name__, "units", UNITS,
-              "file", sys.argv[0].endswith("train.py"), "rank", os.environ.get("RANK"))
+        # (one write: the ranks share the launcher's stdout, unbuffered)
+        sys.stdout.write(f"argv {sys.argv[1:]} main {__name__} units {UNITS} file "
+                         f"{sys.argv[0].endswith('train.py')} rank {os.environ.get('RANK')}\\n")
     """)
     # (with --nproc, as torchrun's `--nproc_per_node N -m MODULE`: each rank runs it)
     done = run_onnxjob("run", *ranks, "-m", "gpt-2.src.train", "--seq_len=16", "x",
