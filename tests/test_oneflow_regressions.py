@@ -1002,35 +1002,26 @@ def test_an_integer_outside_an_integer_blob_s_range_wraps(fn, array, expected):
     np.testing.assert_array_equal(out, expected)
 
 
+def _jobs_declaring(name, initializers):
+    """A fresh session with one predict job per initializer, each declaring `name`."""
+    flow.clear_default_session()
+    def job(i, initializer):
+        def body() -> tp.Numpy:
+            return flow.get_variable(name, (3,), initializer=initializer) + 0
+        body.__name__ = f"job_{i}"
+        return flow.global_function()(body)
+    return [job(i, initializer) for i, initializer in enumerate(initializers)]
+
+
 def test_a_variable_takes_the_initializer_of_the_last_job_declaring_it():
     """OneFlow 0.3-0.5 initializes a variable from the conf of the last job that declares
     it (Session.UpdateInfo4InterfaceOp fills its table in job order; check_point_v2.Init
     reads it): an EMA job re-declaring the weights with a placeholder initializer sets
-    them. A value loaded before the jobs run stays."""
-    flow.clear_default_session()
-
-    @flow.global_function()
-    def train_like() -> tp.Numpy:
-        return flow.get_variable("w", (3,), initializer=flow.ones_initializer()) + 0
-
-    @flow.global_function()
-    def ema_like() -> tp.Numpy:
-        return flow.get_variable("w", (3,), initializer=flow.zeros_initializer()) + 0
-
-    @flow.global_function()
-    def reader() -> tp.Numpy:      # no initializer: the declared one stays
-        return flow.get_variable("w", (3,)) + 0
-
+    them; a declaration without initializer changes nothing. A value loaded before the
+    jobs run stays."""
+    train_like, _, _ = _jobs_declaring("w", [flow.ones_initializer(), flow.zeros_initializer(),
+                                             None])
     np.testing.assert_array_equal(train_like(), [0, 0, 0])
-    flow.clear_default_session()
-
-    @flow.global_function()
-    def first() -> tp.Numpy:
-        return flow.get_variable("v", (2,), initializer=flow.ones_initializer()) + 0
-
-    @flow.global_function()
-    def second() -> tp.Numpy:
-        return flow.get_variable("v", (2,), initializer=flow.zeros_initializer()) + 0
-
-    flow.load_variables({"v": np.array([3, 4], np.float32)})
-    np.testing.assert_array_equal(first(), [3, 4])
+    first, _ = _jobs_declaring("v", [flow.ones_initializer(), flow.zeros_initializer()])
+    flow.load_variables({"v": np.array([3, 4, 5], np.float32)})
+    np.testing.assert_array_equal(first(), [3, 4, 5])
