@@ -70,7 +70,11 @@ def from_numpy(np_dtype):
 
 
 def from_oneflow_enum(name):
-    """The flow dtype named by a checkpoint `meta` file (`kFloat`, ...)."""
+    """The flow dtype named by a checkpoint `meta` file (`kFloat`, ..., or its DataType
+    number as a string, `2`)."""
+    if name.isdigit():
+        name = next((d.oneflow_enum for d in _FROM_ENUM.values()
+                     if d.oneflow_enum_value == int(name)), name)
     if name not in _FROM_ENUM or _FROM_ENUM[name].np_dtype is None:
         raise ValueError(f"unsupported OneFlow data_type {name!r}")
     return _FROM_ENUM[name]

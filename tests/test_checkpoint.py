@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import onnxjob as flow
+import onnxjob.typing as tp
 from onnxjob.errors import CheckpointError
 from models import BATCH, define_jobs, mlp, random_batch
 
@@ -287,3 +288,44 @@ def test_a_good_load_assigns_every_variable(tmp_path):
     flow.load_variables(flow.checkpoint.get(str(tmp_path / "c")))
     for name, value in flow.get_all_variables().items():
         assert np.array_equal(value.numpy(), saved[name]), name
+
+
+def test_get_all_variables_values_are_the_variables_read_when_asked(tmp_path):
+    """OneFlow's get_all_variables gives references to the variables' storage: a dict
+    held across a load and a train step reads, and saves, what they hold then."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", shape=(3,), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_sum(x * w)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    held = flow.get_all_variables()
+    flow.load_variables({"w": np.full((3,), 2.0, np.float32)})
+    np.testing.assert_array_equal(held["w"].numpy(), [2, 2, 2])
+    train(np.ones((2, 3), np.float32))
+    np.testing.assert_allclose(held["w"].numpy(), [1.8, 1.8, 1.8], rtol=1e-6)
+    held["w"].numpy()[:] = 7        # a copy: the variable is not changed through it
+    flow.checkpoint.save(str(tmp_path / "ck"), held)
+    np.testing.assert_allclose(np.fromfile(tmp_path / "ck" / "w" / "out", np.float32),
+                               [1.8, 1.8, 1.8], rtol=1e-6)
+    assert held["w"].shape == (3,) and held["w"].dtype == flow.float32
+
+
+@pytest.mark.parametrize("meta", [
+    "shape {\n  dim: 2\n  dim: 3\n}\ndata_type: kFloat\n",
+    "shape {\n  dim: 2\n  dim: 3\n}\ndata_type: 2\n",     # the enum by its number
+    "shape {\n  dim: [2, 3]\n}\ndata_type: kFloat\n",     # a repeated field's list form
+])
+def test_meta_files_in_any_form_protobuf_s_text_format_reads(tmp_path, meta):
+    """OneFlow reads a checkpoint's meta with text_format.Parse (check_point_v2.py), which
+    takes an enum by number and a repeated field as a list too."""
+    (tmp_path / "w").mkdir()
+    np.arange(6, dtype=np.float32).tofile(tmp_path / "w" / "out")
+    (tmp_path / "w" / "meta").write_text(meta)
+    entry = flow.checkpoint.get(str(tmp_path))["w"]
+    assert entry.shape == (2, 3) and entry.dtype == flow.float32
+    np.testing.assert_array_equal(entry.numpy(), np.arange(6).reshape(2, 3))

@@ -23,8 +23,17 @@ from onnxjob.runtime.session import default_session
 from onnxjob.runtime import backend, distributed
 from onnxjob.source_info import user_location
 
-_META_DIM = re.compile(r"dim:\s*(-?\d+)")
-_META_TYPE = re.compile(r"data_type:\s*(k\w+)")
+# a meta file is a VariableMetaInfo in protobuf's text format: `dim: 2` per axis or the
+# list form `dim: [2, 3]`; the data_type by name (`kFloat`) or by number (`2`)
+_META_DIM = re.compile(r"dim:\s*(?:\[([^\]]*)\]|(-?\d+))")
+_META_TYPE = re.compile(r"data_type:\s*(k\w+|\d+)")
+
+
+def _meta_shape(text):
+    dims = []
+    for listed, single in _META_DIM.findall(text):
+        dims += [int(d) for d in listed.split(",") if d.strip()] if listed else [int(single)]
+    return tuple(dims)
 
 
 class FileBackedVariable:
@@ -43,7 +52,7 @@ class FileBackedVariable:
             kind = _META_TYPE.search(text)
             if kind is None:
                 raise CheckpointError(f"{meta}: no data_type in the meta file")
-            self._shape = tuple(int(d) for d in _META_DIM.findall(text))
+            self._shape = _meta_shape(text)
             try:
                 self._dtype = dtypes.from_oneflow_enum(kind.group(1))
             except ValueError as e:
@@ -109,27 +118,31 @@ def read(path):
 
 
 class VariableValue:
-    """A value from get_all_variables(): `.numpy()`, `.shape`, `.dtype`."""
+    """A value from get_all_variables(): the variable itself, as OneFlow's (a reference to
+    its storage, interface_op_read_and_write.py): `.numpy()` is a copy of its value when
+    called, after the steps run so far (a dict held across training or a load saves what
+    the variables hold then), `.shape`, `.dtype`."""
 
-    def __init__(self, array):
-        self._array = array
+    def __init__(self, session, name):
+        self._session, self._name = session, name
 
     def numpy(self):
-        return self._array
+        self._session.sync()
+        return self._session.variable_numpy(self._name)
 
     @property
     def shape(self):
-        return self._array.shape
+        return self._session.variable_specs[self._name].shape
 
     @property
     def dtype(self):
-        return dtypes.from_numpy(self._array.dtype)
+        return dtypes.from_numpy(self._session.variable_specs[self._name].np_dtype)
 
 
 def get_all_variables():
     """Every variable of every job, optimizer state and train-step counters included."""
     session = started_session(sync=True)
-    return {name: VariableValue(session.variable_numpy(name)) for name in session.variable_specs}
+    return {name: VariableValue(session, name) for name in session.variable_specs}
 
 
 def value_array(name, value, spec):
