@@ -100,6 +100,36 @@ def test_pending_callbacks_run_at_exit_and_errors_fail_the_process(tmp_path):
     assert bad.returncode != 0 and "callback failed" in bad.stderr
 
 
+def test_a_closed_executor_takes_no_run_and_waits_for_one_going_on():
+    """A session closes at the program's end (or clear_default_session) while a daemon
+    thread may still call jobs: a run going on in that thread finishes first, and later
+    calls raise in their thread, as OneFlow's closed session refuses LazyRun. Before, the
+    closed executor started a new worker for the thread's next run, which was inside
+    onnxruntime while Python finalized and aborted the process (or close's sync waited
+    forever for the thread's queued runs)."""
+    import threading
+    import time
+    from onnxjob.runtime.executor import Executor
+    executor, finished = Executor(), []
+
+    def slow():
+        time.sleep(0.3)
+        finished.append(True)
+        return 1
+
+    thread = threading.Thread(target=executor.run_sync, args=(slow,), daemon=True)
+    thread.start()
+    time.sleep(0.05)                    # the thread is inside its inline run
+    executor.close()
+    assert finished == [True]           # close waited for it
+    for call in (lambda: executor.run_sync(slow),
+                 lambda: executor.run_async(slow, lambda value: None)):
+        with pytest.raises(RuntimeError, match="session is closed"):
+            call()
+    assert executor._thread is None     # no worker started for them
+    thread.join()
+
+
 def test_clear_default_session_waits_and_reraises():
     inc, _ = counter_jobs()
     got = []
@@ -177,3 +207,25 @@ def test_idle_onnxruntime_threads_spin_briefly(monkeypatch):
     assert backend.session_options(is_train=True).get_session_config_entry(key) == "100"
     monkeypatch.setenv("ONNXJOB_SPIN_US", "0")
     assert backend.session_options(is_train=False).get_session_config_entry(key) == "0"
+
+
+def test_a_ctrl_c_during_the_session_start_is_raised_once_it_is_done(monkeypatch):
+    """Ctrl-C while the first call starts the session: raised after the start, which
+    completes (a KeyboardInterrupt inside a module's first import could leave Python's
+    import lock held while the thread drawing the initial values imported: a hang)."""
+    import os
+    import signal
+    from onnxjob.runtime.session import Session, default_session
+    inc, _ = counter_jobs()
+    draw = Session._init_variables
+
+    def interrupted_draw(self, seed):
+        os.kill(os.getpid(), signal.SIGINT)     # (the handler runs in the main thread)
+        return draw(self, seed)
+
+    monkeypatch.setattr(Session, "_init_variables", interrupted_draw)
+    with pytest.raises(KeyboardInterrupt):
+        inc(np.zeros(1, np.float32))
+    monkeypatch.setattr(Session, "_init_variables", draw)
+    assert default_session().is_running
+    flow.sync_default_session()

@@ -26,6 +26,9 @@ import traceback
 MAX_IN_FLIGHT = 2
 # how often an idle worker looks at the queue without being notified
 WORKER_IDLE_WAKEUP_S = 0.5
+# how long closing waits for a run another thread is making in its own thread (a daemon
+# thread still training when the program ends)
+CLOSE_WAIT_S = 60.0
 
 # What `Executor.try_inline` returns when the run must take `run_sync`'s full path.
 NOT_INLINE = object()
@@ -80,6 +83,9 @@ class Executor:
         # The thread running a synchronous call inline through run_sync (whose watch
         # handlers may call jobs), else None: such a call is refused, not deadlocked.
         self._inline_owner = None
+        # set by close(): no run is taken from then on (the program is ending, or the
+        # session was cleared), as OneFlow's closed session refuses LazyRun
+        self._closed = False
 
     @property
     def in_flight(self):
@@ -128,14 +134,36 @@ class Executor:
                                "that would wait for itself. Collect the values in the callback "
                                "and call the job from the main program instead.")
 
+    def _refuse_closed(self):
+        if self._closed:
+            raise RuntimeError("onnxjob: the session is closed (the program is ending, or "
+                               "flow.clear_default_session() was called): this job run is "
+                               "not made")
+
+    def close(self):
+        """Take no run from now on; a run another thread is making in its own thread
+        finishes first (a daemon thread still calling jobs while the program ends: its run
+        inside onnxruntime while Python finalizes aborted the process). The runs queued
+        so far still run (sync, shutdown)."""
+        with self._cond:
+            self._closed = True
+        me = threading.get_ident()
+        worker = self._thread
+        if self._run_lock.locked() and self._inline_owner != me and not (
+                worker is not None and worker.ident == me):
+            if self._run_lock.acquire(timeout=CLOSE_WAIT_S):
+                self._run_lock.release()
+
     def run_sync(self, fn):
         """Run `fn()` after every earlier call; returns its value (errors raise here)."""
         self._refuse_reentry()
+        self._refuse_closed()
         self.raise_pending()
         # Fast path: nothing queued, so run here (no thread hop). The run lock keeps it from
         # overlapping a run that another thread queued meanwhile.
         if not self._tasks and not self._running:
             with self._run_lock:
+                self._refuse_closed()   # (closed while this thread waited for the lock)
                 try:    # NOTE: inside the try, so that a Ctrl-C cannot leave it set
                     self._inline_owner = threading.get_ident()
                     return fn()
@@ -176,9 +204,12 @@ class Executor:
         running (order), an error to re-raise, or a run_sync call running inline (this
         thread's watch handler, to refuse; another thread's, to wait for). `fn` must not
         call user code (no watch handlers): nothing marks this run as inline."""
-        if self._tasks or self._running or self._errors or self._inline_owner is not None:
+        if self._tasks or self._running or self._errors or self._inline_owner is not None \
+                or self._closed:
             return NOT_INLINE
         with self._run_lock:
+            if self._closed:
+                return NOT_INLINE
             return fn(arg)
 
     def run_async(self, fn, deliver):
@@ -200,12 +231,15 @@ class Executor:
 
     def _submit(self, task):
         """Queue `task` once there is room (at most MAX_IN_FLIGHT waiting). A Ctrl-C while
-        waiting for room queues nothing; the append that queues is one atomic step."""
+        waiting for room queues nothing; the append that queues is one atomic step. A
+        closed executor queues nothing (close)."""
+        self._refuse_closed()
         if self._thread is None or not self._thread.is_alive():
             self._start_worker()
         with self._cond:
             while len(self._tasks) >= MAX_IN_FLIGHT:
                 self._cond.wait()
+            self._refuse_closed()
             self._tasks.append(task)
             self._cond.notify_all()
 
@@ -214,6 +248,7 @@ class Executor:
         # leave a running worker that self._thread does not name (a second one would then
         # take runs out of order), so the interrupt is held back until it is recorded.
         with interrupt_deferred(), self._cond:
+            self._refuse_closed()
             if self._thread is None or not self._thread.is_alive():
                 thread = threading.Thread(target=self._work, name="onnxjob-executor",
                                           daemon=True)

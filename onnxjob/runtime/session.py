@@ -350,7 +350,12 @@ class Session(VariableRegistry):
         arenas."""
         if self.is_running:
             return
-        with self._start_lock, _cyclic_gc_paused():
+        # A Ctrl-C during the start is raised once it is done: one landing inside a
+        # module's first import leaves Python's import lock held (CPython ignores the
+        # interrupt there), and the thread drawing the initial values, importing too,
+        # then waited for it forever (a hang of the first job call, about 1 in 8 when
+        # Ctrl-C came in its first 40 ms).
+        with interrupt_deferred(), self._start_lock, _cyclic_gc_paused():
             if self.is_running:
                 return
             requested = None
@@ -515,6 +520,7 @@ class Session(VariableRegistry):
         self.executor.sync()
 
     def close(self):
+        self.executor.close()
         try:
             self.executor.sync()
         finally:
