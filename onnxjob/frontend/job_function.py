@@ -185,7 +185,7 @@ class JobFunction:
         mirrored = any(isinstance(ann, type) and issubclass(ann, lists)
                        for ann in self.param_annotations)
         return mirrored and self.is_train and (
-            _mirrored_device_count() > 1 or distributed.enabled())
+            default_parallel_num() > 1 or distributed.enabled())
 
     @property
     def accumulation_steps(self):
@@ -439,16 +439,11 @@ def _drop(pending, value):
     return None
 
 
-def _mirrored_device_count():
-    """The devices of a job's default placement in OneFlow, one element of a mirrored
-    (tp.ListNumpy) argument each (helpers.default_parallel_num: GPUs, or CPUs)."""
-    return default_parallel_num()
-
-
 def _mirrored_list_lengths():
-    """The lengths a mirrored argument's list may have: one element per device; over
+    """The lengths a mirrored argument's list may have: one element per device of the
+    job's default placement (helpers.default_parallel_num: GPUs, or CPUs); over
     data-parallel ranks also one, the rank's own (docs/distributed.md)."""
-    count = _mirrored_device_count()
+    count = default_parallel_num()
     return (count, 1) if distributed.enabled() else count
 
 

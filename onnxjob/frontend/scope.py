@@ -4,6 +4,7 @@ import threading
 
 from onnxjob.errors import missing_api
 
+from onnxjob.frontend.config import process_config
 from onnxjob.frontend.helpers import current_scope as scope_of_op
 from onnxjob.frontend.views import (consistent_view, consistent_view_enabled,  # noqa: F401
                                     is_view, mirrored_view, mirrored_view_enabled, only_view)
@@ -63,7 +64,6 @@ def oneflow_places_on_cpu(builder):
     for no GPU (flow.config.gpu_device_num(0)). A program that says nothing ran on GPUs in
     OneFlow, wherever onnxjob runs it; the kernels differ in a few numbers (batch norm's
     moving variance, an L1 regularizer at 0)."""
-    from onnxjob.frontend.config import process_config
     job = getattr(builder, "job_function", None)
     placed = placement_asked(getattr(job, "config", None))
     if placed is not None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.compat.generations import written_for_0_4
-from onnxjob.compat.zero_d_inputs import as_vector
+from onnxjob.compat.zero_d_inputs import as_vector, is_zero_d
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import dim_of
 from onnxjob.graph.tracer import Blob, as_blob, int64_constant, op
@@ -177,7 +177,7 @@ def one_hot(indices, depth, on_value=1, off_value=0, axis=-1, dtype=None, name=N
     """`on_value` at each index along a new axis of size `depth`, `off_value` elsewhere
     (0-d indices in code written for OneFlow <= 0.4, whose argmax of a vector was (1,), are
     that one-element vector: (1, depth))."""
-    indices = as_vector(indices, where=written_for_0_4())
+    indices = as_vector(indices, where=is_zero_d(indices) and written_for_0_4())
     if indices.np_dtype not in INDEX_DTYPES:    # (OneFlow's one_hot_op.cpp checks it too)
         raise TraceError(f"one_hot: indices must be int32 or int64, got {indices.np_dtype} "
                          "(a placeholder's dtype defaults to float: give dtype=flow.int32)")

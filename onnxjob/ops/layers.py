@@ -290,7 +290,9 @@ def _batch_norm_train(builder, x, axis, momentum, epsilon, gamma, beta, moving_m
     # elements per channel behind the statistics (the graph is traced at the whole batch)
     count = int(np.prod(x.shape)) // c // (ranks if local else 1)
     moving_averages.update(builder, moving_mean, mean, momentum)
-    unbiased = 1.0 if _oneflow_cpu_layer(builder) else count / max(count - 1, 1)
+    # OneFlow's CPU layer (flow.nn.moments and assigns) keeps the biased variance, its GPU
+    # normalization op the unbiased one (ops/layers.py of v0.5.0)
+    unbiased = 1.0 if scope.oneflow_places_on_cpu(builder) else count / max(count - 1, 1)
     moving_averages.update(builder, moving_var, var, momentum, unbiased)
     return y
 
@@ -303,7 +305,7 @@ def _oneflow_gpus_of_one_process(builder):
     mirrored step (one device per list element already) or ranks."""
     job = getattr(builder, "job_function", None)
     if builder.data_parallel_ranks is not None or job is None or job.mirrored_step or \
-            _oneflow_cpu_layer(builder):
+            scope.oneflow_places_on_cpu(builder):
         return 1
     return _parallel_num()
 
@@ -330,13 +332,6 @@ def _per_device_batch_norm(builder, x, axis, momentum, epsilon, gamma, beta, mov
     moving_averages.update(builder, moving_mean, mean, momentum)
     moving_averages.update(builder, moving_var, var, momentum, count / max(count - 1, 1))
     return op("Concat", *outs, axis=0)
-
-
-def _oneflow_cpu_layer(builder):
-    """Whether OneFlow builds this batch norm as its CPU layer (flow.nn.moments and
-    assigns: the moving variance takes the batch's biased variance; ops/layers.py of
-    v0.5.0) rather than its GPU normalization op (the unbiased one)."""
-    return scope.oneflow_places_on_cpu(builder)
 
 
 def _affine(normed, axis, gamma, beta):

@@ -7,7 +7,7 @@ onnxjob/graph/primitives/shape_ops.py.
 import numpy as np
 
 from onnxjob.compat.generations import positional_is, two_generations, written_for_0_4
-from onnxjob.compat.zero_d_inputs import as_vector
+from onnxjob.compat.zero_d_inputs import as_vector, is_zero_d
 from onnxjob import dtypes
 from onnxjob.errors import TraceError
 from onnxjob.graph.primitives.shape_ops import resolve_reshape
@@ -97,8 +97,8 @@ def expand_dims(input, axis, name=None):
     axis beyond [-1, 0], or in code written for OneFlow <= 0.4 (whose full reductions were
     (1,): expand_dims(loss, 0) is (1, 1)), is its one-element vector
     (compat/zero_d_inputs.py)."""
-    input = as_vector(input, where=(isinstance(axis, int) and not -1 <= axis <= 0)
-                      or written_for_0_4())
+    input = as_vector(input, where=is_zero_d(input) and (
+        (isinstance(axis, int) and not -1 <= axis <= 0) or written_for_0_4()))
     axis = check_axis(axis, len(input.shape) + 1, "expand_dims")
     return op("Unsqueeze", input, int64_constant(input, [axis]), name=name)
 

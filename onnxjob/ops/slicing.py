@@ -11,7 +11,7 @@ import numpy as np
 
 from onnxjob import dtypes
 from onnxjob.compat.generations import written_for_0_4
-from onnxjob.compat.zero_d_inputs import as_vector, as_vectors
+from onnxjob.compat.zero_d_inputs import as_vector, as_vectors, is_zero_d
 from onnxjob.errors import TraceError
 from onnxjob.graph.registry import normalize_axis
 from onnxjob.graph.tracer import Blob, int64_constant, op
@@ -52,7 +52,7 @@ def stack(inputs, axis=0, name=None):
     Blobs stacked along axis 1, or any in code written for OneFlow <= 0.4, whose full
     reductions were (1,), are one-element vectors: compat/zero_d_inputs.py)."""
     inputs = as_vectors(inputs, mixed_only=isinstance(axis, int) and -1 <= axis <= 0
-                        and not written_for_0_4())
+                        and not (any(is_zero_d(x) for x in inputs) and written_for_0_4()))
     first = inputs[0].shape
     if any(x.shape != first for x in inputs):
         raise TraceError(f"stack: every input must have shape {first}, got "
