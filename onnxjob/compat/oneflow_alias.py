@@ -171,7 +171,7 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if fullname in ("oneflow.compatible", "oneflow.core", "oneflow.core.operator",
                         "oneflow.core.common", "oneflow.core.record", "oneflow.core.job",
                         "oneflow.core.serving", "oneflow.core.framework",
-                        "oneflow.core.register"):
+                        "oneflow.core.register", "oneflow.python_gen"):
             package = types.ModuleType(fullname)
             package.__path__ = []
             return package
@@ -187,10 +187,6 @@ class OneFlowAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return framework_modules.extension_module(fullname)
         if fullname == "oneflow.python.oneflow_export":
             return framework_modules.oneflow_export_module(fullname)
-        if fullname == "oneflow.python_gen":
-            package = types.ModuleType(fullname)
-            package.__path__ = []
-            return package
         if fullname == "oneflow.python_gen.compatibility":    # (OneFlow 0.2/0.3's build)
             from onnxjob.frontend.sysconfig import with_cuda
             return _enum_module(fullname, "Whether this build runs CUDA.", with_cuda=with_cuda())
