@@ -110,16 +110,17 @@ def test_a_closed_executor_takes_no_run_and_waits_for_one_going_on():
     import threading
     import time
     from onnxjob.runtime.executor import Executor
-    executor, finished = Executor(), []
+    executor, finished, started = Executor(), [], threading.Event()
 
     def slow():
+        started.set()
         time.sleep(0.3)
         finished.append(True)
         return 1
 
     thread = threading.Thread(target=executor.run_sync, args=(slow,), daemon=True)
     thread.start()
-    time.sleep(0.05)                    # the thread is inside its inline run
+    assert started.wait(60)             # the thread is inside its inline run
     executor.close()
     assert finished == [True]           # close waited for it
     for call in (lambda: executor.run_sync(slow),
