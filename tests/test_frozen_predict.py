@@ -110,3 +110,21 @@ def test_variables_too_big_to_embed_stay_fed(monkeypatch):
     for _ in range(3):
         np.testing.assert_allclose(frozen_job(images), fed(images), rtol=1e-5, atol=1e-5)
     assert _frozen_session("frozen") is None
+
+
+def test_random_draws_of_a_job_reading_variables_never_repeat():
+    # A frozen session's generators would start again from their seeds: the calls after each
+    # freeze repeated the draws of the first calls (OneFlow's kernels keep one generator per
+    # op for the session's life), e.g. MC-dropout or sampling estimates reusing samples.
+    config = flow.function_config()
+    config.freeze_variables_after(2)
+
+    @flow.global_function(type="predict", function_config=config)
+    def sample(z: tp.Numpy.Placeholder((8, 3))) -> tp.Numpy:
+        p = flow.math.sigmoid(flow.layers.dense(z, 12, name="d"))
+        return flow.random.bernoulli(p, seed=7)
+
+    z = np.zeros((8, 3), np.float32)                # p = 0.5 for all 96 draws
+    draws = [sample(z).tobytes() for _ in range(8)]
+    assert len(set(draws)) == len(draws)
+    assert _frozen_session("sample") is None

@@ -28,6 +28,7 @@ import contextlib
 import sys
 
 import numpy as np
+import onnx_ir as ir
 import onnxruntime as ort
 
 from onnxjob import settings
@@ -56,11 +57,18 @@ def obstacle(job, compiled):
         return ""
     if compiled.has_sequences:
         return "it returns lists of tensors, whose shapes change between calls"
-    random_ops = sorted({n.op_type for n in compiled.model.graph if n.op_type in RANDOM_OPS})
+    random_ops = random_op_types(compiled)
     if random_ops:
         return (f"its random ops ({', '.join(random_ops)}) would repeat the same numbers in "
                 "every replay")
     return None
+
+
+def random_op_types(compiled):
+    """The sorted op types of `compiled`'s random nodes, subgraphs included: each keeps its
+    generator's state in its session, so a replay or a new session repeats its numbers."""
+    return sorted({n.op_type for n in ir.traversal.RecursiveGraphIterator(compiled.model.graph)
+                   if n.op_type in RANDOM_OPS})
 
 
 def say_why(job_name, reason):

@@ -11,7 +11,10 @@ load) sends the job back to the fed session and restarts the count.
 The count keeps a loop that alternates training and prediction from rebuilding a session
 per call; the threshold is `function_config.freeze_variables_after(n)`, else the
 ONNXJOB_FREEZE_AFTER environment variable, else 8; 0 turns this off. Jobs whose variables
-exceed 1 GiB stay fed (the frozen model must fit one protobuf). Results of the two
+exceed 1 GiB stay fed (the frozen model must fit one protobuf), and so do jobs with random
+nodes: a new session's generators would start again from their seeds, and every re-freeze
+would repeat the draws of the calls after the last one (OneFlow's random kernels keep one
+generator per op for the whole session). Results of the two
 sessions agree to float rounding (different kernels), not bit for bit.
 
 On CUDA the same holds for other reasons: with constant weights onnxruntime folds each

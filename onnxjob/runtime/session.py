@@ -111,7 +111,9 @@ class JobRuntime:
             self._start_cuda_graph()
         elif graph_obstacle:
             cuda_graph.say_why(job.name, graph_obstacle)
-        if not compiled.is_train and not self._state_items:
+        if not compiled.is_train and not self._state_items and \
+                not cuda_graph.random_op_types(compiled):
+            # (a frozen session's random nodes would start their generators again)
             self._frozen = make_frozen_predictor(job.config, self.model_bytes,
                                                  compiled.variable_inputs, self.store,
                                                  self._frozen_runner)
