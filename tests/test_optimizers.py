@@ -509,14 +509,15 @@ def sparse_config(names=("emb",)):
     return config
 
 
-def train_embedding(make_opt, config=None, scale=None, extra_use=False):
-    """loss = sum(gather(table [* scale], ids) * k); the table after each step."""
+def train_embedding(make_opt, config=None, scale=None, extra_use=False, read=None):
+    """loss = sum(gather(read(table [* scale]), ids) * k); the table after each step."""
     k = np.array([1.0, -2.0, 0.5], np.float32)
 
     @flow.global_function(type="train", function_config=config)
     def job(ids: tp.Numpy.Placeholder((2, 2), dtype=flow.int32)) -> tp.Numpy:
         table = flow.get_variable("emb", (10, 3), initializer=flow.zeros_initializer())
         params = table * scale if scale is not None else table
+        params = read(params) if read is not None else params
         loss = flow.math.reduce_sum(flow.gather(params, ids) * k)
         if extra_use:
             loss = loss + flow.math.reduce_sum(table * table) * 0.01
@@ -616,15 +617,31 @@ def dense_reference(update, clip=None, self_coef=0.0, lr=0.1):
     return out
 
 
-@pytest.mark.parametrize("case", ["not_included", "used_elsewhere", "clipped", "rmsprop"])
+def _cast_with_gradient_distribute(table):
+    return flow.parallel_cast(table, distribute=flow.distribute.broadcast(),
+                              gradient_distribute=flow.distribute.broadcast())
+
+
+def test_indexed_slices_through_a_parallel_cast_without_gradient_distribute():
+    """OneFlow binds the gradient through such a cast without an op of its own."""
+    got = train_embedding(lambda: optim.SGD(0.1, momentum=0.9), sparse_config(),
+                          read=lambda t: flow.parallel_cast(t, flow.distribute.broadcast()))
+    assert_sparse(got, sparse_reference(momentum()))
+
+
+@pytest.mark.parametrize("case", ["not_included", "used_elsewhere", "clipped", "rmsprop",
+                                  "gradient_distribute"])
 def test_dense_update_where_oneflow_keeps_it_dense(case):
     """Not in include_op_names, a gradient that is not one gather's, clipping (its scale
-    op breaks OneFlow's pattern), an optimizer without indexed-slices kernel."""
+    op breaks OneFlow's pattern), an optimizer without indexed-slices kernel, a table read
+    through parallel_cast with gradient_distribute (its backward is a parallel_cast op,
+    which IndexedSlicesOptimizerRewritePass does not step over)."""
     config = sparse_config(["other"] if case == "not_included" else ["emb"])
     clip = optim.grad_clipping.by_global_norm(2.0) if case == "clipped" else None
     make = (lambda: optim.RMSProp(0.1)) if case == "rmsprop" else (  # noqa: E731
         lambda: optim.SGD(0.1, momentum=0.9, grad_clipping=clip))
-    got = train_embedding(make, config, extra_use=case == "used_elsewhere")
+    read = _cast_with_gradient_distribute if case == "gradient_distribute" else None
+    got = train_embedding(make, config, extra_use=case == "used_elsewhere", read=read)
     ref = dense_reference(rmsprop() if case == "rmsprop" else momentum(),
                           clip=2.0 if case == "clipped" else None,
                           self_coef=0.02 if case == "used_elsewhere" else 0.0)

@@ -39,7 +39,12 @@ def amp_white_identity(x, name=None):
 
 def parallel_cast(input, name=None, distribute=None, gradient_distribute=None):
     """A placement hint in OneFlow (split/broadcast between devices); the identity on
-    onnxjob's one device."""
+    onnxjob's one device. With `gradient_distribute`, OneFlow's backward is a parallel_cast
+    op of its own, which its IndexedSlicesOptimizerRewritePass does not step over: a table
+    read through it is updated densely, so it is an Identity node here, as flow.identity
+    (train/update_rules.lookup_indices stops at it)."""
+    if gradient_distribute is not None:
+        return op("Identity", input, name=name)
     return input
 
 
