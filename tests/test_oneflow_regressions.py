@@ -734,6 +734,67 @@ def test_a_batch_norm_placed_on_cpus_keeps_the_biased_moving_variance():
                                rtol=1e-6)
 
 
+def _pool_gradient_every_tie(x, gy, k, s, pads_begin):
+    """OneFlow's CPU max-pool gradient (pool_cpu_kernel.cpp): each input equal to its
+    window's maximum adds the window's gradient."""
+    gx = np.zeros_like(x)
+    for index in np.ndindex(*gy.shape):
+        n, c, *o = index
+        starts = [q * st - p for q, st, p in zip(o, s, pads_begin)]
+        box = tuple(slice(max(b, 0), max(b + kk, 0)) for b, kk in zip(starts, k))
+        window = x[(n, c) + box]
+        gx[(n, c) + box] += (window == window.max()) * gy[index]
+    return gx
+
+
+@pytest.mark.parametrize("nd,size,k,s,padding,data_format", [
+    (2, 5, 2, 2, "VALID", "NCHW"), (2, 4, 2, 2, "VALID", "NHWC"), (2, 5, 3, 1, "VALID", "NHWC"),
+    (2, 5, 3, 2, "SAME", "NCHW"), (3, 5, 2, 1, "VALID", "NCDHW")])
+def test_a_max_pool_placed_on_cpus_gives_every_tied_maximum_the_gradient(
+        nd, size, k, s, padding, data_format):
+    """OneFlow's CPU max-pool gradient adds dy to every input equal to the window's
+    maximum (clipped or saturated images, ReLU zeros); its GPU kernel (cuDNN), what a
+    program that names no placement ran on, routes it to one of them."""
+    rng = np.random.default_rng(0)
+    shape = (2, 3) + (size,) * nd
+    x = rng.integers(0, 3, shape).astype(np.float32)         # many ties
+    channels_last = data_format == "NHWC"
+    fed = np.moveaxis(x, 1, -1).copy() if channels_last else x
+    pool = {2: flow.nn.max_pool2d, 3: flow.nn.max_pool3d}[nd]
+    got = {}
+
+    def gradient(on_cpu):
+        flow.clear_default_session()
+
+        @flow.global_function(type="train")
+        def job() -> tp.Numpy:
+            with flow.scope.placement("cpu" if on_cpu else "gpu", "0:0"):
+                v = flow.get_variable("x", shape=fed.shape, initializer=flow.zeros_initializer())
+                flow.watch_diff(v, lambda d: got.update(g=d.copy()))
+                y = pool(v, ksize=k, strides=s, padding=padding, data_format=data_format)
+                weights = np.arange(1, 1 + np.prod(y.shape), dtype=np.float32)
+                loss = flow.math.reduce_sum(y * weights.reshape(y.shape))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                               momentum=0).minimize(loss)
+            return y
+
+        flow.load_variables({"x": fed})
+        y = job()
+        g, gy = got["g"], np.arange(1, 1 + y.size, dtype=np.float32).reshape(y.shape)
+        if channels_last:
+            g, gy = np.moveaxis(g, -1, 1), np.moveaxis(gy, -1, 1)
+        return g, gy
+
+    g_cpu, gy = gradient(True)
+    out = gy.shape[2:]
+    pads = [max((o - 1) * s + k - size, 0) // 2 for o in out] if padding == "SAME" else [0] * nd
+    np.testing.assert_array_equal(g_cpu, _pool_gradient_every_tie(x, gy, [k] * nd, [s] * nd,
+                                                                  pads))
+    g_gpu, _ = gradient(False)
+    assert g_gpu.sum() == gy.sum()                # one input per window takes its gradient
+    assert g_cpu.sum() > g_gpu.sum()
+
+
 def test_an_optimizers_variables_of_no_variable_here_are_dropped():
     """variables=[...] naming a variable this job does not have: OneFlow drops the name
     (FilterCurModelLbi2ModelDiffLbiByName) and trains the others."""

@@ -17,6 +17,7 @@ import numpy as np
 
 from onnxjob.compat.generations import positional_is, two_generations
 from onnxjob.errors import TraceError
+from onnxjob.frontend import scope
 from onnxjob.graph.tracer import Blob, as_blob, current_builder, op
 from onnxjob.ops import qat
 from onnxjob.ops.shapes import reshape, transpose
@@ -253,7 +254,10 @@ def pooling(op_type, x, ksize, strides, padding, data_format, ceil_mode, name, n
         pads = _ceil_mode_pads(x.shape[2:], k, s, pads)
     attrs = dict(kernel_shape=k, strides=s, pads=pads)
     builder = current_builder(op_type)
-    if op_type == "MaxPool" and builder.is_train:
+    if op_type == "MaxPool" and not x.is_dynamic and scope.oneflow_places_on_cpu(builder):
+        # OneFlow's CPU kernel gives every tied maximum the gradient (its GPU's cuDNN one)
+        y = op("onnxjob.MaxPoolEveryTie", x, name=name, **attrs)
+    elif op_type == "MaxPool" and builder.is_train:
         # Train graphs keep the arg-max indices: the gradient routes through them.
         y, _ = op("MaxPool", x, num_outputs=2, name=name, **attrs)
     elif op_type == "MaxPool":

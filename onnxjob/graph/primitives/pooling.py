@@ -5,13 +5,15 @@ import itertools
 
 import numpy as np
 
+from onnxjob.graph.primitives.elementwise import cast
 from onnxjob.graph.primitives.reductions import run_time_count
 from onnxjob.graph.primitives.shape_ops import (
     flat, reshape_back, reshape_to, shape_of, zeros_of)
 from onnxjob.graph.primitives.conv import conv_input_grad
 from onnxjob.graph.primitives.windows import (
-    checked_lowering, gather_windows, geometry, pad_spatial, spatial_axes, window_out)
-from onnxjob.graph.registry import register, static_value
+    checked_lowering, gather_windows, geometry, pad_or_crop, pad_spatial, spatial_axes,
+    window_index, window_out)
+from onnxjob.graph.registry import register, register_composite, static_value
 from onnxjob.graph.tracer import as_blob, int64_constant, op
 
 
@@ -76,6 +78,48 @@ def _zeros_at_run_time(x, idx, k, strides):
 
 
 register("MaxPool", _pool_infer, _max_pool_grad)
+
+
+def _max_pool_every_tie_grad(n, g, need):
+    """OneFlow's CPU max-pool gradient (pool_cpu_kernel.cpp: `if (in == out) in_diff +=
+    out_diff`): every input equal to its window's maximum takes the window's whole
+    gradient, where cuDNN's (a GPU's, and MaxPool's Indices here) routes it to one. Each
+    window's elements are gathered from x padded, compared with the window's output and
+    their gradients scattered back with their sums."""
+    x, y = n.inputs[0], n.outputs[0]
+    k, strides, dil, pads, out = _pool_geometry(n.attrs, x)
+    nd = len(k)
+    if strides == k and not any(pads) and all(d == 1 for d in dil) and \
+            all(x.shape[2 + i] == out[i] * k[i] for i in range(nd)):
+        # windows that tile x: each input meets one output, spread over its tile
+        ties = cast(op("Equal", x, _spread_tiles(y, k, x.shape)), x.np_dtype)
+        return [op("Mul", ties, _spread_tiles(g[0], k, x.shape))]
+    end = [p + e for p, e in zip(pads[nd:], _ceil_extra(x.shape, k, strides, pads, out))]
+    xp = pad_spatial(x, pads[:nd], end)     # (padded positions are cut off at the end)
+    padded = list(xp.shape[2:])
+    n_, c = x.shape[:2]
+    size, window, outputs = int(np.prod(padded)), int(np.prod(k)), int(np.prod(out))
+    windows = gather_windows(reshape_to(xp, [n_, c, size]), padded, k, out, strides, dil,
+                             axis=2)
+    ties = cast(op("Equal", windows, reshape_to(y, [n_, c, 1, outputs])), x.np_dtype)
+    spread = op("Mul", ties, reshape_to(g[0], [n_, c, 1, outputs]))
+    index = window_index(padded, k, out, strides, dil).astype(np.int64).reshape(1, 1, -1)
+    index = op("Expand", as_blob(index, like=x, dtype=np.int64),
+               int64_constant(x, [n_, c, window * outputs]))
+    # (onnxruntime's CPU ScatterElements adds no float16: half sums in float32)
+    sums = np.float32 if x.np_dtype == np.float16 else x.np_dtype
+    summed = op("ScatterElements", zeros_of(x, [n_, c, size], sums), index,
+                cast(reshape_to(spread, [n_, c, window * outputs]), sums), axis=2,
+                reduction="add")
+    return [pad_or_crop(cast(reshape_to(summed, [n_, c, *padded]), x.np_dtype),
+                        [-p for p in pads[:nd]], [-e for e in end])]
+
+
+# a MaxPool whose gradient reaches every tied maximum (ops/conv.py: a pool OneFlow runs on
+# its CPU kernel)
+register_composite("onnxjob.MaxPoolEveryTie",
+                   lambda inputs, attrs, n: [op("MaxPool", inputs[0], **attrs)],
+                   _max_pool_every_tie_grad)
 
 
 def _max_unpool_infer(inputs, attrs, num_outputs):
