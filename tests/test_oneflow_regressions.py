@@ -141,12 +141,24 @@ def test_job_returning_nothing_runs():
     flow.sync_default_session()
 
 
-def test_watch_diff_of_a_cast_placeholder():
+@pytest.mark.parametrize("watched", ["placeholder", "cast placeholder",
+                                     "placeholder plus an untrainable variable",
+                                     "placeholder plus a trainable zero variable"])
+def test_watch_diff_of_a_placeholder_needs_a_trainable_variable_before_it(watched, monkeypatch):
+    """OneFlow's autograd makes diffs only for Blobs that descend from a trainable variable
+    (MakePredicatorNeedBackwardOp; a placeholder's and an untrainable variable's outputs do
+    not require grad): watching a placeholder calls no handler, with one warning here.
+    OneFlow's own op tests add a trainable zero variable to the placeholder to watch it."""
+    from onnxjob.graph import compiler
+    monkeypatch.setattr(compiler, "_warned_at", set())     # (its warning is once per line)
     seen = []
 
     @flow.global_function(type="train")
     def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
-        h = flow.cast(x, flow.float)
+        h = flow.cast(x, flow.float) if watched == "cast placeholder" else x
+        if "variable" in watched:
+            h = h + flow.get_variable("v", (2, 3), initializer=flow.zeros_initializer(),
+                                      trainable="untrainable" not in watched)
         flow.watch_diff(h, lambda g: seen.append(g))
         w = flow.get_variable("w", (2, 3), initializer=flow.constant_initializer(3.0))
         loss = flow.math.reduce_sum(h * w)
@@ -154,9 +166,16 @@ def test_watch_diff_of_a_cast_placeholder():
                            momentum=0).minimize(loss)
         return loss
 
-    job(np.ones((2, 3), np.float32))
+    if watched == "placeholder plus a trainable zero variable":
+        job(np.ones((2, 3), np.float32))
+        flow.sync_default_session()
+        np.testing.assert_allclose(seen[0], np.full((2, 3), 3.0))
+        return
+    with pytest.warns(UserWarning, match="has no gradient in job 'job'.*handler is not called"):
+        job(np.ones((2, 3), np.float32))
     flow.sync_default_session()
-    np.testing.assert_allclose(seen[0], np.full((2, 3), 3.0))
+    assert seen == []
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), 3.0 - 0.1)
 
 
 # -- missing pieces ------------------------------------------------------------------------

@@ -108,11 +108,13 @@ def backward(builder, losses, loss_scale=None):
     builder.loss_elem_count = elem_cnt
     trainable = [b for n, b in builder.variables.items()
                  if builder.variable_specs[n].trainable and dtypes.is_floating(b.np_dtype)]
-    # watch_diff may watch any floating Blob the loss depends on (a cast placeholder, say),
-    # not only those downstream of a trainable variable
+    # as OneFlow's autograd (MakePredicatorNeedBackwardOp), only Blobs that descend from a
+    # trainable variable have diffs: watch_diff of a placeholder, or of a placeholder plus a
+    # trainable=False variable, calls no handler (compiler._watch_outputs says so); OneFlow's
+    # own tests add a trainable zero variable to a placeholder to watch its diff
     watched = [blob for blob, _, is_diff, _ in builder.watches
                if is_diff and blob.np_dtype != np.bool_]
-    requires = _requires_grad(builder, trainable + watched)
+    requires = _requires_grad(builder, trainable)
     # NOTE: 1/elem_cnt is folded into the seed where it can be: not where integer values
     # carry gradients (they hold OneFlow's unscaled diffs: 1/elem_cnt would truncate to 0)
     # nor for a dynamic loss (elem_cnt is known at run time only), nor where watch_diff
