@@ -17,7 +17,7 @@ from onnxjob.ops._array_common import keep_batch_axis
 from onnxjob.runtime import distributed
 from onnxjob.runtime.micro_batches import PerMicroBatch
 from onnxjob.runtime.session import default_session, default_session_slot
-from onnxjob.train.optimizer import resolve_optimizer
+from onnxjob.train.legacy_train_conf import resolve_optimizer
 from onnxjob.source_info import user_location, warn_at_user_line
 from onnxjob.errors import TraceError, UnsupportedAPIError
 from onnxjob.compat.generations import written_for_0_4
