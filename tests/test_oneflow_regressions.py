@@ -1,4 +1,7 @@
 """Defects found running OneFlow-Benchmark's programs, one regression test each."""
+import inspect
+import os
+import re
 from typing import Tuple
 
 import numpy as np
@@ -7,6 +10,7 @@ import pytest
 import onnxjob as flow
 import onnxjob.typing as tp
 from gradcheck import vjp
+from onnxjob.errors import TraceError
 
 
 def _predict(fn, *arrays):
@@ -812,6 +816,70 @@ def test_a_max_pool_placed_on_cpus_gives_every_tied_maximum_the_gradient(
     g_gpu, _ = gradient(False)
     assert g_gpu.sum() == gy.sum()                # one input per window takes its gradient
     assert g_cpu.sum() > g_gpu.sum()
+
+
+@pytest.mark.parametrize("second", ["assign", "slice_assign", "optimizer", "batch_norm"])
+def test_a_variable_has_one_writer_per_job(second):
+    """OneFlow compiles a variable with one mutable consumer per job (job_completer.cpp,
+    SetCtrlInOpName4VariableOp): a flow.assign beside another assign, a logical slice
+    assign, the optimizer's update or a batch norm's moving average of the same variable
+    stops its compiler. Here one of the two writes was silently lost; the error names the
+    assign's line."""
+    flow.clear_default_session()
+    lines = {}
+
+    @flow.global_function(type="train" if second in ("optimizer", "batch_norm") else "predict")
+    def job(x: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 2), initializer=flow.ones_initializer())
+        y = flow.matmul(x, w)
+        if second == "batch_norm":
+            y = flow.layers.batch_normalization(y, axis=1, name="bn")
+            w = flow.get_variable("bn-moving_mean", (2,), initializer=flow.zeros_initializer(),
+                                  trainable=False)
+        lines["assign"] = inspect.currentframe().f_lineno + 1
+        flow.assign(w, flow.zeros_like(w))
+        if second == "assign":
+            flow.assign(w, flow.ones_like(w))
+        elif second == "slice_assign":
+            flow.experimental.logical_slice_assign(w, flow.constant(2.0, shape=(1, 2)),
+                                                   [(0, 1, 1), (0, 2, 1)])
+        else:
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                               momentum=0).minimize(flow.math.reduce_sum(y))
+        return y
+
+    other = {"assign": "the flow.assign at", "slice_assign": "the flow.assign at",
+             "optimizer": "SGD's update", "batch_norm": "moving average"}[second]
+    with pytest.raises(TraceError, match=rf"{re.escape(os.path.basename(__file__))}:\d+: "
+                                         rf"flow.assign writes variable '.*', which .*"
+                                         rf"{re.escape(other)}.*one writer per job") as caught:
+        job(np.ones((4, 2), np.float32))
+    where = f"{os.path.basename(__file__)}:{lines['assign']}"
+    if second in ("optimizer", "batch_norm"):
+        assert f"{where}: flow.assign writes" in str(caught.value)      # the assign's line
+    else:
+        assert f"{where} also writes" in str(caught.value)     # the first one, named
+
+
+def test_one_assign_per_variable_and_job_still_runs():
+    """An EMA of the weights written by flow.assign after the optimizer's update of the
+    weights themselves: different variables, as OneFlow programs do it."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 2), initializer=flow.ones_initializer())
+        ema = flow.get_variable("ema", (2, 2), initializer=flow.zeros_initializer(),
+                                trainable=False)
+        flow.assign(ema, ema * 0.5 + w * 0.5)
+        loss = flow.math.reduce_sum(flow.matmul(x, w))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    job(np.ones((4, 2), np.float32))
+    np.testing.assert_allclose(flow.get_all_variables()["ema"].numpy(), 0.5)
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), 1.0 - 0.1 * 4)
 
 
 def test_an_optimizers_variables_of_no_variable_here_are_dropped():

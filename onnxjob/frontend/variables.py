@@ -165,4 +165,12 @@ def assign(ref, value, dtype=None, name=None):
     if tuple(value.shape) != tuple(ref.shape) or value.np_dtype != ref.np_dtype:
         raise TraceError(f"flow.assign: value {value.shape} {value.np_dtype} does not fit "
                          f"variable {names[0]!r} {ref.shape} {ref.np_dtype}")
-    builder.state_updates[names[0]] = value
+    name = names[0]
+    if name in builder.assigned_at:
+        builder.refuse_second_writer(name, f"the flow.assign at {builder.assigned_at[name]}",
+                                     user_location())
+    if name in builder.moving_averages:
+        builder.refuse_second_writer(name, "a batch normalization's moving average",
+                                     user_location())
+    builder.assigned_at[name] = user_location()
+    builder.state_updates[name] = value

@@ -19,6 +19,9 @@ from onnxjob.graph.tracer import as_blob
 def update(builder, running, statistic, momentum, unbias=1.0):
     """Set `running`'s next value (a variable Blob) to running * momentum + statistic *
     (1 - momentum) * unbias, and record it for `flush`."""
+    if running.name in builder.assigned_at:
+        builder.refuse_second_writer(running.name, "a batch normalization's moving average",
+                                     builder.assigned_at[running.name])
     coefficient = (1.0 - momentum) * unbias
     new = running * as_blob(momentum, like=statistic) + \
         statistic * as_blob(coefficient, like=statistic)

@@ -344,6 +344,9 @@ class GraphBuilder:
         self.variable_specs = {}   # variable name -> VariableSpec
         self.state_updates = {}    # variable name -> Blob with its value after the step
         self.moving_averages = {}  # variable name -> its update (graph/moving_averages.py)
+        # variable name -> the user's line of its flow.assign: OneFlow compiles a variable
+        # with one writer per job (refuse_second_writer)
+        self.assigned_at = {}
         # batch norms' backward coefficients (graph/batch_norm_coefficients.py)
         self.batch_norm_coefficients = []
         self.watches = []          # (Blob, handler, is_diff, location)
@@ -539,6 +542,16 @@ class GraphBuilder:
             b.producer = traced
         self.nodes.append(traced)
         return outs
+
+    def refuse_second_writer(self, name, other, assign_line):
+        """A flow.assign (at `assign_line`) of variable `name`, which `other` (a phrase)
+        also writes in this job: OneFlow's compiler takes one mutable consumer per variable
+        and job (job_completer.cpp, SetCtrlInOpName4VariableOp: Check failed:
+        mutable_consumer == nullptr); here one of the two writes would be lost."""
+        raise TraceError(f"flow.assign writes variable {name!r}, which {other} also writes in "
+                         f"job {self.job_name!r}: OneFlow gives a variable one writer per job "
+                         "(its compiler stops: Check failed: mutable_consumer == nullptr); "
+                         "write it once, or in a job of its own", location=assign_line)
 
     @contextlib.contextmanager
     def origin(self, phase, op_type=None):

@@ -366,6 +366,9 @@ class Optimizer:
                            _indexed_slices_names(config), dynamic)
         ctx.fold_factors = _folds_factors(config)
         updated = {n for member in self._members() for n in member._names(builder)}
+        for name in sorted(updated & set(grads) & set(builder.assigned_at)):
+            builder.refuse_second_writer(name, f"{type(self).__name__}'s update",
+                                         builder.assigned_at[name])
         ctx.deferred = self._deferred_regularizers(builder, grads)
         fused = _fused_regularizer_names(config, self._members(), builder)
         regularized = {}
