@@ -275,3 +275,18 @@ def test_consistent_train_job_over_two_devices_gives_the_single_device_result():
 
     one = losses(1)
     assert losses(2) == one and one[-1] < one[0]
+
+
+def test_no_annotation_and_no_return_value_returns_none():
+    """OneFlow's LazyRun returns None for a job whose body returns nothing (no future),
+    on the first call and on later (fast) calls alike."""
+    seen = []
+
+    @flow.global_function()
+    def foo(x: tp.Numpy.Placeholder((10,))):
+        flow.watch(x * 2, lambda b: seen.append(b.numpy()))
+
+    assert foo(DATA) is None
+    assert foo(DATA) is None
+    flow.sync_default_session()
+    assert len(seen) == 2 and np.array_equal(seen[1], DATA * 2)

@@ -133,3 +133,24 @@ def test_watch_diff_without_a_gradient_is_skipped_as_oneflow_does():
     assert out.shape == (3, 2)
     assert [name for name, _ in seen] == ["w"]
     np.testing.assert_allclose(seen[0][1], np.full((4, 2), 3.0 / 6))
+
+
+def test_default_printer_prints_the_prompt_given_and_a_dynamic_blob_as_a_list(capsys):
+    """OneFlow's handler without one given (ops/watch.py): `if prompt is not None:
+    print(str(prompt))`, then the value, a dynamic Blob's as its ListNumpy list."""
+    config = flow.FunctionConfig()
+    config.default_logical_view(flow.scope.mirrored_view())
+
+    @flow.global_function(function_config=config)
+    def mirrored(x: tp.ListNumpy.Placeholder((2, 2))) -> None:
+        flow.watch(x * 2.0)
+
+    @flow.global_function()
+    def consistent(x: tp.Numpy.Placeholder((1, 2))) -> None:
+        flow.watch(x, "")
+
+    a = np.ones((1, 2), np.float32)
+    mirrored([a])
+    consistent(a)
+    flow.sync_default_session()
+    assert capsys.readouterr().out == str([a * 2]) + "\n" + "\n" + str(a) + "\n"

@@ -226,8 +226,9 @@ class JobFunction:
         if self._numpy_params is None or self._returns_before_run or (
                 self.is_train and session.data_parallel) or self.plain_inputs:
             return None     # (eager mode's plain inputs: each call looks at them in _call)
-        wrap = None if self.has_return_annotation else Future
-        return make_fast_call(session, self._numpy_params, session.runtimes[self.name], wrap)
+        runtime = session.runtimes[self.name]
+        wrap = None if self.has_return_annotation or _returns_nothing(runtime) else Future
+        return make_fast_call(session, self._numpy_params, runtime, wrap)
 
     def _call(self, args, kwargs):
         """A call with every check (spec §2.2) and the executor's ordering; the fast path
@@ -282,7 +283,9 @@ class JobFunction:
             executor.run_async(call, _drop)
             return None
         if not self.has_return_annotation:
-            return Future(executor.run_sync(call))
+            value = executor.run_sync(call)
+            # a body that returns nothing: None, as OneFlow's LazyRun (no future to get)
+            return None if _returns_nothing(runtime) else Future(value)
         return executor.run_sync(call)
 
     def _eager_inputs_changed(self, session, device_feeds):
@@ -429,6 +432,11 @@ class _BoundRun:
             else:
                 handler(values)
         return results.build(compiled.output_tree, outs[:n_user])
+
+
+def _returns_nothing(runtime):
+    """Whether the job body of `runtime` returned nothing (None)."""
+    return runtime.compiled.output_tree is None
 
 
 def _deliver(pending, value):

@@ -23,9 +23,11 @@ def _values_handler(blob, handler_or_prompt):
         prompt = handler_or_prompt
 
         def printer(values):
-            if prompt:
-                print(prompt)
-            print(values[0] if len(values) == 1 else values)
+            # as OneFlow's default handler: the prompt when one is given ("" an empty
+            # line), then the value, a dynamic (mirrored) Blob's as its list (ListNumpy)
+            if prompt is not None:
+                print(str(prompt))
+            print(values[0] if len(values) == 1 and not blob.is_dynamic else list(values))
         return printer
     params = list(inspect.signature(handler_or_prompt).parameters.values())
     assert len(params) == 1, "watch callback should accept only one parameter"
