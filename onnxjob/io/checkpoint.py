@@ -307,11 +307,22 @@ class CheckPoint:
         save(path)
 
     def load(self, path):
+        """The checkpoint's variables; with legacy model io, as OneFlow's model-load job,
+        a variable the folder lacks is initialized again (model_load_kernel.cpp)."""
         assert isinstance(path, str), "CheckPoint.load takes a str path"
-        load_variables(get(path))
+        values = get(path)
+        if process_config.legacy_model_io:
+            session = started_session(sync=True)
+            session.reinitialize(n for n in session.variable_specs if n not in values)
+        load_variables(values)
 
     def init(self):
-        started_session(sync=False)
+        """Nothing with the v2 model io (the variables start initialized); with legacy
+        model io, as OneFlow's model-init job, every variable (optimizer state and train
+        step included) is set back to its initial value."""
+        session = started_session(sync=False)
+        if process_config.legacy_model_io:
+            session.reinitialize(list(session.variable_specs))
 
 
 __getattr__ = missing_api("flow.checkpoint")

@@ -302,6 +302,7 @@ class Session(VariableRegistry):
         self.runtimes = {}
         self.is_running = False
         self.seed = None                # flow.config.seed as the session started
+        self._variable_entropy = None   # the initial values' root entropy (initial_value)
         self._job_seed_base = None      # the jobs' random nodes' seed (see start)
         self.device = None
         self.tf32 = None
@@ -498,25 +499,39 @@ class Session(VariableRegistry):
         derived from `seed` and its name, so its initial value does not depend on which
         other variables exist; the streams are drawn on a few threads (NumPy's generators
         release the GIL while they fill: ResNet50's 25M weights in about half the time)."""
-        root = np.random.SeedSequence(seed)
-        todo = [(name, spec) for name, spec in self.variable_specs.items()
-                if name not in self.variable_values]
-
-        def draw(item):
-            name, spec = item
-            if spec.random_seed is not None:    # get_variable's own seed: OneFlow's values
-                value = seeded_values(spec.initializer, spec.shape, spec.np_dtype,
-                                      spec.random_seed)
-                if value is not None:
-                    return value
-            stream = np.random.SeedSequence(root.entropy, spawn_key=(zlib.crc32(name.encode()),))
-            return spec.initializer.sample(spec.shape, spec.np_dtype,
-                                           np.random.default_rng(stream), model_io=True)
-
+        if self._variable_entropy is None:
+            self._variable_entropy = np.random.SeedSequence(seed).entropy
+        todo = [name for name in self.variable_specs if name not in self.variable_values]
         workers = min(os.cpu_count() or 1, 4)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            for (name, _), value in zip(todo, pool.map(draw, todo)):
+            for name, value in zip(todo, pool.map(self.initial_value, todo)):
                 self.variable_values[name] = backend.to_device(value, self.device, fresh=True)
+
+    def initial_value(self, name):
+        """The value variable `name` was drawn with at the start (a NumPy array), drawn
+        again from its initializer and its own stream (or get_variable's random_seed)."""
+        spec = self.variable_specs[name]
+        if spec.random_seed is not None:    # get_variable's own seed: OneFlow's values
+            value = seeded_values(spec.initializer, spec.shape, spec.np_dtype,
+                                  spec.random_seed)
+            if value is not None:
+                return value
+        stream = np.random.SeedSequence(self._variable_entropy,
+                                        spawn_key=(zlib.crc32(name.encode()),))
+        return spec.initializer.sample(spec.shape, spec.np_dtype,
+                                       np.random.default_rng(stream), model_io=True)
+
+    def reinitialize(self, names):
+        """Set the variables `names` back to their initial values, as OneFlow's legacy
+        model-init job draws each from its initializer with its own fixed seed (a
+        data-parallel run takes rank 0's)."""
+        names = list(names)
+        self.sync()
+        self.variable_values.replace_all(
+            names, [backend.to_device(self.initial_value(n), self.device, fresh=True)
+                    for n in names])
+        if self.data_parallel:
+            self._take_rank0_values(names)
 
     def sync(self):
         self.executor.sync()
