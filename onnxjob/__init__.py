@@ -22,9 +22,10 @@ from onnxjob.frontend.config import (FunctionConfig, ExecutionConfig, config, en
 from onnxjob.frontend.config import (cache_int8_calibration as _cache_int8_calibration,
                                      write_int8_calibration as _write_int8_calibration)
 from onnxjob.frontend.helpers import (Size, convert_oneflow_dtype_to_numpy_dtype,  # noqa: F401
-                                      current_machine_id, current_resource, current_scope,
+                                      current_machine_id, current_resource,
                                       eager_execution_enabled, enable_eager_execution,
                                       manual_seed, InitEagerGlobalSession)
+from onnxjob.frontend.scope import current_scope  # noqa: F401
 from onnxjob.eager import autograd as _eager_autograd
 from onnxjob.eager import lr_scheduler as _lr_scheduler
 from onnxjob.eager import optim as _optim

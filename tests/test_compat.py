@@ -157,8 +157,33 @@ def test_helpers_model_code_calls_around_ops():
     x = np.array([1.0, 2.0, 3.0], np.float32)
     job(x)
     job(x)
-    assert seen["device_tag"] in ("cpu", "gpu")
+    assert seen["device_tag"] == "gpu"      # OneFlow's default placement, wherever it runs
     np.testing.assert_array_equal(flow.get_all_variables()["counter"].numpy(), 2 * x)
+
+
+def test_current_scope_follows_the_programs_placement():
+    """flow.current_scope()'s device tag and device count are those of the placement
+    OneFlow gives the op (its layers branch on the tag), not the device onnxjob runs on."""
+    import numpy as np
+    import onnxjob as flow
+    import onnxjob.typing as tp
+    seen = {}
+
+    def record(key):
+        desc = flow.current_scope().device_parallel_desc_symbol
+        seen[key] = (desc.device_tag, desc.parallel_num)
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        record("default")
+        with flow.scope.placement("cpu", "0:0-1"):
+            record("cpu")
+        with flow.scope.placement("gpu", "0:0"):
+            record("gpu")
+        return x
+
+    job(np.zeros(3, np.float32))
+    assert seen == {"default": ("gpu", 1), "cpu": ("cpu", 2), "gpu": ("gpu", 1)}
 
 
 def test_oneflow_internal_imports_and_refuses_its_names_by_line(tmp_path):

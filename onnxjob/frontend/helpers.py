@@ -1,15 +1,13 @@
-"""Helpers that OneFlow model and test code calls around ops (flow.current_scope(),
+"""Helpers that OneFlow model and test code calls around ops (flow.current_machine_id(),
 flow.convert_oneflow_dtype_to_numpy_dtype, flow.Size, ...)."""
 import os
 import shutil
 import sys
-import types
 
 from onnxjob import dtypes
 from onnxjob.compat.generations import renamed_keywords
 from onnxjob.frontend.config import current_resource, process_config  # noqa: F401
 from onnxjob.graph import tracer
-from onnxjob.runtime.session import default_session
 from onnxjob.source_info import user_location, warn_at_user_line
 
 
@@ -74,15 +72,6 @@ def enable_typing_check(value=True):
 def current_machine_id():
     return 0
 
-
-
-def current_scope():
-    """The scope of the op being traced: its device tag ("gpu" when the CUDA execution
-    provider runs the session, else "cpu") and parallel size."""
-    session = default_session()
-    tag = "gpu" if session.device == "cuda" else "cpu"
-    desc = types.SimpleNamespace(device_tag=tag, parallel_num=default_parallel_num())
-    return types.SimpleNamespace(device_parallel_desc_symbol=desc)
 
 
 def default_parallel_num():

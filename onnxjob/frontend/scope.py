@@ -1,11 +1,13 @@
 """`flow.scope`: name spaces, placement (advisory) and logical views."""
 import contextlib
 import threading
+import types
 
 from onnxjob.errors import missing_api
 
 from onnxjob.frontend.config import process_config
-from onnxjob.frontend.helpers import current_scope as scope_of_op
+from onnxjob.frontend.helpers import default_parallel_num
+from onnxjob.graph import tracer
 from onnxjob.frontend.views import (consistent_view, consistent_view_enabled,  # noqa: F401
                                     is_view, mirrored_view, mirrored_view_enabled, only_view)
 from onnxjob.graph.name_scope import (empty_stack, full_name, namespace,  # noqa: F401
@@ -161,9 +163,28 @@ def placement_tracker(config, device):
     return in_effect
 
 
+def placed_device_count(builder):
+    """How many devices the placement of the op `builder` traces spans ("0:0-3" is 4), as
+    OneFlow's parallel_num: the innermost flow.scope.placement, else the job's
+    default_placement_scope, else OneFlow's default placement (flow.config.gpu_device_num's
+    GPUs, or cpu_device_num's CPUs, on each of machine_num machines)."""
+    job = getattr(builder, "job_function", None)
+    placed = placement_asked(getattr(job, "config", None))
+    if placed is None:
+        return default_parallel_num()
+    return device_count(placed.machine_device_ids or "0:0")
+
+
 def current_scope():
-    """The deprecated spelling of flow.current_scope()."""
-    return scope_of_op()
+    """flow.current_scope() (flow.scope.current_scope(), its deprecated spelling): the
+    scope of the op being traced as OneFlow's placement makes it: its device tag ("cpu"
+    where the program placed it on CPUs or asked for no GPU, else "gpu": OneFlow's default
+    placement, wherever onnxjob runs it; OneFlow's own layers branch on it) and its device
+    count (the placement's, else the default placement's)."""
+    builder = tracer.builder_or_none()
+    tag = "cpu" if oneflow_places_on_cpu(builder) else "gpu"
+    desc = types.SimpleNamespace(device_tag=tag, parallel_num=placed_device_count(builder))
+    return types.SimpleNamespace(device_parallel_desc_symbol=desc)
 
 
 # OneFlow 0.5's scope attributes (REGISTER_SCOPE_CONFIG_DEF) and their defaults.

@@ -598,6 +598,11 @@ def in_job():
     return getattr(_state, "builder", None) is not None
 
 
+def builder_or_none():
+    """The builder of the job being traced, or None outside a job body."""
+    return getattr(_state, "builder", None)
+
+
 def op(op_type, *inputs, num_outputs=1, name=None, **attrs):
     """Emit one primitive; returns its single output (or the list if num_outputs > 1)."""
     builder = None

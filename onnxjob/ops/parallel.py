@@ -11,7 +11,6 @@ import re
 
 from onnxjob.errors import TraceError
 from onnxjob.frontend import distribute, scope
-from onnxjob.frontend.helpers import default_parallel_num
 from onnxjob.graph.tracer import current_builder
 from onnxjob.ops.casts import identity
 from onnxjob.ops.math import add_n
@@ -65,16 +64,9 @@ def _sbp_text(value, api):
 
 
 def parallel_num():
-    """How many devices the current placement spans ("0:0-3" is 4), as OneFlow's
-    `current_scope().device_parallel_desc_symbol.parallel_num`: the innermost
-    flow.scope.placement, else the job's default_placement_scope, else OneFlow's default
-    placement (flow.config.gpu_device_num's GPUs, or cpu_device_num's CPUs, on each of
-    machine_num machines)."""
-    job = getattr(current_builder("flow.advanced.distribute_*"), "job_function", None)
-    placement = scope.placement_asked(getattr(job, "config", None))
-    if placement is None:
-        return default_parallel_num()
-    return scope.device_count(placement.machine_device_ids or "0:0")
+    """How many devices the current placement spans, as OneFlow's
+    `current_scope().device_parallel_desc_symbol.parallel_num` (scope.placed_device_count)."""
+    return scope.placed_device_count(current_builder("flow.advanced.distribute_*"))
 
 
 def hierarchical_parallel_cast(input, nd_sbp=None, grad_mode=None, grad_nd_sbp=None, name=None,
