@@ -184,15 +184,23 @@ def as_fed_dtype(arr, want, where, what):
     placeholder converts it (pybind11's force-cast, NumPy's unsafe cast: float64 ->
     float32, int64 -> int32, integers -> floats, booleans -> numbers, floats -> integers);
     floats cast to integers lose their fractions, as there, with a one-time warning
-    naming the argument. Arrays of no number (strings, objects) are refused; `where` and
-    `what` (the placeholder's dtype) name them in the messages."""
+    naming the argument. Arrays of objects or strings convert where their elements do,
+    as there (a mixed table's `DataFrame.values` sliced to its numeric columns, numbers
+    read from a CSV as text); others are refused; `where` and `what` (the placeholder's
+    dtype) name them in the messages."""
     want = np.dtype(want)
     if arr.dtype == want:
         return np.array(arr, order="C", copy=True)
-    if arr.dtype.kind not in "biuf" or want.kind not in "biuf":
-        raise JobArgumentError(
-            f"{where}: expected dtype {want} ({what}), got an array of dtype {arr.dtype}, "
-            "which does not convert to it: feed an array of numbers")
+    refused = JobArgumentError(
+        f"{where}: expected dtype {want} ({what}), got an array of dtype {arr.dtype}, "
+        "which does not convert to it: feed an array of numbers")
+    if want.kind not in "biuf" or arr.dtype.kind not in "biufcOUS":
+        raise refused
+    if arr.dtype.kind in "cOUS":
+        try:
+            return np.asarray(arr.astype(want), order="C")
+        except (TypeError, ValueError, OverflowError) as e:
+            raise refused from e
     if arr.dtype.kind == "f" and want.kind in "iu":
         key = (where, arr.dtype.str, want.str)
         if key not in _WARNED_CASTS:

@@ -40,7 +40,8 @@ def test_a_fed_array_is_cast_to_the_placeholders_dtype_as_oneflow_does():
     """OneFlow force-casts a fed array into its placeholder (pybind11's array_t, NumPy's
     unsafe cast): float64 images, int64 masks, booleans and float labels all convert; a
     float fed to an integer placeholder loses its fraction, with one warning per argument;
-    an array of strings is refused."""
+    arrays of objects or strings convert where their elements do (a mixed table's
+    DataFrame.values sliced to numbers, a CSV read as text); others are refused."""
     foo = job_numpy()
 
     @flow.global_function()
@@ -61,8 +62,14 @@ def test_a_fed_array_is_cast_to_the_placeholders_dtype_as_oneflow_does():
     with warnings.catch_warnings():
         warnings.simplefilter("error")      # once per argument
         np.testing.assert_array_equal(labels(np.array([0.5, 3.0, 4.9])), [0, 3, 4])
+    table = np.array([["a", 1, 2.5], ["b", 3, 4.25]], dtype=object)
+    out = foo(np.concatenate([table[:, 1:], table[:, 1:2]], axis=1))
+    assert out.dtype == np.float32 and np.array_equal(out, [[1, 2.5, 1], [3, 4.25, 3]])
+    np.testing.assert_array_equal(labels(np.array(["4", "-2", "7"])), [4, -2, 7])
     with pytest.raises(AssertionError, match="does not convert"):
         labels(np.array(["a", "b", "c"]))
+    with pytest.raises(AssertionError, match="does not convert"):
+        labels(np.array([1, None, 2], dtype=object))
 
 
 def test_non_contiguous_input_is_accepted_and_copied():
