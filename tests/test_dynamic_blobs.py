@@ -61,8 +61,8 @@ def test_concat_of_dynamic_blobs_and_its_gradients(axis):
     out = job([a], [b])[0]
     np.testing.assert_allclose(out, np.concatenate([2 * a, b + 2], axis=axis))
     np.testing.assert_array_equal(seen["x"], np.ones_like(a))
-    # the loss's element count is the run-time one: d mean(out) / dv
-    grad = (a.sum() + b.size) / out.size
+    # a dynamic loss's count is its run-time rows, as OneFlow's (shape_elem_cnt over axis 0)
+    grad = (a.sum() + b.size) / out.shape[0]
     np.testing.assert_allclose(flow.get_all_variables()["v"].numpy(), [2.0 - grad], rtol=1e-6)
 
 

@@ -28,7 +28,7 @@ def _conv_bn(images, labels):
     return flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
 
 
-def _train(net, shape, devices, mirrored, cpus=False):
+def _train(net, shape, devices, mirrored, cpus=False, loss_scale=None):
     """A fresh session's train job: mirrored over `devices` list elements (GPUs, or CPUs:
     `cpus`), or consistent."""
     flow.clear_default_session()
@@ -49,7 +49,7 @@ def _train(net, shape, devices, mirrored, cpus=False):
             labels: kind.Placeholder(shape[:1], dtype=flow.int32)) -> kind:
         loss = net(images, labels)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
-                           momentum=0.9).minimize(loss)
+                           momentum=0.9, loss_scale_factor=loss_scale).minimize(loss)
         return loss
     return job
 
@@ -80,6 +80,35 @@ def test_a_mirrored_step_equals_one_device_on_the_concatenated_rows():
     for step in range(3):
         x, y = _data(10, shape, step)
         np.testing.assert_allclose(losses[step], whole(x, y), rtol=1e-5, atol=1e-6)
+    for name, value in _variables().items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def _per_element_loss(images, labels):
+    logits = flow.layers.dense(images, 3, kernel_initializer=INIT, name="out")
+    return flow.math.square(logits - 1.0)                   # (rows, 3)
+
+
+def _per_row_loss(images, labels):
+    return flow.math.reduce_sum(_per_element_loss(images, labels), axis=1)    # (rows,)
+
+
+@pytest.mark.parametrize("loss_scale", [None, 8.0])
+def test_a_mirrored_loss_of_several_columns_is_averaged_over_its_rows(loss_scale):
+    """OneFlow divides the gradients of a dynamic (mirrored) loss by its rows along axis 0,
+    summed over the devices (autograd.cpp ScaleModelDiffByDynamicLossInstanceNum:
+    shape_elem_cnt over axis 0), not by its element count: a (rows, 3) loss trains as the
+    whole batch's per-row sums; under a loss scale too (its seed was not scaled, then
+    unscaled)."""
+    shape = (6, 4)
+    mirrored = _train(_per_element_loss, shape, 2, mirrored=True, loss_scale=loss_scale)
+    for step in range(3):
+        x, y = _data(10, shape, step)
+        mirrored([x[:6], x[6:]], [y[:6], y[6:]])
+    got = _variables()
+    whole = _train(_per_row_loss, (10, 4), 1, mirrored=False)
+    for step in range(3):
+        whole(*_data(10, shape, step))
     for name, value in _variables().items():
         np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 

@@ -70,7 +70,12 @@ def _seed(builder, loss, elem_cnt, loss_scale):
     variable gradients by the optimizer (update_rules.unscale), so float32 overflows where
     OneFlow's does: in the backward and, data-parallel, in the sum of the ranks' gradients."""
     if loss.is_dynamic:
-        return op("ConstantOfShape", op("Shape", loss), value=np.ones(1, loss.np_dtype))
+        ones = op("ConstantOfShape", op("Shape", loss), value=np.ones(1, loss.np_dtype))
+        if loss_scale is None:
+            return ones
+        scale = reshape_to(loss_scale, ()) if isinstance(loss_scale, Blob) else \
+            builder.constant(np.asarray(np.float32(loss_scale)), "loss_scale")
+        return ones * _cast(scale, loss.np_dtype)
     if loss_scale is None and not dtypes.is_floating(loss.np_dtype):
         return builder.constant(np.ones(loss.shape, loss.np_dtype), "grad_seed")
     if loss_scale is None:
@@ -157,7 +162,9 @@ def _backward(builder, losses, elem_cnt, loss_scale, requires, unfolded):
         builder.loss_elem_count = 1     # nothing for watch_diff to undo
     out = {name: grads[id(b)] for name, b in builder.variables.items() if id(b) in grads
            and builder.variable_specs[name].trainable}
-    if unfolded:
+    if unfolded or (loss_scale is not None and losses[0].is_dynamic):
+        # (a dynamic loss's count is each device's, known in its own forward: a mirrored
+        # step over several devices combines gradients divided by it, scaled or not)
         out = {name: _divide_by_elem_cnt(g, losses[0]) for name, g in out.items()}
     return out
 
@@ -197,10 +204,22 @@ def _accumulate(grads, blob, grad):
     grads[id(blob)] = grad if prev is None else op("Add", prev, grad)
 
 
+def loss_instance_count(loss):
+    """What OneFlow's autograd divides the variable gradients by: a static loss's element
+    count (an int; ScaleModelDiffByConstantLossInstanceNum), a dynamic (mirrored) loss's
+    rows along axis 0 at run time (an int64 0-d Blob; ScaleModelDiffByDynamicLossInstanceNum's
+    shape_elem_cnt over axis 0, summed over the devices by the mirrored step). OneFlow
+    0.5.0's pass counts 1 per device there instead (its include_axis_conf lost the axis with
+    nn.Graph's training, c39d083): not reproduced, docs/oneflow-scripts.md."""
+    if not loss.is_dynamic or not loss.shape:
+        return int(np.prod(loss.shape))
+    return reshape_to(op("Shape", loss, start=0, end=1), [])
+
+
 def _divide_by_elem_cnt(grad, loss):
-    """`grad` / elem_cnt(loss), the count taken at run time for a dynamic loss."""
+    """`grad` / loss_instance_count(loss)."""
     if loss.is_dynamic:
-        count = _cast(op("Size", loss), grad.np_dtype)
+        count = _cast(loss_instance_count(loss), grad.np_dtype)
         return op("Div", grad, count)
     if int(np.prod(loss.shape)) == 1:
         return grad     # (a multiply by 1 copies the gradient unchanged: a pass for nothing)

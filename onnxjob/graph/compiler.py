@@ -167,8 +167,10 @@ def compile_job(job, variable_registry=None, seed=None, value_reader=None):
                 optimizer.apply(builder, all_grads, job.name)
             if data_parallel or mirrored:
                 grads = all_grads
-            if mirrored:    # each device's gradient is combined by its loss's size
-                loss_count = op("Size", builder.losses[0])
+            if mirrored:    # each device's gradient is combined by its loss's count
+                loss = builder.losses[0]
+                loss_count = autodiff.loss_instance_count(loss) if loss.is_dynamic \
+                    else op("Size", loss)
         watch_outputs = _watch_outputs(builder)
 
     taken = set()

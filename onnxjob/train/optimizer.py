@@ -361,7 +361,10 @@ class Optimizer:
         # in the gradients so scaled (finite exactly where the unscaled ones are).
         factors = {}
         if scale is not None and grads:
-            factors = R.unscale_factors(grads, scale, int(np.prod(builder.losses[0].shape)))
+            # (a dynamic loss's gradients come divided by its run-time count: autodiff)
+            loss = builder.losses[0]
+            factors = R.unscale_factors(grads, scale,
+                                        1 if loss.is_dynamic else int(np.prod(loss.shape)))
         ctx = _StepContext(builder, self._train_step(builder, job_name),
                            _indexed_slices_names(config), dynamic)
         ctx.fold_factors = _folds_factors(config)
