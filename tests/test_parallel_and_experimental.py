@@ -60,6 +60,40 @@ def test_distribute_map_applies_per_part():
     np.testing.assert_allclose(diff, x - y)
 
 
+def test_distribute_map_runs_f_on_one_device():
+    """OneFlow runs `f` under a placement of one device ("@0:0", _UnderSingleDevicePlacementScope):
+    inside it the device count is 1, and a batch norm normalizes each part by its own rows
+    (under the two-device placement it would split the part again)."""
+    seen = []
+
+    def f(part):
+        seen.append(flow.current_scope().device_parallel_desc_symbol.parallel_num)
+        return flow.layers.batch_normalization(part, axis=1, name=f"bn{len(seen)}")
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 1))) -> tp.Numpy:
+        with flow.scope.placement("gpu", "0:0-1"):
+            y = flow.advanced.distribute_map(x, f)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]),
+                           momentum=0).minimize(flow.math.reduce_sum(y))
+        return y
+
+    x = np.array([[0.0], [1.0], [2.0], [3.0]], np.float32)
+    y = job(x)
+    assert seen == [1, 1]
+    halves = x.reshape(2, 2)
+    expected = (halves - halves.mean(1, keepdims=True)) / np.sqrt(
+        halves.var(1, keepdims=True) + 1e-3)      # (the layer's default epsilon)
+    np.testing.assert_allclose(y.ravel(), expected.ravel(), rtol=1e-5)
+
+
+def test_a_placement_may_name_a_rank():
+    """"@0:0", OneFlow's machine written as a rank (parallel_conf_util.cpp), is machine 0."""
+    from onnxjob.frontend.scope import device_count, machine_device_lists
+    assert machine_device_lists("@0:0-1") == {0: [0, 1]}
+    assert device_count(["@0:0", "@1:0-2"]) == 4
+
+
 def test_distribute_concat_needs_one_blob_per_device():
     @flow.global_function()
     def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:

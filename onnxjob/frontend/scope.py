@@ -85,14 +85,15 @@ def _device_list(devices):
 
 def machine_device_lists(machine_device_ids):
     """{machine id: [device ids]} from OneFlow's forms: {0: [0, 1]}, "0:0-1" or a list
-    of such strings."""
+    of such strings; a machine written "@0" (a rank, as OneFlow's parallel_conf_util
+    accepts it and its distribute_map writes it) is that machine."""
     if isinstance(machine_device_ids, dict):
         return {int(m): _device_list(d) for m, d in machine_device_ids.items()}
     table = {}
     for entry in [machine_device_ids] if isinstance(machine_device_ids, str) \
             else machine_device_ids:
         machine, _, devices = str(entry).rpartition(":")
-        table.setdefault(int(machine or 0), []).extend(_device_list(devices))
+        table.setdefault(int(machine.lstrip("@") or 0), []).extend(_device_list(devices))
     return table
 
 

@@ -133,10 +133,17 @@ def distribute_add(xs, name=None):
 
 def distribute_map(xs, f, axis=0):
     """`f` applied to each device's part of `xs` (a blob or a list of blobs, split at
-    `axis`), the results joined at `axis`: a blob, or a tuple if `f` returns several."""
+    `axis`), the results joined at `axis`: a blob, or a tuple if `f` returns several. As
+    OneFlow's (_UnderSingleDevicePlacementScope), `f` runs under a placement of one device,
+    the first of the current one ("@0:0": what it returns from inside its loop), so a batch
+    norm in it normalizes the part it is given."""
     single_input = not isinstance(xs, (list, tuple))
     parts = [distribute_split(x, axis=axis) for x in ([xs] if single_input else xs)]
-    results = [f(*args) for args in zip(*parts)]
+    tag = scope.current_scope().device_parallel_desc_symbol.device_tag
+    results = []
+    for args in zip(*parts):
+        with scope.placement(tag, "@0:0"):
+            results.append(f(*args))
     single_output = not isinstance(results[0], (list, tuple))
     results = [(r,) if single_output else tuple(r) for r in results]
     joined = tuple(distribute_concat(list(r), axis=axis) for r in zip(*results))
