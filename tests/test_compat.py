@@ -393,3 +393,20 @@ def test_importing_onnxjob_leaves_numpy_as_installed():
                            "print(hasattr(numpy, 'float'), hasattr(collections, 'Mapping'))"],
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+def test_a_cpu_only_programs_default_placement_is_its_cpus():
+    """cpu_device_num(n > 1) without gpu_device_num is a program for OneFlow's CPU-only
+    build: its default placement, so its scope's device tag and its kernels (batch norm's
+    biased moving variance), are the CPUs', as the n list elements it passes are."""
+    import warnings
+    import onnxjob as flow
+    from onnxjob.frontend import scope
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        flow.config.cpu_device_num(2)
+    desc = flow.current_scope().device_parallel_desc_symbol
+    assert (desc.device_tag, desc.parallel_num) == ("cpu", 2)
+    assert scope.oneflow_places_on_cpu(None)
+    flow.config.gpu_device_num(1)
+    assert flow.current_scope().device_parallel_desc_symbol.device_tag == "gpu"

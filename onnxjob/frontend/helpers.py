@@ -90,13 +90,19 @@ def default_machine_device_ids():
     return [f"{m}:{devices}" for m in range(max(1, process_config.machine_num))]
 
 
+def default_placement_on_cpus():
+    """Whether OneFlow's default placement is CPUs: where the program asked for no GPU
+    (gpu_device_num(0)) or for CPU devices and no GPUs (written for a CPU-only build,
+    placement_util.py)."""
+    c = process_config
+    return c.gpu_device_num == 0 or (not c.gpu_device_num_set and c.cpu_device_num > 1)
+
+
 def _devices_per_machine():
     """The devices of OneFlow's default placement on each machine: gpu_device_num GPUs,
-    or cpu_device_num CPUs where the program asked for no GPU (gpu_device_num(0)) or for
-    CPU devices and no GPUs (written for a CPU-only build, placement_util.py)."""
+    or cpu_device_num CPUs (default_placement_on_cpus)."""
     c = process_config
-    on_cpus = c.gpu_device_num == 0 or (not c.gpu_device_num_set and c.cpu_device_num > 1)
-    return max(1, c.cpu_device_num if on_cpus else c.gpu_device_num)
+    return max(1, c.cpu_device_num if default_placement_on_cpus() else c.gpu_device_num)
 
 
 def manual_seed(seed):

@@ -5,8 +5,7 @@ import types
 
 from onnxjob.errors import missing_api
 
-from onnxjob.frontend.config import process_config
-from onnxjob.frontend.helpers import default_parallel_num
+from onnxjob.frontend.helpers import default_parallel_num, default_placement_on_cpus
 from onnxjob.graph import tracer
 from onnxjob.frontend.views import (consistent_view, consistent_view_enabled,  # noqa: F401
                                     is_view, mirrored_view, mirrored_view_enabled, only_view)
@@ -63,14 +62,15 @@ def placement_asked(config=None):
 def oneflow_places_on_cpu(builder):
     """Whether OneFlow runs the op being traced on its CPU kernel: where the program placed
     it on CPUs (flow.scope.placement("cpu", ...), a CPU default_placement_scope) or asked
-    for no GPU (flow.config.gpu_device_num(0)). A program that says nothing ran on GPUs in
-    OneFlow, wherever onnxjob runs it; the kernels differ in a few numbers (batch norm's
-    moving variance, an L1 regularizer at 0)."""
+    for no GPU (flow.config.gpu_device_num(0), or cpu_device_num(n > 1) alone: a program
+    for a CPU-only build, helpers.default_placement_on_cpus). A program that says nothing
+    ran on GPUs in OneFlow, wherever onnxjob runs it; the kernels differ in a few numbers
+    (batch norm's moving variance, an L1 regularizer at 0)."""
     job = getattr(builder, "job_function", None)
     placed = placement_asked(getattr(job, "config", None))
     if placed is not None:
         return str(placed.device_tag).lower() == "cpu"
-    return process_config.gpu_device_num == 0
+    return default_placement_on_cpus()
 
 
 def _device_list(devices):
