@@ -141,7 +141,8 @@ def test_inter_job_reuse_mem_strategy_checks_its_argument():
 
 
 def test_scope_helpers():
-    assert flow.scope.current_scope().device_parallel_desc_symbol.device_tag == "cpu"
+    # OneFlow's default placement, wherever onnxjob runs the job
+    assert flow.scope.current_scope().device_parallel_desc_symbol.device_tag == "gpu"
     assert flow.scope.current_scope_attrs()["checkpointing"] is False
     with flow.experimental.scope.config(checkpointing=True, pipeline_stage_id_hint=1):
         attrs = flow.scope.current_scope_attrs()

@@ -78,12 +78,14 @@ def test_serving_runs_the_saved_model(tmp_path):
     with pytest.raises(JobArgumentError, match=r"'features': got shape \(2, 3\), the saved "
                                                r"model takes \(4, 3\)"):
         session.run("mlp_predict", features=x[:2], scale=scale)
-    # dtypes convert as a job's placeholders do (float64 and integers to float32); strings
-    # do not
+    # dtypes convert as a job's placeholders do (float64, integers and numbers written as
+    # text to float32); other strings do not
     np.testing.assert_allclose(session.run("mlp_predict", features=x.astype(np.float64),
                                            scale=np.array([2]))[0], expected, rtol=1e-6)
+    np.testing.assert_allclose(session.run("mlp_predict", features=x,
+                                           scale=np.array(["2"]))[0], expected, rtol=1e-6)
     with pytest.raises(JobArgumentError, match="does not convert"):
-        session.run("mlp_predict", features=x, scale=np.array(["2"]))
+        session.run("mlp_predict", features=x, scale=np.array(["two"]))
     session.close()
     latest = flow.serving.InferenceSession(flow.serving.SessionOption())
     latest.load_saved_model(str(tmp_path / "models"),
