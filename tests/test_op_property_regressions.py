@@ -64,6 +64,17 @@ def test_reshape_size_mismatch_names_the_line():
         run(lambda v: flow.reshape(v, [2]), np.ones((), np.float32))
 
 
+def test_reshape_and_flatten_of_a_zero_sized_blob():
+    """A 0 in a reshape's resolved shape is a size of 0, as OneFlow reshapes an empty blob
+    (reshape_op.cpp checks the element counts only): ONNX's default read it as "the
+    input's size" and onnxruntime refused the run."""
+    empty = np.ones((3, 0), np.float32)
+    assert run(lambda v: flow.reshape(v, [-1, 3]), empty).shape == (0, 3)
+    assert run(lambda v: flow.reshape(v, [0, 5]), empty).shape == (0, 5)
+    assert run(lambda v: flow.flatten(v, start_dim=0, end_dim=1),
+               np.ones((2, 0, 3), np.float32)).shape == (0, 3)
+
+
 def test_matmul_of_a_vector_names_the_line():
     for shape_b in [(3,), ()]:
         with pytest.raises(TraceError, match=rf"{THIS_FILE}:\d+: matmul: b must have rank >= 2"):

@@ -117,7 +117,20 @@ def split_flat(value, shapes):
     return [reshape_to(part, list(shape)) for part, shape in zip(parts, shapes)]
 
 
-register("Reshape", _reshape_infer, lambda n, g, need: _back_to_input(n, g, need))
+def _reshape_zero_sizes(inputs, attrs, num_outputs):
+    """A Reshape to a constant shape with a 0 in it (and no -1): `allowzero`, so the 0 is
+    a size of 0 (a zero-sized Blob, as OneFlow reshapes it), not ONNX's default "copy the
+    input's size"; None for every other Reshape."""
+    if "allowzero" in attrs or inputs[1].value.const_value is None:
+        return None
+    shape = [int(d) for d in static_value(inputs[1])]
+    if 0 not in shape or -1 in shape:
+        return None
+    return [op("Reshape", inputs[0], inputs[1], allowzero=1)]
+
+
+register("Reshape", _reshape_infer, lambda n, g, need: _back_to_input(n, g, need),
+         lower=_reshape_zero_sizes)
 
 
 def _squeeze_infer(inputs, attrs, num_outputs):
