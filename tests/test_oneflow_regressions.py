@@ -1173,3 +1173,24 @@ def test_a_variable_takes_the_initializer_of_the_last_job_declaring_it():
     first, _ = _jobs_declaring("v", [flow.ones_initializer(), flow.zeros_initializer()])
     flow.load_variables({"v": np.array([3, 4, 5], np.float32)})
     np.testing.assert_array_equal(first(), [3, 4, 5])
+
+
+def test_decode_random_gives_its_job_one_batch_for_every_run():
+    """OneFlow's DecodeRandomKernel fills its one output register at the first run only
+    (decode_random_kernel.cpp: is_init_): a synthetic-data job trains on one fixed batch;
+    another job's decode_random has a batch of its own."""
+    flow.clear_default_session()
+
+    def make(name):
+        def synth() -> tp.Numpy:
+            return flow.data.decode_random(shape=(4,), dtype=flow.float, batch_size=2,
+                                           initializer=flow.random_uniform_initializer(-1, 1))
+        synth.__name__ = name
+        return flow.global_function()(synth)
+
+    first, second = make("first"), make("second")
+    a = first()
+    np.testing.assert_array_equal(first(), a)
+    np.testing.assert_array_equal(first(), a)
+    assert not np.array_equal(second(), a)
+    assert a.min() >= -1 and a.max() <= 1 and a.std() > 0

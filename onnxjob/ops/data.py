@@ -34,8 +34,10 @@ from onnxjob.runtime.pipeline import HostNode
 
 
 def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=None):
-    """A (batch_size, *shape) batch drawn afresh from `initializer` (default uniform on
-    [0, 1]) for every run of the job: synthetic data with no placeholder."""
+    """A (batch_size, *shape) batch drawn from `initializer` (default uniform on [0, 1])
+    at the job's first run and the same at every later run, as OneFlow's DecodeRandomKernel
+    fills its one output register once (decode_random_kernel.cpp: is_init_): synthetic
+    data with no placeholder (a synthetic-data benchmark fits that one batch)."""
     if not isinstance(shape, (list, tuple)):
         raise TraceError(f"flow.data.decode_random: shape must be a list or tuple, got {shape!r}")
     if dtype is None:
@@ -46,9 +48,15 @@ def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=
     initializer = initializer or initializers.random_uniform_initializer()
     rng = np.random.default_rng(builder.random.randrange(2 ** 63))
     name = builder.unique_name(name or "DecodeRandom")
-    node = HostNode(name, lambda: initializer.sample(full_shape, np_dtype, rng).astype(
-        np_dtype, copy=False))
-    return builder.add_source(name, full_shape, np_dtype, node)
+    drawn = []
+
+    def batch():
+        if not drawn:
+            value = initializer.sample(full_shape, np_dtype, rng).astype(np_dtype, copy=False)
+            value.flags.writeable = False       # (every run is given this one array)
+            drawn.append(value)
+        return drawn[0]
+    return builder.add_source(name, full_shape, np_dtype, HostNode(name, batch))
 
 
 def image_decoder_random_crop_resize(input_blob, target_width, target_height, num_attempts=None,
