@@ -143,6 +143,29 @@ def test_config_seed_makes_every_random_draw_reproducible():
     assert not np.array_equal(_random_job_outputs(None), _random_job_outputs(None))
 
 
+def test_pythons_random_seed_repeats_the_random_ops_draws():
+    """OneFlow's random ops take their seeds from Python's `random` module when traced
+    (random.randint in nn_ops / random_util): a program's random.seed(n) repeats its
+    dropout masks and shuffles from run to run, without flow.config.seed."""
+    import random
+
+    def masks():
+        flow.clear_default_session()
+
+        @flow.global_function(type="predict")
+        def job(x: tp.Numpy.Placeholder((64,))) -> tp.Numpy:
+            keep = flow.random.bernoulli(x)
+            order = flow.random.generate_random_batch_permutation_indices(x)
+            return flow.concat([keep, flow.cast(order, flow.float)], axis=0)
+        return job(np.full(64, 0.5, np.float32))
+
+    random.seed(11)
+    first = masks()
+    random.seed(11)
+    np.testing.assert_array_equal(masks(), first)
+    assert not np.array_equal(masks(), first)       # the module's stream went on
+
+
 def _initial_value_of_w(other_variables):
     """The seeded initial value of variable "w" in a session that also defines
     `other_variables` variables before it."""

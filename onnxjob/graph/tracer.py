@@ -332,8 +332,10 @@ class GraphBuilder:
         self.job_name = job_name
         self.is_train = is_train
         # Seeds of the job's random nodes and data sources: reproducible when the session
-        # was given a seed (flow.config.seed), fresh entropy otherwise (as in OneFlow).
-        self.random = random.Random(seed)
+        # was given a seed (flow.config.seed), else Python's `random` module itself, as
+        # OneFlow's ops draw their seeds (random.randint at each op: a program's
+        # random.seed(n) repeats its dropout masks and shuffles from run to run).
+        self.random = random if seed is None else random.Random(seed)
         # Variables are shared by name across the jobs of a session: the session is the
         # registry. Graphs built on their own (tests, tools) get a private one.
         self.variable_registry = variable_registry or VariableRegistry()

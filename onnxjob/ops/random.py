@@ -20,15 +20,15 @@ from onnxjob.ops.indexing import gather
 __all__ = ["CoinFlip", "bernoulli", "coin_flip", "gen_seed",
            "generate_random_batch_permutation_indices", "random_mask_like", "shuffle"]
 
-_ENTROPY = random.SystemRandom()
 _SEED_RANGE = 2 ** 24  # ONNX seeds are float32 attributes: exact below 2**24
 
 
 def gen_seed(seed=None):
-    """(seed, has_seed): `seed`, or a new one from the job's seed stream when None (fresh
-    entropy, or reproducible under flow.config.seed), and True."""
+    """(seed, has_seed): `seed`, or a new one from the job's seed stream when None (from
+    Python's `random` module, as OneFlow's random.randint; reproducible under
+    flow.config.seed), and True."""
     if seed is None:
-        stream = current_builder().random if in_job() else _ENTROPY
+        stream = current_builder().random if in_job() else random
         seed = stream.randint(-sys.maxsize, sys.maxsize)
     return seed, True
 
