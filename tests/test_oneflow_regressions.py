@@ -1194,3 +1194,29 @@ def test_decode_random_gives_its_job_one_batch_for_every_run():
     np.testing.assert_array_equal(first(), a)
     assert not np.array_equal(second(), a)
     assert a.min() >= -1 and a.max() <= 1 and a.std() > 0
+
+
+def test_add_loss_in_a_predict_typed_job_is_refused_as_oneflow():
+    """global_function(type="predict") (its default, also with function_config= by
+    keyword) takes the config's predict_conf, clearing the train settings the old API set
+    on it: OneFlow's add_loss then stops (job has no TrainConf). The positional
+    global_function(config) of that API keeps them and trains."""
+    flow.clear_default_session()
+    config = flow.FunctionConfig()
+    config.train.primary_lr(0.1)
+    config.train.model_update_conf(dict(naive_conf={}))
+
+    def body(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", (3,), initializer=flow.ones_initializer())
+        loss = flow.math.reduce_sum(x * w)
+        flow.losses.add_loss(loss)
+        return loss
+
+    keyword = flow.global_function(function_config=config)(body)
+    with pytest.raises(TraceError, match=r"add_loss in job 'body', which has no train "
+                                         r"configuration.*type=\"train\""):
+        keyword(np.ones((2, 3), np.float32))
+    flow.clear_default_session()
+    positional = flow.global_function(config)(body)
+    positional(np.ones((2, 3), np.float32))
+    np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), 1 - 0.1 * 2)

@@ -905,7 +905,19 @@ def add_loss(loss):
     """Old API: declare the loss of a job configured with config.train.* (OneFlow's
     `flow.losses.add_loss`, still part of its 0.5 API, so no warning). A later
     `minimize` replaces what was declared here, as in OneFlow."""
-    losses = current_builder("flow.losses.add_loss").losses
+    builder = current_builder("flow.losses.add_loss")
+    job = getattr(builder, "job_function", None)
+    if builder.optimizer is None and job is not None and not job.is_train:
+        # OneFlow: global_function(type="predict"), the default with function_config= by
+        # keyword, takes the config's predict_conf, which clears its train_conf (one
+        # oneof), and add_loss stops (job_build_and_infer_ctx.cpp)
+        raise TraceError(f"flow.losses.add_loss in job {builder.job_name!r}, which has no "
+                         "train configuration: a predict job (global_function's default type, "
+                         "also where function_config= is given by keyword, which drops the "
+                         "config's train settings as OneFlow does); write "
+                         "@flow.global_function(type=\"train\", function_config=...) (OneFlow: "
+                         "job has no TrainConf when adding loss logical blob name)")
+    losses = builder.losses
     if any(known is loss for known in losses):
         # OneFlow aborts on it (autograd.cpp, ScaleModelDiffByLossInstanceNum: Check failed:
         # loss_lbi2op_node.emplace(...).second); counted twice it would double the gradient
