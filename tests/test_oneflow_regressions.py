@@ -1220,3 +1220,27 @@ def test_add_loss_in_a_predict_typed_job_is_refused_as_oneflow():
     positional = flow.global_function(config)(body)
     positional(np.ones((2, 3), np.float32))
     np.testing.assert_allclose(flow.get_all_variables()["w"].numpy(), 1 - 0.1 * 2)
+
+
+def test_a_0d_and_a_1_element_blob_combine_as_oneflow_0_5_shapes_them():
+    """OneFlow 0.5 takes a (1,) Blob as the scalar of scalar_<op>_by_tensor, whose output
+    has the other operand's shape: loss + lam * reg of 0-d losses and a (1,) variable is
+    0-d (its f-string formats); broadcasting ((1,) - 0-d, Python numbers) keeps (1,)."""
+    flow.clear_default_session()
+    shapes = {}
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        z0 = flow.math.reduce_sum(x)
+        c1 = flow.constant(2.0, dtype=flow.float, shape=(1,))
+        for key, value in {"z0 + c1": z0 + c1, "c1 * z0": c1 * z0, "z0 - c1": z0 - c1,
+                           "z0 / c1": z0 / c1, "add": flow.math.add(c1, z0),
+                           "c1 - z0": c1 - z0, "c1 / z0": c1 / z0, "c1 + 1": c1 + 1.0,
+                           "1 - c1": 1.0 - c1}.items():
+            shapes[key] = value.shape
+        return z0 + c1 * z0
+
+    loss = job(np.ones((4, 3), np.float32))
+    assert f"{loss:.1f}" == "36.0"
+    assert shapes == {"z0 + c1": (), "c1 * z0": (), "z0 - c1": (), "z0 / c1": (), "add": (),
+                      "c1 - z0": (1,), "c1 / z0": (1,), "c1 + 1": (1,), "1 - c1": (1,)}

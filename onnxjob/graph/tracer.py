@@ -8,12 +8,14 @@ import contextlib
 import functools
 import itertools
 import random
+import sys
 import threading
 
 import numpy as np
 import onnx_ir as ir
 
 from onnxjob import dtypes
+from onnxjob.compat.generations import written_for_0_4
 from onnxjob.errors import ConcreteBlobError, OutsideJobError, TraceError, UnsupportedAPIError
 from onnxjob.graph.name_scope import namespace_prefix
 from onnxjob.graph.registry import get_primitive
@@ -200,9 +202,14 @@ class Blob:
 
     # -- operators ----------------------------------------------------------------------
     def _binary(self, op_type, other, reverse=False):
+        given = other
         other = as_blob(other, like=self)
         a, b = (other, self) if reverse else (self, other)
-        return op(op_type, a, b)
+        result = op(op_type, a, b)
+        if not from_user_code(sys._getframe(2)):     # (the caller of the operator)
+            return result
+        x, y = (given, self) if reverse else (self, given)
+        return by_tensor_shape(result, x, y, commutes=op_type in ("Add", "Mul"))
 
     def __add__(self, o):
         if self.builder.qat is not None and isinstance(o, Blob):
@@ -603,6 +610,34 @@ def in_job():
 def builder_or_none():
     """The builder of the job being traced, or None outside a job body."""
     return getattr(_state, "builder", None)
+
+
+# modules whose wrappers pass a public op's call through (the guard of flow.* ops, the
+# keyword renames of older releases)
+_CALL_WRAPPERS = ("onnxjob.frontend.blob_arguments", "onnxjob.compat.generations")
+
+
+def from_user_code(frame):
+    """Whether `frame` (a caller's), past onnxjob's call wrappers, is the program's, not
+    onnxjob's own code (whose arithmetic on its own scalars keeps broadcasting's shapes)."""
+    while frame is not None and frame.f_globals.get("__name__") in _CALL_WRAPPERS:
+        frame = frame.f_back
+    return frame is not None and not frame.f_globals.get("__name__", "").startswith("onnxjob.")
+
+
+def by_tensor_shape(result, x, y, commutes):
+    """`result` of an arithmetic op on operands `x` and `y` as OneFlow 0.5 shapes it where
+    both are Blobs, one 0-d and the other (1,): its math ops take a (1,) Blob as the
+    scalar of scalar_<op>_by_tensor, whose output has the other operand's shape
+    (scalar_by_tensor_op.cpp): 0-d for add and multiply either way round, for subtract and
+    divide where x is the 0-d one (`commutes` False); broadcasting gives (1,) otherwise
+    (a Python number is a scalar op's: the Blob's shape). Code written for OneFlow <= 0.4
+    keeps (1,): its reductions were (1,) themselves."""
+    if result.shape == (1,) and isinstance(x, Blob) and isinstance(y, Blob) and \
+            (x.shape, y.shape) in (((), (1,)), ((1,), ()))[:1 + commutes] and \
+            not written_for_0_4():
+        return op("Reshape", result, int64_constant(result, []))
+    return result
 
 
 def op(op_type, *inputs, num_outputs=1, name=None, **attrs):
