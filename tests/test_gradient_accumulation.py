@@ -214,6 +214,33 @@ def test_a_scalar_loss_comes_back_once_per_micro_batch():
     np.testing.assert_allclose(w[:, 0], 1.0 - 0.5 * x.mean(0), rtol=1e-6)
 
 
+def test_an_assign_in_an_accumulating_job_says_what_it_does():
+    """onnxjob applies a flow.assign once per call, the first micro-batch's value; OneFlow's
+    accumulation rewrite routes the assign's ref through a repeat op's copy, so its writes
+    do not reach the variable: the difference is said, at the assign's line."""
+    config = flow.FunctionConfig()
+    config.train.num_gradient_accumulation_steps(2)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
+        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+        count = flow.get_variable("count", (1,), initializer=flow.zeros_initializer(),
+                                  trainable=False)
+        flow.assign(count, count + 1.0)
+        loss = flow.math.reduce_mean(flow.matmul(x, w))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
+                           momentum=0).minimize(loss)
+        return loss
+
+    with pytest.warns(UserWarning, match=r"flow.assign of 'count'.*2 micro-batches.*first "
+                                         r"micro-batch") as caught:
+        job(np.ones((4, 2), np.float32))
+    assert caught[0].filename == __file__
+    job(np.ones((4, 2), np.float32))
+    np.testing.assert_array_equal(flow.get_all_variables()["count"].numpy(), [2.0])
+
+
 def test_a_watch_sees_each_micro_batch_as_oneflow_s_watch_op_runs_per_micro_batch():
     """flow.watch and flow.watch_diff in an accumulating body: their handlers run once per
     micro-batch with that micro-batch's values (OneFlow packs only the returned blobs);

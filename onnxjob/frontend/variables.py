@@ -174,3 +174,12 @@ def assign(ref, value, dtype=None, name=None):
                                      user_location())
     builder.assigned_at[name] = user_location()
     builder.state_updates[name] = value
+    job = getattr(builder, "job_function", None)
+    steps = getattr(job, "accumulation_steps", 1)
+    if isinstance(steps, int) and steps > 1:
+        warn_at_user_line(
+            f"flow.assign of {name!r} in job {builder.job_name!r}, which accumulates "
+            f"gradients over {steps} micro-batches: onnxjob keeps the first micro-batch's "
+            "value, once per call (every micro-batch reads the value before the call); "
+            "OneFlow's accumulation rewrite gives the assign a copy of the variable "
+            "(a repeat op), so its writes do not reach the variable there")
