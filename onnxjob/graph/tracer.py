@@ -205,11 +205,9 @@ class Blob:
         given = other
         other = as_blob(other, like=self)
         a, b = (other, self) if reverse else (self, other)
-        result = op(op_type, a, b)
-        if not from_user_code(sys._getframe(2)):     # (the caller of the operator)
-            return result
         x, y = (given, self) if reverse else (self, given)
-        return by_tensor_shape(result, x, y, commutes=op_type in ("Add", "Mul"))
+        # (3 frames up from by_tensor_shape: this, the operator, the operator's caller)
+        return by_tensor_shape(op(op_type, a, b), x, y, op_type in ("Add", "Mul"), 3)
 
     def __add__(self, o):
         if self.builder.qat is not None and isinstance(o, Blob):
@@ -603,13 +601,13 @@ def current_builder(api_name="this op"):
     return builder
 
 
-def in_job():
-    return getattr(_state, "builder", None) is not None
-
-
 def builder_or_none():
     """The builder of the job being traced, or None outside a job body."""
     return getattr(_state, "builder", None)
+
+
+def in_job():
+    return builder_or_none() is not None
 
 
 # modules whose wrappers pass a public op's call through (the guard of flow.* ops, the
@@ -625,19 +623,22 @@ def from_user_code(frame):
     return frame is not None and not frame.f_globals.get("__name__", "").startswith("onnxjob.")
 
 
-def by_tensor_shape(result, x, y, commutes):
+def by_tensor_shape(result, x, y, commutes, caller_depth):
     """`result` of an arithmetic op on operands `x` and `y` as OneFlow 0.5 shapes it where
     both are Blobs, one 0-d and the other (1,): its math ops take a (1,) Blob as the
     scalar of scalar_<op>_by_tensor, whose output has the other operand's shape
     (scalar_by_tensor_op.cpp): 0-d for add and multiply either way round, for subtract and
     divide where x is the 0-d one (`commutes` False); broadcasting gives (1,) otherwise
-    (a Python number is a scalar op's: the Blob's shape). Code written for OneFlow <= 0.4
-    keeps (1,): its reductions were (1,) themselves."""
-    if result.shape == (1,) and isinstance(x, Blob) and isinstance(y, Blob) and \
-            (x.shape, y.shape) in (((), (1,)), ((1,), ()))[:1 + commutes] and \
-            not written_for_0_4():
-        return op("Reshape", result, int64_constant(result, []))
-    return result
+    (a Python number is a scalar op's: the Blob's shape). Only for the program's own call
+    (the frame `caller_depth` frames above this one, from_user_code) in code not written
+    for OneFlow <= 0.4, whose reductions were (1,) themselves."""
+    if result.shape != (1,) or not (isinstance(x, Blob) and isinstance(y, Blob)):
+        return result
+    pairs = [((), (1,)), ((1,), ())] if commutes else [((), (1,))]
+    if (x.shape, y.shape) not in pairs or not from_user_code(sys._getframe(caller_depth)) \
+            or written_for_0_4():
+        return result
+    return op("Reshape", result, int64_constant(result, []))
 
 
 def op(op_type, *inputs, num_outputs=1, name=None, **attrs):

@@ -6,7 +6,6 @@ and logical ops return int8 (1 for true), argmax returns int64 and top_k / argso
 return int32 indices.
 """
 import numbers
-import sys
 
 import numpy as np
 
@@ -18,9 +17,8 @@ from onnxjob.errors import TraceError, missing_api
 from onnxjob.graph.primitives.elementwise import FLOATS, cast, gelu_derivative
 from onnxjob.graph.primitives.shape_ops import dim_of, shape_of, zeros_of
 from onnxjob.graph.registry import broadcast_shape
-from onnxjob.graph.tracer import (Blob, as_blob, by_tensor_shape, from_user_code,
-                                  int64_constant, integer_reciprocal, op,
-                                  reciprocal_no_nan_of)
+from onnxjob.graph.tracer import (Blob, as_blob, by_tensor_shape, int64_constant,
+                                  integer_reciprocal, op, reciprocal_no_nan_of)
 from onnxjob.ops import qat
 from onnxjob.ops import random as _random
 from onnxjob.ops.legacy import count_not_finite  # noqa: F401  (flow.math.count_not_finite)
@@ -118,14 +116,6 @@ def _special(composite, api, doc):
 
 # -- binary -------------------------------------------------------------------------------
 
-def _user_shape(result, x, y, commutes):
-    """by_tensor_shape for a program's call of an arithmetic op (onnxjob's own calls keep
-    broadcasting's shapes)."""
-    if not from_user_code(sys._getframe(2)):
-        return result
-    return by_tensor_shape(result, x, y, commutes)
-
-
 def add(x, y, name=None):
     """x + y with broadcasting (either may be a Python scalar)."""
     a, b = _pair(x, y)
@@ -133,21 +123,22 @@ def add(x, y, name=None):
     tracer = qat.active()
     if tracer is not None and isinstance(x, Blob) and isinstance(y, Blob):
         return tracer.add(a, b, name=name)   # an add_n for equal shapes, as OneFlow's
-    return _user_shape(op("Add", a, b, name=name), x, y, commutes=True)
+    # (2 frames up from by_tensor_shape: this function's caller, as in the three below)
+    return by_tensor_shape(op("Add", a, b, name=name), x, y, True, 2)
 
 
 def subtract(x, y, name=None):
     """x - y with broadcasting (either may be a Python scalar)."""
     a, b = _pair(x, y)
     _check_dtype(a, "flow.math.subtract", _ARITHMETIC)
-    return _user_shape(op("Sub", a, b, name=name), x, y, commutes=False)
+    return by_tensor_shape(op("Sub", a, b, name=name), x, y, False, 2)
 
 
 def multiply(x, y, name=None):
     """x * y with broadcasting (either may be a Python scalar)."""
     a, b = _pair(x, y)
     _check_dtype(a, "flow.math.multiply", _ARITHMETIC)
-    return _user_shape(op("Mul", a, b, name=name), x, y, commutes=True)
+    return by_tensor_shape(op("Mul", a, b, name=name), x, y, True, 2)
 
 
 def divide(x, y, name=None):
@@ -166,7 +157,7 @@ def divide(x, y, name=None):
         return multiply(reciprocal_no_nan(y), x, name=name)
     a, b = _pair(x, y)
     _check_dtype(a, "flow.math.divide", _ARITHMETIC)
-    return _user_shape(op("Div", a, b, name=name), x, y, commutes=False)
+    return by_tensor_shape(op("Div", a, b, name=name), x, y, False, 2)
 
 
 mod = _binary("Mod", "flow.math.mod",
