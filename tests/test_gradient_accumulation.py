@@ -192,19 +192,27 @@ def test_micro_batches_differ_from_one_whole_batch():
     assert np.abs(accumulated["w"] - whole["w"]).max() > 1e-3
 
 
-def test_a_scalar_loss_comes_back_once_per_micro_batch():
+def _mean_matmul_job(steps, rows, before=None):
+    """A fresh session's train job accumulating over `steps` micro-batches: SGD (lr 0.5)
+    of the mean of x @ w (w ones, (2, 1)) for x of (rows, 2); `before()` traced first."""
     config = flow.FunctionConfig()
-    config.train.num_gradient_accumulation_steps(3)
+    config.train.num_gradient_accumulation_steps(steps)
     flow.clear_default_session()
 
     @flow.global_function(type="train", function_config=config)
-    def job(x: tp.Numpy.Placeholder((6, 2))) -> tp.Numpy:
+    def job(x: tp.Numpy.Placeholder((rows, 2))) -> tp.Numpy:
         w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+        if before is not None:
+            before()
         loss = flow.math.reduce_mean(flow.matmul(x, w))
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
                            momentum=0).minimize(loss)
         return loss
+    return job
 
+
+def test_a_scalar_loss_comes_back_once_per_micro_batch():
+    job = _mean_matmul_job(3, 6)
     x = np.arange(12, dtype=np.float32).reshape(6, 2)
     loss = job(x)
     # each micro-batch's mean, stacked (OneFlow's pack of a scalar)
@@ -218,20 +226,12 @@ def test_an_assign_in_an_accumulating_job_says_what_it_does():
     """onnxjob applies a flow.assign once per call, the first micro-batch's value; OneFlow's
     accumulation rewrite routes the assign's ref through a repeat op's copy, so its writes
     do not reach the variable: the difference is said, at the assign's line."""
-    config = flow.FunctionConfig()
-    config.train.num_gradient_accumulation_steps(2)
-    flow.clear_default_session()
-
-    @flow.global_function(type="train", function_config=config)
-    def job(x: tp.Numpy.Placeholder((4, 2))) -> tp.Numpy:
-        w = flow.get_variable("w", (2, 1), initializer=flow.ones_initializer())
+    def count_calls():
         count = flow.get_variable("count", (1,), initializer=flow.zeros_initializer(),
                                   trainable=False)
         flow.assign(count, count + 1.0)
-        loss = flow.math.reduce_mean(flow.matmul(x, w))
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]),
-                           momentum=0).minimize(loss)
-        return loss
+
+    job = _mean_matmul_job(2, 4, before=count_calls)
 
     with pytest.warns(UserWarning, match=r"flow.assign of 'count'.*2 micro-batches.*first "
                                          r"micro-batch") as caught:
